@@ -1,0 +1,55 @@
+//! The `drover` command line, shaped like `gitlab-runner`'s: global options come before the
+//! command, and each command lives in its own file.
+//!
+//! Library modules return typed errors; this module turns them into one message on stderr,
+//! prefixed `drover: `, and an exit code. Nothing here decides anything about scaling.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Version information printed by `drover --version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The top-level command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "drover",
+    version = VERSION,
+    about = "A drop-in replacement for GitLab Runner's docker+machine autoscaling executor",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Debug logging (as gitlab-runner's --debug)
+    #[arg(long, global = true, env = "RUNNER_DEBUG")]
+    pub debug: bool,
+
+    /// Log level: debug, info, warn, error, fatal or panic (overrides config log_level)
+    #[arg(short = 'l', long = "log-level", global = true, env = "LOG_LEVEL")]
+    pub log_level: Option<String>,
+
+    /// Log format: runner, text or json (overrides config log_format)
+    #[arg(long = "log-format", global = true, env = "LOG_FORMAT")]
+    pub log_format: Option<String>,
+
+    /// The command to run
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// drover's commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {}
+
+/// Parses the process arguments, runs the command and returns its exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {}
+}

@@ -1,0 +1,1 @@
+//! Machine shape: gitlab-runner's `config.toml`, read unchanged.

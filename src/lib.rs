@@ -1,0 +1,17 @@
+//! drover: a drop-in replacement for GitLab Runner's `docker+machine` autoscaling executor.
+//!
+//! The crate is split by concern, each on one side of its boundary:
+//!
+//! | module | concern | driven by |
+//! |---|---|---|
+//! | [`config`] | machine shape: `config.toml` model, loader, schedules | everything reads it |
+//! | [`cli`] | the `drover` command line: parsing, output, exit codes | `main.rs` |
+//!
+//! Further concerns (the provider plugin boundary, the sans-IO autoscaling engine, the job
+//! manager, the Docker executor, the GitLab API client and the simulator) each get their own
+//! module as they land; see `docs/architecture.md`.
+
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod config;
