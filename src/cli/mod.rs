@@ -4,6 +4,8 @@
 //! Library modules return typed errors; this module turns them into one message on stderr,
 //! prefixed `drover: `, and an exit code. Nothing here decides anything about scaling.
 
+pub mod provider;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -39,7 +41,10 @@ pub struct Cli {
 
 /// drover's commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Provider plugin tools (conformance suite)
+    Provider(provider::ProviderArgs),
+}
 
 /// Parses the process arguments, runs the command and returns its exit code.
 pub fn main() -> ExitCode {
@@ -51,5 +56,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match cli.command {}
+    match cli.command {
+        Command::Provider(args) => provider::run(args),
+    }
 }

@@ -1,0 +1,209 @@
+//! The docker-machine store on disk: where it is, which machines it holds, what their
+//! `config.json` says.
+//!
+//! Listing scans `<store>/machines/` (every non-hidden directory is a machine) and inspect
+//! parses `config.json`; neither runs a process, exactly as GitLab Runner does. The store root
+//! is resolved as docker-machine resolves it: an explicit path, else `$MACHINE_STORAGE_PATH`,
+//! else `$HOME/.docker/machine`. This module never writes to the store.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use drover::provider::InspectResult;
+
+/// The google driver's `config.json` `Driver` fields reported as metric labels, with the
+/// label names they get.
+pub const GOOGLE_LABELS: [(&str, &str); 9] = [
+    ("Zone", "zone"),
+    ("MachineType", "machine_type"),
+    ("Project", "project"),
+    ("ResolvedZone", "resolved_zone"),
+    ("ResolvedMachineType", "resolved_machine_type"),
+    ("InstanceGroupManager", "instance_group_manager"),
+    (
+        "RegionInstanceGroupManager",
+        "region_instance_group_manager",
+    ),
+    ("BulkInsert", "bulk_insert"),
+    ("Region", "region"),
+];
+
+/// A docker-machine store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Store {
+    root: PathBuf,
+}
+
+/// Why a store read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The machine directory does not exist.
+    #[error("machine {0:?} does not exist in the docker-machine store")]
+    NotFound(String),
+    /// Reading failed.
+    #[error("cannot read {}: {source}", .path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// `config.json` is not valid JSON.
+    #[error("{} is not a valid machine record: {message}", .path.display())]
+    Parse {
+        /// The path.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// `machines` exists but is not a directory.
+    #[error("{} is not a directory; fix the docker-machine store", .0.display())]
+    NotADirectory(PathBuf),
+}
+
+impl Store {
+    /// The store at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Store { root: root.into() }
+    }
+
+    /// Resolves the store root: `explicit`, else `machine_storage_path`, else
+    /// `home/.docker/machine`. Empty values count as unset.
+    pub fn resolve(
+        explicit: Option<&Path>,
+        machine_storage_path: Option<&str>,
+        home: Option<&str>,
+    ) -> Option<Self> {
+        if let Some(p) = explicit.filter(|p| !p.as_os_str().is_empty()) {
+            return Some(Store::new(p));
+        }
+        if let Some(p) = machine_storage_path.filter(|p| !p.is_empty()) {
+            return Some(Store::new(p));
+        }
+        home.filter(|h| !h.is_empty())
+            .map(|h| Store::new(Path::new(h).join(".docker").join("machine")))
+    }
+
+    /// The store root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<store>/machines/NAME`.
+    pub fn machine_dir(&self, name: &str) -> PathBuf {
+        self.root.join("machines").join(name)
+    }
+
+    /// Whether `<store>/machines/NAME` exists.
+    pub fn has_dir(&self, name: &str) -> bool {
+        self.machine_dir(name).is_dir()
+    }
+
+    /// Whether `<store>/machines/NAME/config.json` exists (upstream's pre-check of `Exist`).
+    pub fn has_config(&self, name: &str) -> bool {
+        self.machine_dir(name).join("config.json").is_file()
+    }
+
+    /// Every machine name: non-hidden directories under `machines/`, sorted. A missing
+    /// `machines/` is an empty store.
+    pub fn list(&self) -> Result<Vec<String>, StoreError> {
+        let dir = self.root.join("machines");
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if dir.exists() && !dir.is_dir() => {
+                let _ = e;
+                return Err(StoreError::NotADirectory(dir));
+            }
+            Err(source) => return Err(StoreError::Io { path: dir, source }),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| StoreError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            if entry.path().is_dir() {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Driver name and metric labels from `config.json`, without running docker-machine.
+    pub fn inspect(&self, name: &str) -> Result<InspectResult, StoreError> {
+        if !self.has_dir(name) {
+            return Err(StoreError::NotFound(name.to_string()));
+        }
+        let path = self.machine_dir(name).join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|source| StoreError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| StoreError::Parse {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        let driver = v
+            .get("DriverName")
+            .and_then(|d| d.as_str())
+            .unwrap_or_default()
+            .to_string();
+        let mut labels = BTreeMap::new();
+        if driver == "google" {
+            if let Some(d) = v.get("Driver") {
+                for (field, label) in GOOGLE_LABELS {
+                    let value = match d.get(field) {
+                        Some(serde_json::Value::String(s)) => s.clone(),
+                        Some(serde_json::Value::Null) | None => continue,
+                        Some(other) => other.to_string(),
+                    };
+                    labels.insert(label.to_string(), value);
+                }
+            }
+        }
+        Ok(InspectResult { driver, labels })
+    }
+}
+
+/// Whether `name` is a valid docker-machine host name (`[a-zA-Z0-9][a-zA-Z0-9.-]*`). Names are
+/// path components in the store, so anything else is refused before touching the disk.
+pub fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphanumeric() => {}
+        _ => return false,
+    }
+    chars.all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_resolution_order() {
+        let s = Store::resolve(None, Some("/srv/dm"), Some("/home/u")).unwrap();
+        assert_eq!(s.root(), Path::new("/srv/dm"));
+        let s = Store::resolve(None, Some(""), Some("/home/u")).unwrap();
+        assert_eq!(s.root(), Path::new("/home/u/.docker/machine"));
+        let s = Store::resolve(Some(Path::new("/x")), Some("/srv/dm"), None).unwrap();
+        assert_eq!(s.root(), Path::new("/x"));
+        assert!(Store::resolve(None, None, None).is_none());
+    }
+
+    #[test]
+    fn names_are_hostnames() {
+        assert!(valid_name("runner-abc-auto-1-0a0b0c0d"));
+        assert!(valid_name("a.b-c"));
+        for bad in ["", "-x", ".x", "..", "a/b", "a b", "a;rm", "é"] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+}
