@@ -1,0 +1,169 @@
+//! Shared helpers of the provider tests: locating (and building) the shim, a fake
+//! docker-machine environment with its store, fault file and call log, and plugin commands.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use drover::provider::plugin::PluginCommand;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The fake docker-machine.
+pub fn fake_dm() -> PathBuf {
+    root().join("fixtures/fake-docker-machine/docker-machine")
+}
+
+/// The example plugin.
+pub fn example_plugin() -> PathBuf {
+    root().join("fixtures/plugins/example-plugin.sh")
+}
+
+/// The `legacy-driver-shim` binary, built (once per test process) into the same target dir
+/// as this test's `drover` binary.
+pub fn shim_bin() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let drover = PathBuf::from(env!("CARGO_BIN_EXE_drover"));
+            let dir = drover.parent().expect("target dir").to_path_buf();
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut build = Command::new(cargo);
+            // The test's own CARGO_* variables would make build scripts (ring) rebuild.
+            for (k, _) in std::env::vars_os() {
+                let k = k.to_string_lossy().into_owned();
+                if k.starts_with("CARGO_") && k != "CARGO_HOME" {
+                    build.env_remove(&k);
+                }
+            }
+            let status = build
+                .args([
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "legacy-driver-shim",
+                    "--bin",
+                    "legacy-driver-shim",
+                ])
+                .current_dir(root())
+                .env("CARGO_TARGET_DIR", dir.parent().expect("target root"))
+                .status()
+                .expect("run cargo build for the shim");
+            assert!(status.success(), "building legacy-driver-shim failed");
+            dir.join("legacy-driver-shim")
+        })
+        .clone()
+}
+
+/// A fake docker-machine world: a store, a fault file and a call log in a temp dir.
+pub struct FakeWorld {
+    pub dir: tempfile::TempDir,
+}
+
+impl FakeWorld {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("drover-test-provider-")
+            .tempdir()
+            .expect("tempdir");
+        FakeWorld { dir }
+    }
+
+    pub fn store(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("calls.jsonl")
+    }
+
+    pub fn faults_path(&self) -> PathBuf {
+        self.dir.path().join("faults.json")
+    }
+
+    /// Replaces the fault file (read by the fake on every invocation).
+    pub fn set_faults(&self, faults: serde_json::Value) {
+        std::fs::write(self.faults_path(), faults.to_string()).expect("write faults");
+    }
+
+    /// Environment for the fake (passed through the shim).
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "MACHINE_STORAGE_PATH".into(),
+                self.store().display().to_string(),
+            ),
+            (
+                "FAKE_DM_CALL_LOG".into(),
+                self.log_path().display().to_string(),
+            ),
+            (
+                "FAKE_DM_FAULTS_FILE".into(),
+                self.faults_path().display().to_string(),
+            ),
+            ("FAKE_DM_FAILURE_SLEEP".into(), "0".into()),
+            ("SHIM_LOG".into(), "debug".into()),
+        ]
+    }
+
+    /// The shim configured against this world, with extra shim arguments.
+    pub fn shim(&self, extra: &[&str]) -> PluginCommand {
+        let mut args = vec![
+            "--docker-machine".to_string(),
+            fake_dm().display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut cmd = PluginCommand::new(shim_bin(), args);
+        cmd.env = self.env();
+        cmd.name_prefix = Some("drover-test-provider-".into());
+        cmd
+    }
+
+    /// Every docker-machine invocation so far: (pid, argv).
+    pub fn calls(&self) -> Vec<(u32, Vec<String>)> {
+        let Ok(text) = std::fs::read_to_string(self.log_path()) else {
+            return Vec::new();
+        };
+        text.lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect("call log line");
+                let pid = v["pid"].as_u64().expect("pid") as u32;
+                let argv = v["argv"]
+                    .as_array()
+                    .expect("argv")
+                    .iter()
+                    .map(|a| a.as_str().expect("arg").to_string())
+                    .collect();
+                (pid, argv)
+            })
+            .collect()
+    }
+
+    /// The subcommands invoked so far (argv[1], after the bugsnag flag).
+    pub fn subcommands(&self) -> Vec<String> {
+        self.calls()
+            .into_iter()
+            .map(|(_, a)| a.get(1).cloned().unwrap_or_default())
+            .collect()
+    }
+
+    pub fn machine_dir(&self, name: &str) -> PathBuf {
+        self.store().join("machines").join(name)
+    }
+}
+
+/// Whether process `pid` is still alive (and not a zombie).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s.split_whitespace().nth(2).is_none_or(|st| st != "Z"),
+        Err(_) => false,
+    }
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}
