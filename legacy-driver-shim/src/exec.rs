@@ -145,7 +145,7 @@ impl Exec {
         cancel: &CancellationToken,
         levels: Levels,
     ) -> Result<Output, ExecError> {
-        tracing::debug!(operation = op, name, argv = ?argv, "running docker-machine");
+        tracing::debug!(operation = %op, name = %name, argv = ?argv, "running docker-machine");
         let mut child = Command::new(&self.program)
             .args(argv)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -172,7 +172,7 @@ impl Exec {
             _ = tokio::time::sleep(timeout) => {
                 let _ = child.start_kill();
                 let _ = child.wait().await;
-                tracing::error!(operation = op, name, "docker-machine killed after {}s", timeout.as_secs());
+                tracing::error!(operation = %op, name = %name, "docker-machine killed after {}s", timeout.as_secs());
                 finish(out).await;
                 finish(err).await;
                 return Err(ExecError::Timeout { op: op.into(), name: name.into(), after: timeout });
@@ -180,7 +180,7 @@ impl Exec {
             _ = cancel.cancelled() => {
                 let _ = child.start_kill();
                 let _ = child.wait().await;
-                tracing::warn!(operation = op, name, "docker-machine killed: cancelled");
+                tracing::warn!(operation = %op, name = %name, "docker-machine killed: cancelled");
                 finish(out).await;
                 finish(err).await;
                 return Err(ExecError::Cancelled { op: op.into(), name: name.into() });
