@@ -1,0 +1,395 @@
+//! End to end on the real Docker Engine, over TLS with client certificates as real
+//! docker-machine endpoints require: stunnel (requiring a client cert signed by the test CA)
+//! fronts /var/run/docker.sock on 127.0.0.1; a machine is created through the shim against
+//! the fake docker-machine with that endpoint and the certs in its StorePath; its credentials
+//! come through the protocol; bollard connects with them (and is refused with a stranger's
+//! client cert), runs a container from a locally built image, and the machine is removed.
+//! Fails (never skips) when Docker or stunnel is missing while `CI` is set.
+
+mod provider_support;
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder,
+};
+use bollard::{Docker, API_DEFAULT_VERSION};
+use drover::provider::plugin::Plugin;
+use drover::provider::protocol::CreateParams;
+use drover::provider::{Call, Endpoint, Provider};
+use futures_util::StreamExt;
+use provider_support::*;
+use serde_json::json;
+
+const IMAGE: &str = "drover-test-provider-busybox";
+const SOCKET: &str = "/var/run/docker.sock";
+
+fn unavailable(what: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{what} (CI is set: this test must run; see fixtures/setup/provider.sh)");
+    }
+    eprintln!("skipping: {what}");
+}
+
+async fn local_docker() -> Option<Docker> {
+    for attempt in 0..2 {
+        if let Ok(d) = Docker::connect_with_socket(SOCKET, 30, API_DEFAULT_VERSION) {
+            if d.ping().await.is_ok() {
+                return Some(d);
+            }
+        }
+        if attempt == 0 {
+            // Installed but not running: try to start it once.
+            let _ = Command::new("service")
+                .args(["docker", "start"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+    }
+    None
+}
+
+fn stunnel() -> Option<&'static str> {
+    ["stunnel4", "stunnel"].into_iter().find(|b| {
+        Command::new("which")
+            .arg(b)
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Signs `name`-key.pem/`name`.pem with `ca` (ca.pem + ca-key.pem in `dir`).
+fn leaf(dir: &Path, ca: &str, key: &str, cert: &str, ext: &str) {
+    std::fs::write(dir.join("ext.cnf"), ext).expect("ext");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            key,
+            "-out",
+            "leaf.csr",
+            "-subj",
+            "/O=drover-test",
+        ],
+    );
+    let (ca_cert, ca_key) = (format!("{ca}.pem"), format!("{ca}-key.pem"));
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            &ca_cert,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            cert,
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+}
+
+fn make_ca(dir: &Path, name: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &format!("{name}-key.pem"),
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "2",
+            "-subj",
+            &format!("/O={name}"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+}
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Builds the test image from the host's static busybox, never pulling.
+async fn ensure_image(docker: &Docker) {
+    if docker
+        .inspect_image(&format!("{IMAGE}:latest"))
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect("busybox-static is installed (fixtures/setup/provider.sh)");
+    let root = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(root.path().join("bin")).expect("mkdir");
+    std::fs::copy(&busybox, root.path().join("bin/busybox")).expect("copy busybox");
+    std::os::unix::fs::symlink("busybox", root.path().join("bin/sh")).expect("symlink");
+    let tar = Command::new("tar")
+        .args(["-C"])
+        .arg(root.path())
+        .args(["-cf", "-", "."])
+        .output()
+        .expect("tar");
+    assert!(tar.status.success());
+    let opts = CreateImageOptionsBuilder::new()
+        .from_src("-")
+        .repo(IMAGE)
+        .tag("latest")
+        .build();
+    let mut s = docker.create_image(
+        Some(opts),
+        Some(bollard::body_full(tar.stdout.into())),
+        None,
+    );
+    while let Some(r) = s.next().await {
+        r.expect("docker import");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_machine_end_to_end_on_the_real_engine() {
+    let Some(local) = local_docker().await else {
+        return unavailable("Docker Engine unreachable at /var/run/docker.sock");
+    };
+    let Some(stunnel) = stunnel() else {
+        return unavailable("stunnel4 is not installed");
+    };
+    let world = FakeWorld::new();
+    let certs = world.store().join("certs");
+    std::fs::create_dir_all(&certs).expect("mkdir certs");
+    // The store's CA and client cert (what docker-machine bootstraps), and the server cert
+    // the machine's Engine presents (what provisioning installs), SAN 127.0.0.1.
+    make_ca(&certs, "ca");
+    leaf(
+        &certs,
+        "ca",
+        "key.pem",
+        "cert.pem",
+        "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n",
+    );
+    let tls = world.dir.path().join("tls");
+    std::fs::create_dir_all(&tls).expect("mkdir");
+    for f in ["ca.pem", "ca-key.pem"] {
+        std::fs::copy(certs.join(f), tls.join(f)).expect("copy");
+    }
+    leaf(
+        &tls,
+        "ca",
+        "server-key.pem",
+        "server.pem",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
+    );
+    // A stranger: a client cert from another CA, which the endpoint must refuse.
+    make_ca(&tls, "rogue");
+    leaf(
+        &tls,
+        "rogue",
+        "rogue-client-key.pem",
+        "rogue-client.pem",
+        "extendedKeyUsage=clientAuth\n",
+    );
+
+    let port = free_port();
+    let conf = tls.join("stunnel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "foreground = yes\npid =\noutput = {log}\n[docker]\naccept = 127.0.0.1:{port}\nconnect = {SOCKET}\ncert = {d}/server.pem\nkey = {d}/server-key.pem\nCAfile = {d}/ca.pem\nrequireCert = yes\nverifyChain = yes\n",
+            log = tls.join("stunnel.log").display(),
+            d = tls.display(),
+        ),
+    )
+    .expect("stunnel.conf");
+    let _proxy = Killed(
+        Command::new(stunnel)
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start stunnel"),
+    );
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "stunnel did not listen"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The machine: created through the shim; the fake copies the certs into its StorePath
+    // as provisioning does.
+    world.set_faults(json!({"copy_certs": true}));
+    let p = Plugin::new(world.shim(&[]));
+    let suffix = format!("{:08x}", rand::random::<u32>());
+    let name = format!("drover-test-provider-tls-{suffix}");
+    let url = format!("tcp://127.0.0.1:{port}");
+    p.create(
+        &CreateParams {
+            name: name.clone(),
+            driver: "none".into(),
+            options: vec![format!("url={url}")],
+            options_with_name: vec![],
+        },
+        &Call::new(),
+    )
+    .await
+    .expect("create");
+    assert!(p.exists(&name, &Call::new()).await.expect("exists"));
+    assert!(
+        p.can_connect(&name, &Call::new())
+            .await
+            .expect("can_connect"),
+        "docker-machine config's TLS check through stunnel"
+    );
+    let Endpoint::TcpTls {
+        host,
+        cert_dir,
+        tls_verify,
+    } = p
+        .credentials(&name, &Call::new())
+        .await
+        .expect("credentials")
+    else {
+        panic!("expected a TLS endpoint");
+    };
+    assert_eq!(host, url);
+    assert!(tls_verify);
+    let cert_dir = PathBuf::from(cert_dir);
+    assert_eq!(cert_dir, world.machine_dir(&name));
+
+    // A stranger's client certificate is refused by the endpoint.
+    let rogue = Docker::connect_with_ssl(
+        &host,
+        &tls.join("rogue-client-key.pem"),
+        &tls.join("rogue-client.pem"),
+        &cert_dir.join("ca.pem"),
+        20,
+        API_DEFAULT_VERSION,
+    )
+    .expect("client");
+    assert!(
+        rogue.ping().await.is_err(),
+        "the endpoint accepted a foreign client cert"
+    );
+
+    let docker = Docker::connect_with_ssl(
+        &host,
+        &cert_dir.join("key.pem"),
+        &cert_dir.join("cert.pem"),
+        &cert_dir.join("ca.pem"),
+        120,
+        API_DEFAULT_VERSION,
+    )
+    .expect("TLS client");
+    docker.ping().await.expect("ping over TLS");
+    ensure_image(&docker).await;
+    let cname = format!("drover-test-provider-tls-{suffix}");
+    let body = bollard::models::ContainerCreateBody {
+        image: Some(format!("{IMAGE}:latest")),
+        cmd: Some(vec![
+            "/bin/busybox".into(),
+            "echo".into(),
+            format!("hello from {name}"),
+        ]),
+        ..Default::default()
+    };
+    docker
+        .create_container(
+            Some(CreateContainerOptionsBuilder::new().name(&cname).build()),
+            body,
+        )
+        .await
+        .expect("create container");
+    let run = async {
+        docker
+            .start_container(
+                &cname,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await?;
+        let mut wait = docker.wait_container(
+            &cname,
+            None::<bollard::query_parameters::WaitContainerOptions>,
+        );
+        while let Some(w) = wait.next().await {
+            w?;
+        }
+        let mut logs = docker.logs(
+            &cname,
+            Some(LogsOptionsBuilder::new().stdout(true).stderr(true).build()),
+        );
+        let mut text = String::new();
+        while let Some(l) = logs.next().await {
+            text.push_str(&l?.to_string());
+        }
+        Ok::<_, bollard::errors::Error>(text)
+    };
+    let outcome = run.await;
+    let _ = local
+        .remove_container(
+            &cname,
+            Some(RemoveContainerOptionsBuilder::new().force(true).build()),
+        )
+        .await;
+    let text = outcome.expect("run the container over TLS");
+    assert_eq!(text.trim(), format!("hello from {name}"));
+
+    assert!(p.remove(&name, &Call::new()).await.expect("remove").existed);
+    assert!(!p.exists(&name, &Call::new()).await.expect("exists"));
+    assert!(!world.machine_dir(&name).exists());
+    p.shutdown(Duration::from_secs(5)).await;
+}
