@@ -4,7 +4,6 @@
 
 mod provider_support;
 
-use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use drover::provider::conformance::{self, CheckResult, SuiteConfig};
@@ -55,11 +54,12 @@ fn shim_passes_against_the_fake() {
     assert!(left.is_empty(), "machines left behind: {left:?}");
 }
 
-fn script(dir: &std::path::Path, name: &str, body: &str) -> std::path::PathBuf {
+/// Writes a Python plugin and returns a wrapper-free command for it: exec'ing a file that
+/// another test thread just wrote races (ETXTBSY), so scripts run through `python3`.
+fn script(dir: &std::path::Path, name: &str, body: &str) -> PluginCommand {
     let p = dir.join(name);
     std::fs::write(&p, body).expect("write script");
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    p
+    PluginCommand::new("python3", vec![p.display().to_string()])
 }
 
 /// Says yes to everything: no kinds, no idempotence, no refusal.
@@ -80,7 +80,7 @@ for line in sys.stdin:
 fn a_plugin_that_says_yes_to_everything_fails() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = script(dir.path(), "yes-man", YES_MAN);
-    let results = run_suite(PluginCommand::new(p, vec![]), &SuiteConfig::default());
+    let results = run_suite(p, &SuiteConfig::default());
     let failed = failures(&results);
     for check in [
         "unknown_operation",
@@ -104,7 +104,7 @@ fn a_wrong_protocol_version_is_refused_at_the_handshake() {
         "v2",
         &YES_MAN.replace("\"protocol_version\": 1", "\"protocol_version\": 2"),
     );
-    let results = run_suite(PluginCommand::new(p, vec![]), &SuiteConfig::default());
+    let results = run_suite(p, &SuiteConfig::default());
     assert_eq!(results.len(), 1);
     let line = results[0].line();
     assert!(line.starts_with("FAIL  handshake"), "{line}");
@@ -128,9 +128,12 @@ fn cli_prints_one_line_per_check_and_sets_the_exit_status() {
     assert!(stdout.lines().filter(|l| l.starts_with("ok    ")).count() >= 20);
     assert!(stdout.contains("0 failed"), "{stdout}");
 
+    let yes_man = script(dir.path(), "yes-man", YES_MAN);
     let bad = Command::new(env!("CARGO_BIN_EXE_drover"))
         .args(["provider", "test"])
-        .arg(script(dir.path(), "yes-man", YES_MAN))
+        .arg(&yes_man.program)
+        .arg("--")
+        .args(&yes_man.args)
         .output()
         .expect("run drover");
     let stdout = String::from_utf8_lossy(&bad.stdout);

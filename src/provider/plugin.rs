@@ -375,6 +375,9 @@ impl Plugin {
                     let _ = running.writer.send(l);
                 }
             } else {
+                // Mark it dead now, so the next call starts a fresh process instead of
+                // racing the reaper.
+                running.dead.cancel();
                 running.kill.cancel();
             }
         };
