@@ -40,15 +40,25 @@ pub fn shim_bin() -> PathBuf {
                     build.env_remove(&k);
                 }
             }
+            build.args([
+                "build",
+                "--quiet",
+                "-p",
+                "legacy-driver-shim",
+                "--bin",
+                "legacy-driver-shim",
+            ]);
+            // Build with the profile this test was built with (target/<profile>/).
+            match dir.file_name().and_then(|n| n.to_str()) {
+                Some("debug") | None => {}
+                Some("release") => {
+                    build.arg("--release");
+                }
+                Some(other) => {
+                    build.args(["--profile", other]);
+                }
+            }
             let status = build
-                .args([
-                    "build",
-                    "--quiet",
-                    "-p",
-                    "legacy-driver-shim",
-                    "--bin",
-                    "legacy-driver-shim",
-                ])
                 .current_dir(root())
                 .env("CARGO_TARGET_DIR", dir.parent().expect("target root"))
                 .status()
