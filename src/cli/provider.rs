@@ -52,6 +52,9 @@ pub struct TestArgs {
     /// Deadline for each call, in seconds
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
+    /// Show the plugin's stderr (its log lines) and drover's protocol warnings on stderr
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 /// Runs `drover provider …`.
@@ -62,6 +65,13 @@ pub fn run(args: ProviderArgs) -> ExitCode {
 }
 
 fn test(t: TestArgs) -> ExitCode {
+    if t.verbose {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_target(false)
+            .try_init();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
