@@ -135,3 +135,45 @@ async fn the_credentials_cache_serves_and_invalidates() {
     let _ = c.stop("m", &Call::new()).await;
     assert_eq!(get("m").await, "tcp://h:5", "stop drops it");
 }
+
+type Seen = (String, Option<String>, Option<ErrorKind>);
+
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<Seen>>);
+
+impl drover::provider::observe::Observer for Recorder {
+    fn observe(&self, o: &drover::provider::observe::Observation<'_>) {
+        self.0.lock().expect("lock").push((
+            o.op.to_string(),
+            o.machine.map(str::to_string),
+            o.error,
+        ));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_observer_sees_every_call_and_its_outcome() {
+    use drover::provider::observe::Observed;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = Observed::new(Plugin::new(plugin(dir.path(), "[]")), Recorder::default());
+    assert!(o.exists("m", &Call::new()).await.expect("exists"));
+    assert_eq!(
+        o.stop("m", &Call::new())
+            .await
+            .expect_err("unsupported")
+            .kind(),
+        ErrorKind::Unsupported
+    );
+    let seen = o.observer().0.lock().expect("lock").clone();
+    assert_eq!(
+        seen,
+        [
+            ("exists".into(), Some("m".into()), None),
+            (
+                "stop".into(),
+                Some("m".into()),
+                Some(ErrorKind::Unsupported)
+            ),
+        ]
+    );
+}

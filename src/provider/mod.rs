@@ -4,6 +4,7 @@
 //! ([`protocol`], specified in `docs/provider-plugins.md`). [`plugin::Plugin`] spawns and talks
 //! to one; [`Provider`] is the typed face the manager uses; [`cache::CredentialCache`] wraps any
 //! provider so that a warm machine costs no provider call for its credentials;
+//! [`observe::Observed`] reports every call's outcome and duration (for metrics);
 //! [`conformance`] is the black-box suite every plugin must pass (`drover provider test`).
 //! Nothing here decides how many machines there should be: the autoscaling engine emits
 //! commands, the manager executes them through this module.
@@ -11,6 +12,7 @@
 pub mod cache;
 pub mod conformance;
 pub mod error;
+pub mod observe;
 pub mod plugin;
 pub mod protocol;
 
