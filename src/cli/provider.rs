@@ -47,7 +47,7 @@ pub struct TestArgs {
     #[arg(long = "machine-option-with-name", value_name = "TEMPLATE")]
     pub machine_options_with_name: Vec<String>,
     /// Name prefix sent at the handshake and used for the test machine
-    #[arg(long, default_value = "drover-conformance-")]
+    #[arg(long, default_value = "drover-conformance-", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub name_prefix: String,
     /// Deadline for each call, in seconds
     #[arg(long, default_value_t = 120)]
