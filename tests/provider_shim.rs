@@ -252,8 +252,15 @@ async fn cancelling_a_call_kills_the_command() {
     let call = Call::new();
     let token = call.cancel.clone();
     let req = params(&name, "tcp://127.0.0.1:9");
+    let record = world.machine_dir(&name).join("config.json");
     let (r, pid) = tokio::join!(p.create(&req, &call), async {
         let pid = wait_for_call(&world, "create").await;
+        // Cancel while the "driver" hangs, after the record was written.
+        let start = Instant::now();
+        while !record.is_file() {
+            assert!(start.elapsed() < Duration::from_secs(20), "no record");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         token.cancel();
         pid
     });
@@ -262,8 +269,10 @@ async fn cancelling_a_call_kills_the_command() {
         gone_soon(pid).await,
         "docker-machine {pid} survived cancellation"
     );
-    // The plugin itself is still serving.
-    assert!(!p.exists(&name, &Call::new()).await.expect("exists"));
+    // The plugin itself is still serving, and the killed create left its record behind
+    // (spec §6), for the removal sequence to clean up.
+    assert!(p.exists(&name, &Call::new()).await.expect("exists"));
+    assert!(p.remove(&name, &Call::new()).await.expect("remove").existed);
     assert_eq!(p.spawn_count(), 1);
 }
 
@@ -518,4 +527,32 @@ fn output_lines_are_logged_with_operation_and_machine_name() {
     assert!(stderr
         .lines()
         .any(|l| l.contains("ERROR") && l.contains("cannot be stopped")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_reports_machines_being_created() {
+    use drover::provider::protocol::MachineState;
+    let world = FakeWorld::new();
+    world.set_faults(json!({"delays": {"create": 3.0}}));
+    let p = Plugin::new(world.shim(&[]));
+    let name = format!("{PREFIX}slow");
+    let req = params(&name, "tcp://127.0.0.1:9");
+    let call = Call::new();
+    let (created, states) = tokio::join!(p.create(&req, &call), async {
+        wait_for_call(&world, "create").await;
+        // The fake writes the record, then spends 3 s in the "driver".
+        let start = Instant::now();
+        loop {
+            let l = p.list(&Call::new()).await.expect("list");
+            if let Some(m) = l.into_iter().find(|m| m.name == name) {
+                return m.state;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "never listed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    created.expect("create");
+    assert_eq!(states, MachineState::Creating);
+    let after = p.list(&Call::new()).await.expect("list");
+    assert_eq!(after[0].state, MachineState::Unknown);
 }

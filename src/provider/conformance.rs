@@ -25,7 +25,8 @@ pub struct SuiteConfig {
     pub options: Vec<String>,
     /// `MachineOptionsWithName` for the test machine.
     pub options_with_name: Vec<String>,
-    /// Name prefix sent at the handshake; the test machine's name starts with it.
+    /// Name prefix sent at the handshake; the test machine's name starts with it. Must not be
+    /// empty (the refusal check needs a name outside it).
     pub name_prefix: String,
     /// Deadline for each call.
     pub timeout: Duration,
