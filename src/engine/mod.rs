@@ -44,17 +44,31 @@
 //! `acquireLock`. Other inputs (events, releases) may arrive while a pass waits for a
 //! connectivity result.
 //!
-//! ## Jobs
+//! ## Jobs: Use and Release
 //!
-//! When the job starts on a machine, call [`Engine::use_machine`]; when it ends (or the job
-//! request came back empty), call [`Engine::release`]. For the on-demand path (no machine from
-//! Acquire), [`Engine::create_on_demand`] starts a creation; when the `Created` notice for it
-//! arrives, [`Engine::try_acquire`] reserves it.
+//! Upstream's `Use` (executor Prepare) is a driver-side loop built from engine steps:
+//!
+//! 1. if Acquire returned a machine, check its connectivity without the cache; if it passes,
+//!    that machine is the one;
+//! 2. otherwise, up to 3 attempts 1 s apart: [`Engine::begin_find`] over a fresh listing
+//!    (resume with [`Engine::find_connectivity_result`]); if it finds nothing,
+//!    [`Engine::create_on_demand`] and wait for whichever comes first: the `Created` /
+//!    `CreationFailed` notice for that name (then [`Engine::try_acquire`] it; a failure ends
+//!    the attempt), [`Engine::claim_availability`] returning true (then search again), or a
+//!    1 s poll that searches only while availability is pending. A machine created but not
+//!    taken stays Idle in the pool;
+//! 3. fetch the machine's Docker credentials; on failure [`Engine::release`] it;
+//! 4. [`Engine::use_machine`]: the machine becomes Used.
+//!
+//! When the job ends, release the machine Use returned (if it differs from Acquire's) and
+//! the one Acquire returned, each with [`Engine::release`]. Release on a machine with
+//! `MaxBuilds` reached removes it ("Too many builds").
 
 mod command;
 mod drain;
 mod event;
 pub mod explain;
+mod find;
 mod growth;
 mod machine;
 pub mod naming;
@@ -72,6 +86,7 @@ use rand_chacha::ChaCha8Rng;
 pub use command::{Command, Notice, Reason};
 pub use drain::{DrainReport, DrainSettings};
 pub use event::Event;
+pub use find::{FindId, FindStep};
 pub use machine::{zero_time, Counts, Machine, MachineState, TargetLabels, STUCK_AFTER_RETRIES};
 pub use pass::{
     AcquireOutcome, AcquireResult, AcquireStep, CreationDecision, PassReport, RemovalDecision,
@@ -156,6 +171,8 @@ pub struct Engine {
     stuck: removal::StuckLock,
     drain: Option<drain::DrainState>,
     timers: timers::Timers,
+    finds: HashMap<u64, find::FindState>,
+    find_seq: u64,
     epoch: u64,
     seq: u64,
 }
@@ -191,6 +208,8 @@ impl Engine {
             stuck: removal::StuckLock::default(),
             drain: None,
             timers: timers::Timers::default(),
+            finds: HashMap::new(),
+            find_seq: 0,
             epoch: 0,
             seq: 0,
         }
