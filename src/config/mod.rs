@@ -1,5 +1,8 @@
 //! Machine shape: gitlab-runner's `config.toml`, read unchanged.
 
+pub mod cron;
+pub mod periods;
+
 pub mod cache;
 pub mod docker;
 pub mod duration;
