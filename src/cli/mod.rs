@@ -6,6 +6,8 @@
 
 use std::process::ExitCode;
 
+pub mod check_config;
+
 use clap::{Parser, Subcommand};
 
 /// Version information printed by `drover --version`.
@@ -39,7 +41,10 @@ pub struct Cli {
 
 /// drover's commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Load config.toml and report what it configures, with warnings and errors
+    CheckConfig(check_config::CheckConfigArgs),
+}
 
 /// Parses the process arguments, runs the command and returns its exit code.
 pub fn main() -> ExitCode {
@@ -51,5 +56,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match cli.command {}
+    match cli.command {
+        Command::CheckConfig(args) => check_config::run(&args),
+    }
 }
