@@ -6,6 +6,7 @@
 
 use std::process::ExitCode;
 
+pub mod autoscale;
 pub mod check_config;
 
 use clap::{Parser, Subcommand};
@@ -44,6 +45,9 @@ pub struct Cli {
 pub enum Command {
     /// Load config.toml and report what it configures, with warnings and errors
     CheckConfig(check_config::CheckConfigArgs),
+    /// Autoscaling tools: explain the engine's decisions
+    #[command(subcommand)]
+    Autoscale(autoscale::AutoscaleCommand),
 }
 
 /// Parses the process arguments, runs the command and returns its exit code.
@@ -58,5 +62,6 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::CheckConfig(args) => check_config::run(&args),
+        Command::Autoscale(cmd) => autoscale::run(&cmd),
     }
 }

@@ -69,6 +69,7 @@ mod drain;
 mod event;
 pub mod explain;
 mod find;
+mod from_config;
 mod growth;
 mod machine;
 pub mod naming;
@@ -87,6 +88,7 @@ pub use command::{Command, Notice, Reason};
 pub use drain::{DrainReport, DrainSettings};
 pub use event::Event;
 pub use find::{FindId, FindStep};
+pub use from_config::PolicyError;
 pub use machine::{zero_time, Counts, Machine, MachineState, TargetLabels, STUCK_AFTER_RETRIES};
 pub use pass::{
     AcquireOutcome, AcquireResult, AcquireStep, CreationDecision, PassReport, RemovalDecision,
