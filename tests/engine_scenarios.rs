@@ -719,3 +719,38 @@ fn stray_and_duplicate_events_are_ignored_and_ticks_are_harmless() {
     assert_eq!(before, after);
     assert!(w.engine.poll_command().is_none());
 }
+
+#[test]
+fn state_gauge_emits_one_empty_series_without_machines_and_groups_by_labels() {
+    let w = World::new(policy(idle(0, 0), limits(0, 0, 0)));
+    let g = w.engine.machine_states(t(0));
+    assert_eq!(
+        g,
+        vec![(drover::engine::TargetLabels::default(), Default::default())]
+    );
+
+    let mut w = World::new(policy(idle(2, 600), limits(0, 0, 0)));
+    w.create_latency = 10;
+    w.acquire();
+    let names: Vec<String> = w.engine.machines().map(|m| m.name.to_string()).collect();
+    let zone = drover::engine::TargetLabels {
+        zone: "europe-west1-b".into(),
+        region: "europe-west1".into(),
+        project: "p".into(),
+        machine_type: "n1".into(),
+    };
+    w.engine.handle(
+        Event::Labels {
+            name: names[0].clone(),
+            labels: zone.clone(),
+        },
+        w.now,
+    );
+    let g = w.engine.machine_states(w.now);
+    assert_eq!(g.len(), 2);
+    assert!(g.iter().all(|(_, c)| c.creating == 1));
+    assert!(g.iter().any(|(l, _)| *l == zone));
+    w.advance(10);
+    assert!(w.notices.iter().any(|n| matches!(n,
+        Notice::Created { labels, .. } if *labels == zone)));
+}
