@@ -53,8 +53,12 @@ pub struct DecideArgs {
     #[arg(short = 'c', long = "config", env = "CONFIG_FILE", value_name = "PATH")]
     pub config: Option<PathBuf>,
 
-    /// The [[runners]] entry, by name (default: the first docker+machine runner)
-    #[arg(long, value_name = "NAME")]
+    /// The runner to explain, by name.
+    #[arg(
+        long,
+        value_name = "NAME",
+        help = "The [[runners]] entry, by name (default: the first docker+machine runner)"
+    )]
     pub runner: Option<String>,
 
     /// The machines, as JSON (see below)

@@ -146,12 +146,15 @@ impl Engine {
                 labels,
             });
             *self.availability.entry(token.clone()).or_insert(0) += 1;
+            self.use_on_created(id, true, now);
+            self.use_on_available(&token);
         } else {
             self.notices.push_back(Notice::CreationFailed {
                 name: name.to_string(),
                 labels,
             });
             self.start_removal(id, Reason::FailedToCreate, now);
+            self.use_on_created(id, false, now);
         }
         if let Some(c) = self.growth.get_mut(&token) {
             c.running -= 1;

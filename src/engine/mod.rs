@@ -12,18 +12,19 @@
 //!
 //! * **inputs** take `now`: [`Engine::begin_acquire`] / [`Engine::connectivity_result`]
 //!   (the Acquire pass), [`Engine::handle`] (command results and timer ticks),
-//!   [`Engine::use_machine`], [`Engine::release`], [`Engine::create_on_demand`],
+//!   [`Engine::begin_use`] and its `use_*` answers, [`Engine::release`],
 //!   [`Engine::begin_drain`];
-//! * **outputs**: [`Engine::poll_command`] (requests for the provider), [`Engine::poll_notice`]
-//!   (logs and metrics) and [`Engine::poll_timeout`] (the next instant to come back);
+//! * **outputs**: [`Engine::poll_command`] (requests for the provider), [`Engine::poll_use`]
+//!   (steps of `Use` sessions), [`Engine::poll_notice`] (logs and metrics) and
+//!   [`Engine::poll_timeout`] (the next instant to come back);
 //! * **getters** on `&self`: [`Engine::machine`], [`Engine::machines`],
 //!   [`Engine::machine_states`], [`Engine::listing_counts`], [`Engine::filter`].
 //!
 //! After **every** input, a driver drains `poll_command()` until it returns `None` and executes
-//! each command (concurrently is fine), drains `poll_notice()`, then arms one timer at
-//! `poll_timeout()`. When the timer fires it calls `handle(Event::Tick, now)`; a tick with
-//! nothing due is a no-op, so waking too often is harmless. Each command's result comes back
-//! later as an [`Event`] through `handle`.
+//! each command (concurrently is fine), drains `poll_use()` and `poll_notice()`, then arms one
+//! timer at `poll_timeout()`. When the timer fires it calls `handle(Event::Tick, now)`; a tick
+//! with nothing due is a no-op, so waking too often is harmless. Each command's result comes
+//! back later as an [`Event`] through `handle`.
 //!
 //! ## The Acquire pass
 //!
@@ -46,23 +47,24 @@
 //!
 //! ## Jobs: Use and Release
 //!
-//! Upstream's `Use` (executor Prepare) is a driver-side loop built from engine steps:
+//! When a job arrives, call [`Engine::begin_use`]`(runner, acquired, now)` with the machine
+//! Acquire returned (or `None`) — upstream's `Use` in executor Prepare. Then drain
+//! [`Engine::poll_use`] after every input, as for commands, and answer each [`UseStep`]:
 //!
-//! 1. if Acquire returned a machine, check its connectivity without the cache; if it passes,
-//!    that machine is the one;
-//! 2. otherwise, up to 3 attempts 1 s apart: [`Engine::begin_find`] over a fresh listing
-//!    (resume with [`Engine::find_connectivity_result`]); if it finds nothing,
-//!    [`Engine::create_on_demand`] and wait for whichever comes first: the `Created` /
-//!    `CreationFailed` notice for that name (then [`Engine::try_acquire`] it; a failure ends
-//!    the attempt), [`Engine::claim_availability`] returning true (then search again), or a
-//!    1 s poll that searches only while availability is pending. A machine created but not
-//!    taken stays Idle in the pool;
-//! 3. fetch the machine's Docker credentials; on failure [`Engine::release`] it;
-//! 4. [`Engine::use_machine`]: the machine becomes Used.
+//! * `CheckConnectivity` (uncached) → [`Engine::use_connectivity_result`];
+//! * `List` (a fresh `docker-machine ls`) → [`Engine::use_listing`];
+//! * `FetchCredentials` → [`Engine::use_credentials_result`];
+//! * `Done` carries the machine to run the job on ([`UsedMachine`], now Used) or the
+//!   [`UseError`].
 //!
-//! When the job ends, release the machine Use returned (if it differs from Acquire's) and
-//! the one Acquire returned, each with [`Engine::release`]. Release on a machine with
-//! `MaxBuilds` reached removes it ("Too many builds").
+//! Between steps a session may wait for its own on-demand creation, an availability signal or
+//! its 1 s poll; it resumes by itself when the matching event, release or tick arrives.
+//! (The building blocks are public too: [`Engine::begin_find`], [`Engine::create_on_demand`],
+//! [`Engine::try_acquire`], [`Engine::claim_availability`], [`Engine::use_machine`].)
+//!
+//! When the job ends, [`Engine::release`] the machine Use returned if `new_data` is set, and
+//! the one Acquire returned (upstream's deferred Release). Release on a machine with
+//! `MaxBuilds` reached removes it ("Too many builds"), whatever its state.
 
 mod command;
 mod drain;
@@ -77,6 +79,7 @@ mod pass;
 pub mod policy;
 mod removal;
 mod timers;
+mod use_flow;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -94,6 +97,7 @@ pub use pass::{
     AcquireOutcome, AcquireResult, AcquireStep, CreationDecision, PassReport, RemovalDecision,
 };
 pub use policy::{IdleSchedule, IdleSettings, Limits, RunnerPolicy};
+pub use use_flow::{UseError, UseId, UseStep, UsedMachine, PROVISION_RETRY_SECS, USE_ATTEMPTS};
 
 use machine::{Id, Ledger};
 
@@ -175,6 +179,9 @@ pub struct Engine {
     timers: timers::Timers,
     finds: HashMap<u64, find::FindState>,
     find_seq: u64,
+    uses: std::collections::BTreeMap<u64, use_flow::UseSession>,
+    use_steps: VecDeque<UseStep>,
+    use_seq: u64,
     epoch: u64,
     seq: u64,
 }
@@ -212,6 +219,9 @@ impl Engine {
             timers: timers::Timers::default(),
             finds: HashMap::new(),
             find_seq: 0,
+            uses: Default::default(),
+            use_steps: VecDeque::new(),
+            use_seq: 0,
             epoch: 0,
             seq: 0,
         }
@@ -334,7 +344,8 @@ impl Engine {
             return Ok(());
         }
         m.state = MachineState::Idle;
-        *self.availability.entry(token).or_insert(0) += 1;
+        *self.availability.entry(token.clone()).or_insert(0) += 1;
+        self.use_on_available(&token);
         Ok(())
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use chrono::{TimeDelta, TimeZone, Utc};
 use drover::engine::{
     AcquireOutcome, AcquireStep, Command, Engine, Event, IdleSettings, Limits, Notice, RunnerId,
-    RunnerPolicy, Time,
+    RunnerPolicy, Time, UseError, UseStep, UsedMachine,
 };
 
 /// 2026-11-20T10:00:00Z plus `secs`.
@@ -71,6 +71,8 @@ pub struct World {
     pub commands: Vec<Command>,
     pub notices: Vec<Notice>,
     pub checks: Vec<String>,
+    pub bad_credentials: HashSet<String>,
+    pub use_steps: Vec<UseStep>,
 }
 
 pub const R: RunnerId = RunnerId(0);
@@ -90,6 +92,8 @@ impl World {
             commands: Vec::new(),
             notices: Vec::new(),
             checks: Vec::new(),
+            bad_credentials: HashSet::new(),
+            use_steps: Vec::new(),
         }
     }
 
@@ -212,6 +216,44 @@ impl World {
         self.now = target;
         self.engine.handle(Event::Tick, self.now);
         self.drive();
+    }
+
+    /// Runs one `Use` session to its end, answering its steps from the fake provider and
+    /// moving the clock 1 s at a time while it waits (at most `max_secs`).
+    pub fn run_use(
+        &mut self,
+        acquired: Option<&str>,
+        max_secs: i64,
+    ) -> Result<UsedMachine, UseError> {
+        let id = self.engine.begin_use(R, acquired, self.now).unwrap();
+        let mut waited = 0;
+        loop {
+            self.drive();
+            if let Some(step) = self.engine.poll_use() {
+                self.use_steps.push(step.clone());
+                let now = self.now;
+                match step {
+                    UseStep::CheckConnectivity { id, name } => {
+                        let ok = !self.unreachable.contains(&name);
+                        self.engine.use_connectivity_result(id, ok, now).unwrap();
+                    }
+                    UseStep::List { id } => {
+                        let names: Vec<String> = self.disk.iter().cloned().collect();
+                        self.engine.use_listing(id, &names, now).unwrap();
+                    }
+                    UseStep::FetchCredentials { id, name } => {
+                        let ok = !self.bad_credentials.contains(&name);
+                        self.engine.use_credentials_result(id, ok, now).unwrap();
+                    }
+                    UseStep::Done { id: done, result } if done == id => return result,
+                    UseStep::Done { .. } => {}
+                }
+                continue;
+            }
+            assert!(waited < max_secs, "Use did not finish in {max_secs} s");
+            waited += 1;
+            self.advance(1);
+        }
     }
 
     pub fn state(&self, name: &str) -> Option<drover::engine::MachineState> {
