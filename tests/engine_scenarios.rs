@@ -754,3 +754,15 @@ fn state_gauge_emits_one_empty_series_without_machines_and_groups_by_labels() {
     assert!(w.notices.iter().any(|n| matches!(n,
         Notice::Created { labels, .. } if *labels == zone)));
 }
+
+#[test]
+fn a_config_reload_fixing_max_growth_rate_releases_queued_creations() {
+    let mut w = World::new(policy(idle(2, 600), limits(0, 0, -1)));
+    w.acquire();
+    assert_eq!(w.count(|c| matches!(c, Command::Create { .. })), 0);
+    w.engine
+        .set_policy(R, policy(idle(2, 600), limits(0, 0, 0)))
+        .unwrap();
+    w.drive();
+    assert_eq!(w.count(|c| matches!(c, Command::Create { .. })), 2);
+}

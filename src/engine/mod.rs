@@ -227,7 +227,8 @@ impl Engine {
         }
     }
 
-    /// Replaces a runner's policy (config reload). Machines and in-flight work are kept.
+    /// Replaces a runner's policy (config reload). Machines and in-flight work are kept;
+    /// queued creations are re-checked against the new `MaxGrowthRate`.
     pub fn set_policy(
         &mut self,
         runner: RunnerId,
@@ -238,7 +239,10 @@ impl Engine {
             .get_mut(runner.0)
             .ok_or(EngineError::UnknownRunner(runner.0))?;
         slot.filter = naming::machine_filter(&policy.token, &policy.machine_name);
+        let token = policy.token.clone();
         slot.policy = policy;
+        // A new MaxGrowthRate may let queued creations start.
+        self.pump_growth(&token);
         Ok(())
     }
 
