@@ -143,6 +143,21 @@ pub enum EngineError {
 struct RunnerSlot {
     policy: RunnerPolicy,
     filter: String,
+    matcher: naming::FilterMatcher,
+    /// The ids of the last pass's on-disk listing, to skip index lookups when it repeats.
+    last_listing: Vec<Id>,
+}
+
+impl RunnerSlot {
+    fn new(policy: RunnerPolicy) -> RunnerSlot {
+        let filter = naming::machine_filter(&policy.token, &policy.machine_name);
+        RunnerSlot {
+            matcher: naming::FilterMatcher::new(&filter),
+            filter,
+            policy,
+            last_listing: Vec::new(),
+        }
+    }
 }
 
 /// A machine record to put into the ledger directly (restoring state after a restart, or
@@ -200,13 +215,7 @@ impl Engine {
     /// generator seeded by `seed` so runs are reproducible.
     pub fn new(policies: Vec<RunnerPolicy>, seed: u64) -> Engine {
         Engine {
-            runners: policies
-                .into_iter()
-                .map(|policy| RunnerSlot {
-                    filter: naming::machine_filter(&policy.token, &policy.machine_name),
-                    policy,
-                })
-                .collect(),
+            runners: policies.into_iter().map(RunnerSlot::new).collect(),
             ledger: Ledger::default(),
             commands: VecDeque::new(),
             notices: VecDeque::new(),
@@ -238,9 +247,8 @@ impl Engine {
             .runners
             .get_mut(runner.0)
             .ok_or(EngineError::UnknownRunner(runner.0))?;
-        slot.filter = naming::machine_filter(&policy.token, &policy.machine_name);
         let token = policy.token.clone();
-        slot.policy = policy;
+        *slot = RunnerSlot::new(policy);
         // A new MaxGrowthRate may let queued creations start.
         self.pump_growth(&token);
         Ok(())
