@@ -233,7 +233,7 @@ impl Engine {
                 name: m.name.to_string(),
                 reason: Reason::ShutdownDrain,
                 gave_up: false,
-                labels: m.labels,
+                labels: *m.labels,
             });
         }
         self.drain_done(id, true);

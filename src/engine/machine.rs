@@ -175,8 +175,8 @@ pub struct Machine {
     pub reason: Option<Reason>,
     /// `MaxRemovalAttempts` copied at creation; 0 for adopted machines (default applies).
     pub max_removal_attempts: i64,
-    /// Metric target labels.
-    pub labels: TargetLabels,
+    /// Metric target labels (boxed: rarely read, and the pass walks every record).
+    pub labels: Box<TargetLabels>,
     pub(crate) runner: Option<usize>,
     pub(crate) connect_ok_until: Option<Time>,
     pub(crate) create: Option<CreatePhase>,
@@ -198,7 +198,7 @@ impl Machine {
             retry_count: 0,
             reason: None,
             max_removal_attempts: 0,
-            labels: TargetLabels::default(),
+            labels: Box::default(),
             runner: None,
             connect_ok_until: None,
             create: None,

@@ -293,7 +293,7 @@ impl Engine {
             Event::Labels { name, labels } => {
                 if let Some(id) = self.ledger.id_of(&name) {
                     if let Some(m) = self.ledger.get_mut(id) {
-                        m.labels = labels;
+                        *m.labels = labels;
                     }
                 }
             }
@@ -326,7 +326,7 @@ impl Engine {
             m.used_count = m.used_count.saturating_add(1);
             let notice = Notice::Used {
                 name: name.to_string(),
-                labels: m.labels.clone(),
+                labels: (*m.labels).clone(),
             };
             self.notices.push_back(notice);
         }
@@ -444,7 +444,9 @@ impl Engine {
             {
                 continue;
             }
-            by.entry(&m.labels).or_default().add(m.state, m.retry_count);
+            by.entry(&*m.labels)
+                .or_default()
+                .add(m.state, m.retry_count);
         }
         if by.is_empty() {
             return vec![(TargetLabels::default(), Counts::default())];
