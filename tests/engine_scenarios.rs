@@ -783,3 +783,11 @@ fn a_config_reload_fixing_max_growth_rate_releases_queued_creations() {
     w.drive();
     assert_eq!(w.count(|c| matches!(c, Command::Create { .. })), 2);
 }
+
+#[test]
+fn the_engine_can_move_into_a_driver_task() {
+    fn send<T: Send + 'static>() {}
+    send::<Engine>();
+    send::<Command>();
+    send::<drover::engine::AcquireOutcome>();
+}
