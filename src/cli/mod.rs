@@ -8,6 +8,9 @@ pub mod provider;
 
 use std::process::ExitCode;
 
+pub mod autoscale;
+pub mod check_config;
+
 use clap::{Parser, Subcommand};
 
 /// Version information printed by `drover --version`.
@@ -44,6 +47,11 @@ pub struct Cli {
 pub enum Command {
     /// Provider plugin tools (conformance suite)
     Provider(provider::ProviderArgs),
+    /// Load config.toml and report what it configures, with warnings and errors
+    CheckConfig(check_config::CheckConfigArgs),
+    /// Autoscaling tools: explain the engine's decisions
+    #[command(subcommand)]
+    Autoscale(autoscale::AutoscaleCommand),
 }
 
 /// Parses the process arguments, runs the command and returns its exit code.
@@ -58,5 +66,7 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::Provider(args) => provider::run(args),
+        Command::CheckConfig(args) => check_config::run(&args),
+        Command::Autoscale(cmd) => autoscale::run(&cmd),
     }
 }
