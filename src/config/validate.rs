@@ -61,10 +61,12 @@ fn finding(
             s.key.clone()
         }
     });
-    let rel = if key.is_empty() {
+    // Name the key relative to the runner: `machine.MachineOptionsWithName[1]`.
+    let rel_path = path.split_once("].").map_or("", |(_, rest)| rest);
+    let rel = if rel_path.is_empty() {
         String::new()
     } else {
-        format!(", key {key}")
+        format!(", key {rel_path}")
     };
     let message = format!("{label}{rel}: {message}");
     match (span, error) {
@@ -141,10 +143,10 @@ fn check_machine(runner: &mut RunnerConfig, base: &str, label: &str, w: &mut Wal
                 &format!("MachineOptionsWithName[{i}]"),
                 label,
                 format!("machine option with name {opt:?} must contain the %s placeholder"),
-                Some(format!(
-                    "write it with %s where the machine name goes, e.g. {:?}",
-                    format!("{opt}=%s")
-                )),
+                Some(
+                    "put %s where the machine name should appear; options that do not need the name belong in MachineOptions"
+                        .into(),
+                ),
             );
         }
     }
