@@ -16,6 +16,9 @@ mod schema;
 pub mod validate;
 mod walk;
 
+#[cfg(test)]
+mod agreement_tests;
+
 pub use diagnostic::{ConfigError, Diagnostic};
 pub use duration::GoDuration;
 pub use load::{default_config_path, load_file, load_str, Loaded};
