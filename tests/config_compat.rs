@@ -375,3 +375,36 @@ fn model_serialises_back_to_upstream_keys() {
         (4, 1, 1)
     );
 }
+
+#[test]
+fn labels_are_validated_as_upstream() {
+    let l = ok("labels = { team = \"ci\", \"cost.center\" = \"r-and-d_1\" }\n[[runners]]\n  executor = \"docker\"\n  labels = { zone = \"eu-west\" }\n");
+    assert_eq!(
+        l.config.runners[0].labels.get("zone").map(String::as_str),
+        Some("eu-west")
+    );
+    let e = load_str("labels = { ab = \"x\" }\n", "l.toml").expect_err("key too short");
+    assert!(
+        e.to_string()
+            .contains("l.toml:1:12: error: global labels, key labels.ab: invalid label key \"ab\""),
+        "{e}"
+    );
+    let e = load_str(
+        "[[runners]]\n  name = \"r\"\n  labels = { team = \"has space\" }\n",
+        "l.toml",
+    )
+    .expect_err("bad value");
+    assert!(
+        e.to_string().contains(
+            "l.toml:3:21: error: runners[0] \"r\", key labels.team: invalid value \"has space\""
+        ),
+        "{e}"
+    );
+    let many: Vec<String> = (0..33).map(|i| format!("k{i:03} = \"v\"")).collect();
+    let text = format!(
+        "[[runners]]\n  name = \"r\"\n  [runners.labels]\n{}\n",
+        many.join("\n")
+    );
+    let e = load_str(&text, "l.toml").expect_err("too many");
+    assert!(e.to_string().contains("33 labels"), "{e}");
+}

@@ -17,7 +17,7 @@ fn sample(kind: Kind) -> toml::Value {
         Kind::Datetime => V::String("2024-01-31T12:00:00Z".into()),
         Kind::StrList | Kind::StrOrList => V::Array(vec![V::String("a".into())]),
         Kind::StrMap => V::Table(toml::Table::from_iter([(
-            "k".to_string(),
+            "key1".to_string(),
             V::String("v".into()),
         )])),
         Kind::BoolMap => V::Table(toml::Table::from_iter([(

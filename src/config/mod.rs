@@ -14,6 +14,7 @@ pub mod model;
 mod schedule;
 mod schema;
 pub mod validate;
+mod values;
 mod walk;
 
 #[cfg(test)]
