@@ -408,3 +408,26 @@ fn labels_are_validated_as_upstream() {
     let e = load_str(&text, "l.toml").expect_err("too many");
     assert!(e.to_string().contains("33 labels"), "{e}");
 }
+
+#[test]
+fn idle_changes_ignore_flicker_under_the_winner() {
+    // Section 0 flickers every other second, but section 1 is always active and wins.
+    let l = machine_with_sections(
+        "    [[runners.machine.autoscaling]]\n      Periods = [\"*/2 * * * * * *\"]\n      Timezone = \"UTC\"\n      IdleCount = 1\n    [[runners.machine.autoscaling]]\n      Periods = [\"* * * * * * *\"]\n      Timezone = \"UTC\"\n      IdleCount = 2\n",
+    );
+    let m = l.config.runners[0].machine.as_ref().expect("machine");
+    let changes = m.idle_changes(at("2026-11-23T10:00:00Z"), 3, chrono::Duration::days(400));
+    assert!(changes.is_empty(), "{changes:?}");
+    // When the flickering section is the winner, each flip is a change.
+    let l = machine_with_sections(
+        "    [[runners.machine.autoscaling]]\n      Periods = [\"*/2 * * * * * *\"]\n      Timezone = \"UTC\"\n      IdleCount = 1\n",
+    );
+    let m = l.config.runners[0].machine.as_ref().expect("machine");
+    let changes = m.idle_changes(at("2026-11-23T10:00:00Z"), 3, chrono::Duration::days(1));
+    let secs: Vec<_> = changes
+        .iter()
+        .map(|(t, e)| (t.timestamp() % 60, e.active_section))
+        .collect();
+    assert_eq!(secs.len(), 3);
+    assert!(secs.windows(2).all(|w| w[0].1 != w[1].1), "{secs:?}");
+}
