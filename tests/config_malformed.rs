@@ -257,3 +257,12 @@ fn truncated_inputs_never_panic() {
         }
     }
 }
+
+#[test]
+fn a_seven_field_period_error_gets_no_field_layout_hint() {
+    let text = "[[runners]]\nname = \"m\"\nexecutor = \"docker+machine\"\n[runners.machine]\nMachineName = \"a-%s\"\n[[runners.machine.autoscaling]]\nPeriods = [\"* * 22-6 * * * *\"]\n";
+    let e = drover::config::load_str(text, "inline.toml").unwrap_err();
+    let shown = e.to_string();
+    assert!(shown.contains("write `22-23,0-6`"), "{shown}");
+    assert!(!shown.contains("periods use 7 fields"), "{shown}");
+}

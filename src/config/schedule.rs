@@ -58,9 +58,13 @@ pub(crate) fn check_section(w: &mut Walker<'_>, section: &toml::Table, path: &st
         }
         Err(e) => {
             let (target, hint) = match &e {
-                PeriodError::Cron { index, .. } => (
+                // Each cron error names its own fix; the field-layout hint only helps when
+                // the entry is not in the 7-field form (a shifted field is the likely cause).
+                PeriodError::Cron { index, expr, .. } => (
                     format!("{path}.Periods[{index}]"),
-                    Some("periods use 7 fields: \"sec min hour day-of-month month day-of-week year\", e.g. \"* * 9-17 * * mon-fri *\"".to_string()),
+                    (expr.split_whitespace().count() != 7).then(|| {
+                        "periods use 7 fields: \"sec min hour day-of-month month day-of-week year\", e.g. \"* * 9-17 * * mon-fri *\"".to_string()
+                    }),
                 ),
                 PeriodError::UnknownZone { .. } => (at("Timezone"), None),
             };
