@@ -15,3 +15,4 @@
 
 pub mod cli;
 pub mod config;
+pub mod sim;
