@@ -63,6 +63,8 @@ pub struct Summary {
     pub jobs_completed: u64,
     /// Jobs that never started.
     pub jobs_never_started: u64,
+    /// Jobs that failed because every on-demand creation for them failed.
+    pub jobs_failed: u64,
     /// Wait between submission and start, over the jobs that started.
     pub queue_wait_s: Waits,
     /// Jobs whose machine finished its creation after the job was submitted.
@@ -132,7 +134,12 @@ impl Summary {
             removals,
             jobs: trace.jobs.len() as u64,
             jobs_completed: trace.jobs.iter().filter(|j| j.finished.is_some()).count() as u64,
-            jobs_never_started: trace.jobs.iter().filter(|j| j.started.is_none()).count() as u64,
+            jobs_never_started: trace
+                .jobs
+                .iter()
+                .filter(|j| j.started.is_none() && !j.failed)
+                .count() as u64,
+            jobs_failed: trace.jobs.iter().filter(|j| j.failed).count() as u64,
             queue_wait_s: Waits {
                 p50: secs(percentile(&waits, 50)),
                 p95: secs(percentile(&waits, 95)),
@@ -173,6 +180,7 @@ impl Summary {
             ("jobs".to_string(), self.jobs as f64),
             ("jobs completed".into(), self.jobs_completed as f64),
             ("jobs never started".into(), self.jobs_never_started as f64),
+            ("jobs failed (no machine)".into(), self.jobs_failed as f64),
             ("queue wait p50 (s)".into(), self.queue_wait_s.p50),
             ("queue wait p95 (s)".into(), self.queue_wait_s.p95),
             ("queue wait max (s)".into(), self.queue_wait_s.max),
@@ -261,6 +269,7 @@ mod tests {
                 started,
                 finished: started.map(|s| s + 1),
                 waited_for_creation: started == Some(60_000),
+                failed: false,
             });
         }
         t

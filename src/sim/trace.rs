@@ -66,6 +66,8 @@ pub struct JobOutcome {
     /// True if the machine it ran on finished its creation after the job was submitted: the job
     /// waited (at least partly) for a creation.
     pub waited_for_creation: bool,
+    /// True if the job failed for lack of a machine (every on-demand creation attempt failed).
+    pub failed: bool,
 }
 
 /// Everything one simulation run recorded.
@@ -89,6 +91,8 @@ pub struct Trace {
     pub creation_failures: u64,
     /// Completed removals with their reason, in the order they completed.
     pub removals: Vec<String>,
+    /// Warnings the engine raised (deduplicated, in order of first appearance).
+    pub warnings: Vec<String>,
 }
 
 impl Trace {
@@ -107,6 +111,7 @@ impl Trace {
             creations: 0,
             creation_failures: 0,
             removals: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
