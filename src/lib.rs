@@ -15,4 +15,5 @@
 
 pub mod cli;
 pub mod config;
+pub mod engine;
 pub mod sim;

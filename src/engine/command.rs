@@ -1,0 +1,154 @@
+//! What the engine asks its driver to do ([`Command`]), why ([`Reason`]), and what it tells
+//! the driver happened ([`Notice`], for logs and metrics).
+//!
+//! A command is a request: its result comes back later as an [`Event`](super::Event), never as
+//! a return value. Nothing here performs I/O.
+
+use std::fmt;
+
+use super::machine::TargetLabels;
+
+/// Why the engine creates or removes a machine. The `Display` text of removal reasons is
+/// upstream's exact reason string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Reason {
+    /// Pre-creation: the pool has less idle capacity than the idle settings ask for.
+    IdleCapacity,
+    /// On-demand creation for a job (`Use`).
+    OnDemand,
+    /// The pass: `MaxBuilds` reached ("too many builds").
+    TooManyBuilds,
+    /// The pass: `limit` reached ("too many machines").
+    TooManyMachines,
+    /// The pass: idle past `IdleTime` with enough idle capacity ("too many idle machines").
+    TooManyIdleMachines,
+    /// `Release`: `MaxBuilds` reached ("Too many builds", capital T).
+    ReleaseTooManyBuilds,
+    /// The connectivity check failed ("machine is unavailable").
+    MachineUnavailable,
+    /// The creation failed ("Failed to create").
+    FailedToCreate,
+    /// Shutdown drain ("shutdown drain").
+    ShutdownDrain,
+}
+
+impl Reason {
+    /// Upstream's reason string (for removals) or a short description (for creations).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::IdleCapacity => "idle capacity below the idle settings",
+            Reason::OnDemand => "on demand for a job",
+            Reason::TooManyBuilds => "too many builds",
+            Reason::TooManyMachines => "too many machines",
+            Reason::TooManyIdleMachines => "too many idle machines",
+            Reason::ReleaseTooManyBuilds => "Too many builds",
+            Reason::MachineUnavailable => "machine is unavailable",
+            Reason::FailedToCreate => "Failed to create",
+            Reason::ShutdownDrain => "shutdown drain",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request to the driver. Answer each with the matching [`Event`](super::Event).
+#[must_use]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// `docker-machine create --driver DRIVER NAME OPTIONS…`; answer with `Event::Created`.
+    Create {
+        /// The new machine's name.
+        name: String,
+        /// `MachineDriver`.
+        driver: String,
+        /// `MachineOptions` followed by `MachineOptionsWithName` with `%s` replaced by the name.
+        options: Vec<String>,
+        /// Why it is created.
+        reason: Reason,
+    },
+    /// `docker-machine inspect`: does it exist? Answer with `Event::Exists`.
+    CheckExists {
+        /// The machine.
+        name: String,
+        /// Why it is being removed.
+        reason: Reason,
+    },
+    /// `docker-machine stop` (1 min timeout); answer with `Event::Stopped` (errors are ignored).
+    Stop {
+        /// The machine.
+        name: String,
+        /// Why it is being removed.
+        reason: Reason,
+    },
+    /// `docker-machine rm -y` (1 h timeout); answer with `Event::Removed`.
+    Remove {
+        /// The machine.
+        name: String,
+        /// Why it is being removed.
+        reason: Reason,
+        /// 1-based attempt number.
+        attempt: i64,
+    },
+    /// `docker-machine rm -f`; answer with `Event::ForceRemoved`.
+    ForceRemove {
+        /// The machine.
+        name: String,
+        /// Why it is being removed.
+        reason: Reason,
+        /// True when normal removal gave up after `MaxRemovalAttempts` (the VM may be
+        /// orphaned); false for drain attempts.
+        gave_up: bool,
+    },
+}
+
+/// Something that happened, for logs and metrics (`gitlab_runner_autoscaling_actions_total`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notice {
+    /// A creation succeeded (`created`).
+    Created {
+        /// The machine.
+        name: String,
+        /// Its target labels.
+        labels: TargetLabels,
+    },
+    /// A creation failed (`creation-failed`); a removal with "Failed to create" follows.
+    CreationFailed {
+        /// The machine.
+        name: String,
+        /// Its target labels.
+        labels: TargetLabels,
+    },
+    /// A machine started a job (`used`).
+    Used {
+        /// The machine.
+        name: String,
+        /// Its target labels.
+        labels: TargetLabels,
+    },
+    /// A removal started.
+    Removing {
+        /// The machine.
+        name: String,
+        /// Why.
+        reason: Reason,
+    },
+    /// A record was deleted after removal (`removed`), also after giving up.
+    Removed {
+        /// The machine.
+        name: String,
+        /// Why it was removed.
+        reason: Reason,
+        /// True if every attempt failed and only the force-remove was tried.
+        gave_up: bool,
+        /// Its target labels.
+        labels: TargetLabels,
+    },
+    /// The shutdown drain ended, with its summary.
+    DrainFinished(super::DrainReport),
+    /// Something the operator should know (orphaned VM, drain summary, deadlocked growth…).
+    Warning(String),
+}

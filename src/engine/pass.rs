@@ -1,0 +1,400 @@
+//! The Acquire pass (spec §6): listing, adoption, removal decisions against partly
+//! accumulated counters, pre-creation, and the newest-first search for a free machine with its
+//! connectivity checks, resumable around each check (the check is provider I/O).
+//!
+//! Every decision is recorded in a [`PassReport`] with the numbers it was made on, so
+//! `drover autoscale decide` explains the same decisions the manager acts on.
+
+use chrono::TimeDelta;
+
+use super::command::{Notice, Reason};
+use super::machine::{Counts, Id, Machine, MachineState};
+use super::policy::{self, IdleSettings, Limits, MachineFacts, RemoveVerdict};
+use super::{
+    naming, Engine, EngineError, RunnerId, Time, CONNECTIVITY_CACHE_SECS, MAX_CREATIONS_PER_PASS,
+};
+
+/// A removal the pass decided, with the facts it was decided on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemovalDecision {
+    /// The machine.
+    pub name: String,
+    /// Upstream's reason.
+    pub reason: Reason,
+    /// The counters accumulated before this machine (earlier machines only).
+    pub counts_before: Counts,
+    /// The machine's used count.
+    pub used_count: i64,
+    /// Whole seconds since its last use (saturating).
+    pub idle_for_secs: i64,
+}
+
+/// A creation the pass started.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreationDecision {
+    /// The new machine's name.
+    pub name: String,
+    /// The counters just before it was started.
+    pub counts_before: Counts,
+}
+
+/// Everything one pass decided and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PassReport {
+    /// The runner.
+    pub runner: RunnerId,
+    /// Its machine filter.
+    pub filter: String,
+    /// `now` when the pass began.
+    pub started: Time,
+    /// The idle settings in effect when the pass began.
+    pub idle: IdleSettings,
+    /// `limit`, `MaxBuilds`, `MaxGrowthRate`.
+    pub limits: Limits,
+    /// Counters over the listed machines as they were before the pass (new names as Idle).
+    pub input_counts: Counts,
+    /// `canCreate(onDemand=false)` on the input counts.
+    pub can_create_idle: bool,
+    /// `canCreate(onDemand=true)` on the input counts.
+    pub can_create_on_demand: bool,
+    /// Listed machines the pass had never seen (adopted as Idle with used count 1).
+    pub adopted: Vec<String>,
+    /// Removals decided while visiting the listing, in order.
+    pub removals: Vec<RemovalDecision>,
+    /// Creations started, in order.
+    pub created: Vec<CreationDecision>,
+    /// Machines that failed the connectivity check (removed: "machine is unavailable").
+    pub unavailable: Vec<String>,
+    /// The pass counters after removals and creations (what `canCreate` saw last).
+    pub counts: Counts,
+    /// Listed names that did not match the filter.
+    pub ignored: usize,
+}
+
+/// What the pass returns to the job loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireResult {
+    /// Use this machine (now Acquired).
+    Machine(String),
+    /// No machine, no error: request a job anyway; `Use` creates a machine.
+    NoMachine,
+    /// "no free machines that can process builds": do not request a job.
+    NoFreeMachines,
+    /// "missing Machine options": the runner has no `MachineName`.
+    MissingMachineOptions,
+}
+
+impl AcquireResult {
+    /// Upstream's error text, for the two error outcomes.
+    pub fn error_text(&self) -> Option<&'static str> {
+        match self {
+            AcquireResult::NoFreeMachines => Some("no free machines that can process builds"),
+            AcquireResult::MissingMachineOptions => Some("missing Machine options"),
+            _ => None,
+        }
+    }
+}
+
+/// The pass's outcome and its report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcquireOutcome {
+    /// What to do next.
+    pub result: AcquireResult,
+    /// What was decided.
+    pub report: PassReport,
+}
+
+/// Where the pass stands.
+#[derive(Debug, Clone, PartialEq)]
+#[must_use]
+pub enum AcquireStep {
+    /// Check this machine's connectivity, then call `connectivity_result`.
+    CheckConnectivity {
+        /// The machine (now Acquired).
+        name: String,
+    },
+    /// The pass is over.
+    Done(Box<AcquireOutcome>),
+}
+
+#[derive(Debug)]
+pub(crate) struct PassState {
+    runner: usize,
+    kept: Vec<Id>,
+    cursor: usize,
+    pending: Option<Id>,
+    report: PassReport,
+}
+
+fn verdict_reason(v: RemoveVerdict) -> Reason {
+    match v {
+        RemoveVerdict::TooManyBuilds => Reason::TooManyBuilds,
+        RemoveVerdict::TooManyMachines => Reason::TooManyMachines,
+        RemoveVerdict::TooManyIdleMachines => Reason::TooManyIdleMachines,
+    }
+}
+
+fn whole_seconds(d: TimeDelta) -> i64 {
+    d.num_seconds()
+}
+
+impl Engine {
+    /// Starts an Acquire pass for `runner` over the provider's on-disk machine names in
+    /// listing order. See the module docs of [`engine`](super) for the call order.
+    pub fn begin_acquire<S: AsRef<str>>(
+        &mut self,
+        runner: RunnerId,
+        on_disk: &[S],
+        now: Time,
+    ) -> Result<AcquireStep, EngineError> {
+        if self.pass.is_some() {
+            return Err(EngineError::PassInProgress);
+        }
+        let slot = self.slot(runner)?;
+        let limits = slot.policy.limits;
+        let idle = slot.policy.idle.idle_at(now);
+        let filter = slot.filter.clone();
+        let missing = slot.policy.machine_name.is_empty();
+        let mut report = PassReport {
+            runner,
+            filter,
+            started: now,
+            idle,
+            limits,
+            input_counts: Counts::default(),
+            can_create_idle: false,
+            can_create_on_demand: false,
+            adopted: Vec::new(),
+            removals: Vec::new(),
+            created: Vec::new(),
+            unavailable: Vec::new(),
+            counts: Counts::default(),
+            ignored: 0,
+        };
+        if missing {
+            return Ok(AcquireStep::Done(Box::new(AcquireOutcome {
+                result: AcquireResult::MissingMachineOptions,
+                report,
+            })));
+        }
+        self.epoch += 1;
+        let mut kept = Vec::with_capacity(on_disk.len());
+        let mut counts = Counts::default();
+        for name in on_disk {
+            let name = name.as_ref();
+            if !naming::matches_filter(name, &report.filter) {
+                report.ignored += 1;
+                continue;
+            }
+            self.visit(name, None, now, &mut counts, &mut kept, &mut report);
+        }
+        // In-memory Creating machines not on disk yet, in creation order.
+        let mut creating: Vec<(u64, Id)> = self
+            .ledger
+            .iter()
+            .filter(|(_, m)| {
+                m.state == MachineState::Creating
+                    && m.seen_epoch != self.epoch
+                    && naming::matches_filter(&m.name, &report.filter)
+            })
+            .map(|(id, m)| (m.seq, id))
+            .collect();
+        creating.sort_unstable();
+        for (_, id) in creating {
+            self.visit("", Some(id), now, &mut counts, &mut kept, &mut report);
+        }
+        report.can_create_idle = policy::can_create(&limits, &idle, &report.input_counts, false);
+        report.can_create_on_demand =
+            policy::can_create(&limits, &idle, &report.input_counts, true);
+
+        // createMachines: against the same counters.
+        while policy::can_create(&limits, &idle, &counts, false) {
+            if report.created.len() >= MAX_CREATIONS_PER_PASS {
+                self.notices.push_back(Notice::Warning(format!(
+                    "stopped after starting {MAX_CREATIONS_PER_PASS} creations in one pass; \
+                     check IdleCount and limit"
+                )));
+                break;
+            }
+            let before = counts;
+            let (_, name) = self.start_creation(runner.0, Reason::IdleCapacity, now);
+            report.created.push(CreationDecision {
+                name,
+                counts_before: before,
+            });
+            counts.creating += 1;
+        }
+        report.counts = counts;
+        let cursor = kept.len();
+        self.pass = Some(PassState {
+            runner: runner.0,
+            kept,
+            cursor,
+            pending: None,
+            report,
+        });
+        Ok(self.advance_find(now))
+    }
+
+    /// updateMachines for one listed machine: get or adopt, refresh, decide, count.
+    fn visit(
+        &mut self,
+        name: &str,
+        known: Option<Id>,
+        now: Time,
+        counts: &mut Counts,
+        kept: &mut Vec<Id>,
+        report: &mut PassReport,
+    ) {
+        let id = match known.or_else(|| self.ledger.id_of(name)) {
+            Some(id) => id,
+            None => {
+                let seq = self.next_seq();
+                let mut m = Machine::new(name, MachineState::Idle, now, seq);
+                m.used_count = 1;
+                report.adopted.push(name.to_string());
+                self.ledger.insert(m)
+            }
+        };
+        let Some(m) = self.ledger.get_mut(id) else {
+            return;
+        };
+        m.last_seen = now;
+        m.seen_epoch = self.epoch;
+        report.input_counts.add(m.state, m.retry_count);
+        let facts = MachineFacts {
+            state: m.state,
+            used_count: m.used_count,
+            used: m.used,
+        };
+        match policy::should_remove(&facts, &report.limits, &report.idle, counts, now) {
+            Some(v) => {
+                let reason = verdict_reason(v);
+                report.removals.push(RemovalDecision {
+                    name: m.name.to_string(),
+                    reason,
+                    counts_before: *counts,
+                    used_count: m.used_count,
+                    idle_for_secs: whole_seconds(now - m.used),
+                });
+                self.start_removal(id, reason, now);
+            }
+            None => kept.push(id),
+        }
+        if let Some(m) = self.ledger.get(id) {
+            counts.add(m.state, m.retry_count);
+        }
+    }
+
+    /// Resumes the pass with the result of the connectivity check it asked for.
+    pub fn connectivity_result(
+        &mut self,
+        name: &str,
+        ok: bool,
+        now: Time,
+    ) -> Result<AcquireStep, EngineError> {
+        let pending = self.pass.as_ref().and_then(|p| p.pending);
+        let Some(id) = pending.filter(|id| self.ledger.get(*id).is_some_and(|m| &*m.name == name))
+        else {
+            // The machine may have been deleted meanwhile; accept its result as a failure.
+            let waiting_for_deleted = self
+                .pass
+                .as_ref()
+                .and_then(|p| p.pending)
+                .is_some_and(|id| self.ledger.get(id).is_none());
+            if waiting_for_deleted {
+                return Ok(self.advance_find(now));
+            }
+            return Err(EngineError::NotWaiting(name.to_string()));
+        };
+        if let Some(p) = self.pass.as_mut() {
+            p.pending = None;
+        }
+        if ok {
+            if let Some(m) = self.ledger.get_mut(id) {
+                m.connect_ok_until =
+                    now.checked_add_signed(TimeDelta::seconds(CONNECTIVITY_CACHE_SECS));
+            }
+            return Ok(self.finish_pass(AcquireResult::Machine(name.to_string()), now));
+        }
+        if let Some(p) = self.pass.as_mut() {
+            p.report.unavailable.push(name.to_string());
+        }
+        self.start_removal(id, Reason::MachineUnavailable, now);
+        Ok(self.advance_find(now))
+    }
+
+    /// findFreeMachine: walk the kept machines from the newest, acquire, check.
+    fn advance_find(&mut self, now: Time) -> AcquireStep {
+        loop {
+            let Some(p) = self.pass.as_mut() else {
+                return self.finish_pass(AcquireResult::NoMachine, now);
+            };
+            if p.cursor == 0 {
+                break;
+            }
+            p.cursor -= 1;
+            let Some(&id) = p.kept.get(p.cursor) else {
+                continue;
+            };
+            let Some(m) = self.ledger.get_mut(id) else {
+                continue;
+            };
+            if !m.try_acquire() {
+                continue;
+            }
+            if m.connect_ok_until.is_some_and(|until| now < until) {
+                let name = m.name.to_string();
+                return self.finish_pass(AcquireResult::Machine(name), now);
+            }
+            let name = m.name.to_string();
+            p.pending = Some(id);
+            return AcquireStep::CheckConnectivity { name };
+        }
+        // No machine found.
+        let (runner, counts) = match self.pass.as_ref() {
+            Some(p) => (p.runner, p.report.counts),
+            None => return self.finish_pass(AcquireResult::NoMachine, now),
+        };
+        let (limits, idle) = match self.runners.get(runner) {
+            Some(s) => (s.policy.limits, s.policy.idle.idle_at(now)),
+            None => return self.finish_pass(AcquireResult::NoMachine, now),
+        };
+        let result = if idle.idle_count == 0 && policy::can_create(&limits, &idle, &counts, true) {
+            AcquireResult::NoMachine
+        } else if counts.idle == 0 {
+            AcquireResult::NoFreeMachines
+        } else {
+            AcquireResult::NoMachine
+        };
+        self.finish_pass(result, now)
+    }
+
+    fn finish_pass(&mut self, result: AcquireResult, _now: Time) -> AcquireStep {
+        match self.pass.take() {
+            Some(p) => AcquireStep::Done(Box::new(AcquireOutcome {
+                result,
+                report: p.report,
+            })),
+            None => AcquireStep::Done(Box::new(AcquireOutcome {
+                result,
+                report: PassReport {
+                    runner: RunnerId(usize::MAX),
+                    filter: String::new(),
+                    started: _now,
+                    idle: IdleSettings::default(),
+                    limits: Limits::default(),
+                    input_counts: Counts::default(),
+                    can_create_idle: false,
+                    can_create_on_demand: false,
+                    adopted: Vec::new(),
+                    removals: Vec::new(),
+                    created: Vec::new(),
+                    unavailable: Vec::new(),
+                    counts: Counts::default(),
+                    ignored: 0,
+                },
+            })),
+        }
+    }
+}
