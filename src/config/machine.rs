@@ -7,7 +7,10 @@
 //! the loader (or [`AutoscalingConfig::new`]) can produce, so an uncompiled schedule cannot
 //! reach `effective_idle`.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+use super::periods::{PeriodError, TimePeriod};
 
 /// `[runners.machine]`: the machine shape and the idle pool settings.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -64,6 +67,70 @@ pub struct MachineConfig {
 }
 
 impl MachineConfig {
+    /// The idle settings in force at `now` (spec §2): the **last** autoscaling section whose
+    /// periods match `now` supplies all four values, unset ones being 0; when none matches,
+    /// the root `[runners.machine]` values apply.
+    pub fn effective_idle(&self, now: DateTime<Utc>) -> EffectiveIdle {
+        let active = self
+            .autoscaling
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, a)| a.is_active(now));
+        match active {
+            Some((index, a)) => EffectiveIdle {
+                idle_count: a.idle_count,
+                idle_count_min: a.idle_count_min,
+                idle_scale_factor: a.idle_scale_factor,
+                idle_time: a.idle_time,
+                active_section: Some(index),
+            },
+            None => EffectiveIdle {
+                idle_count: self.idle_count,
+                idle_count_min: self.idle_count_min,
+                idle_scale_factor: self.idle_scale_factor,
+                idle_time: self.idle_time,
+                active_section: None,
+            },
+        }
+    }
+
+    /// The next `count` instants after `after` (within `horizon`) at which the winning
+    /// autoscaling section changes, each with the idle settings that take effect then.
+    pub fn idle_changes(
+        &self,
+        after: DateTime<Utc>,
+        count: usize,
+        horizon: chrono::Duration,
+    ) -> Vec<(DateTime<Utc>, EffectiveIdle)> {
+        let mut out = Vec::new();
+        if self.autoscaling.is_empty() || count == 0 {
+            return out;
+        }
+        let end = after + horizon;
+        let mut t = after;
+        let mut current = self.effective_idle(t).active_section;
+        // Sections can flip without changing the winner; bound the walk.
+        for _ in 0..100_000 {
+            if out.len() >= count || t >= end {
+                break;
+            }
+            let next = self
+                .autoscaling
+                .iter()
+                .filter_map(|a| a.compiled.next_change(t, end - t))
+                .min();
+            let Some(next) = next else { break };
+            let eff = self.effective_idle(next);
+            if eff.active_section != current {
+                current = eff.active_section;
+                out.push((next, eff));
+            }
+            t = next;
+        }
+        out
+    }
+
     /// `MaxRemovalAttempts`, or upstream's default of 30 when it is not positive.
     pub fn max_removal_attempts_or_default(&self) -> i64 {
         if self.max_removal_attempts > 0 {
@@ -74,37 +141,106 @@ impl MachineConfig {
     }
 }
 
-/// One `[[runners.machine.autoscaling]]` section.
+/// One `[[runners.machine.autoscaling]]` section, with its periods compiled.
 ///
-/// Build it through the loader or [`AutoscalingConfig::new`]: it holds compiled periods.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
+/// It can only be made by the loader or by [`AutoscalingConfig::new`], both of which compile
+/// `Periods` and `Timezone`, so every value of this type can answer "active at t?".
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(try_from = "RawAutoscaling", into = "RawAutoscaling")]
 pub struct AutoscalingConfig {
-    /// `Periods`: cron expressions (7 fields: sec min hour dom month dow year).
-    #[serde(rename = "Periods")]
-    pub periods: Vec<String>,
-    /// `Timezone`: IANA zone; empty or `Local` means the host's zone.
-    #[serde(rename = "Timezone")]
-    pub timezone: String,
+    periods: Vec<String>,
+    timezone: String,
     /// `IdleCount` while this section is active (unset = 0).
-    #[serde(rename = "IdleCount")]
     pub idle_count: i64,
     /// `IdleScaleFactor` while active (unset = 0.0).
-    #[serde(rename = "IdleScaleFactor")]
     pub idle_scale_factor: f64,
     /// `IdleCountMin` while active (unset = 0).
-    #[serde(rename = "IdleCountMin")]
     pub idle_count_min: i64,
     /// `IdleTime` in seconds while active (unset = 0).
-    #[serde(rename = "IdleTime")]
     pub idle_time: i64,
-    #[serde(skip)]
-    compiled: Compiled,
+    compiled: TimePeriod,
 }
 
-/// Compiled periods of one autoscaling section (filled by the loader).
-#[derive(Debug, Clone, Default)]
-struct Compiled;
+impl AutoscalingConfig {
+    /// A section active during `periods` (cron expressions) in `timezone` (`""`/`"Local"` =
+    /// the host's zone) with all idle values 0; set them through the public fields.
+    pub fn new(periods: Vec<String>, timezone: &str) -> Result<Self, PeriodError> {
+        let compiled = TimePeriod::compile(&periods, timezone)?;
+        Ok(AutoscalingConfig {
+            periods,
+            timezone: timezone.to_string(),
+            idle_count: 0,
+            idle_scale_factor: 0.0,
+            idle_count_min: 0,
+            idle_time: 0,
+            compiled,
+        })
+    }
+
+    /// `Periods` as written.
+    pub fn periods(&self) -> &[String] {
+        &self.periods
+    }
+
+    /// `Timezone` as written (empty means the host's zone).
+    pub fn timezone(&self) -> &str {
+        &self.timezone
+    }
+
+    /// The compiled periods.
+    pub fn time_period(&self) -> &TimePeriod {
+        &self.compiled
+    }
+
+    /// Whether this section's periods match `now`.
+    pub fn is_active(&self, now: DateTime<Utc>) -> bool {
+        self.compiled.in_period(now)
+    }
+}
+
+/// The serde form of an autoscaling section (upstream's keys), compiled on the way in.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct RawAutoscaling {
+    #[serde(rename = "Periods")]
+    periods: Vec<String>,
+    #[serde(rename = "Timezone")]
+    timezone: String,
+    #[serde(rename = "IdleCount")]
+    idle_count: i64,
+    #[serde(rename = "IdleScaleFactor")]
+    idle_scale_factor: f64,
+    #[serde(rename = "IdleCountMin")]
+    idle_count_min: i64,
+    #[serde(rename = "IdleTime")]
+    idle_time: i64,
+}
+
+impl TryFrom<RawAutoscaling> for AutoscalingConfig {
+    type Error = PeriodError;
+
+    fn try_from(raw: RawAutoscaling) -> Result<Self, PeriodError> {
+        let mut section = AutoscalingConfig::new(raw.periods, &raw.timezone)?;
+        section.idle_count = raw.idle_count;
+        section.idle_scale_factor = raw.idle_scale_factor;
+        section.idle_count_min = raw.idle_count_min;
+        section.idle_time = raw.idle_time;
+        Ok(section)
+    }
+}
+
+impl From<AutoscalingConfig> for RawAutoscaling {
+    fn from(a: AutoscalingConfig) -> Self {
+        RawAutoscaling {
+            periods: a.periods,
+            timezone: a.timezone,
+            idle_count: a.idle_count,
+            idle_scale_factor: a.idle_scale_factor,
+            idle_count_min: a.idle_count_min,
+            idle_time: a.idle_time,
+        }
+    }
+}
 
 /// The idle settings in force at one instant, and which section supplied them.
 #[derive(Debug, Clone, Copy, PartialEq)]
