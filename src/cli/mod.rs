@@ -8,6 +8,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod compare;
+pub mod simulate;
+pub mod workload;
+
 /// Version information printed by `drover --version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -39,7 +43,14 @@ pub struct Cli {
 
 /// drover's commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Replay a workload through the autoscaler in virtual time and summarise what it did
+    Simulate(simulate::SimulateArgs),
+    /// Replay one workload through two configs and show where their decisions differ
+    Compare(compare::CompareArgs),
+    /// Workload files for simulate and compare (import a GitLab jobs export)
+    Workload(workload::WorkloadArgs),
+}
 
 /// Parses the process arguments, runs the command and returns its exit code.
 pub fn main() -> ExitCode {
@@ -51,5 +62,9 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match cli.command {}
+    match cli.command {
+        Command::Simulate(args) => simulate::run(&args),
+        Command::Compare(args) => compare::run(&args),
+        Command::Workload(args) => workload::run(&args),
+    }
 }

@@ -9,10 +9,18 @@
 
 pub mod compare;
 pub mod csv;
+pub mod examples;
 pub mod import;
 pub mod plot;
+pub mod policy;
 pub mod provider;
 pub mod queue;
 pub mod report;
+pub mod run;
+pub mod scenario;
 pub mod trace;
+mod workers;
 pub mod workload;
+
+pub use run::{simulate, Simulation};
+pub use scenario::{Scenario, ScenarioError};

@@ -16,7 +16,7 @@ use super::provider::ProviderModel;
 use super::queue::{EventQueue, SimTime};
 use super::scenario::{is_machine_runner, Resolved, Scenario, ScenarioError, GIVE_UP_AFTER};
 use super::trace::{Counts, Decision, JobOutcome, Trace};
-use super::workers::{Worker, WorkerState};
+use super::workers::Worker;
 use crate::engine::{self, Command, Engine, MachineState, Notice, RunnerId};
 
 /// Something due at an instant of virtual time.
@@ -317,8 +317,10 @@ impl Simulation {
                 );
             }
             Command::ForceRemove { name, .. } => {
-                self.events
-                    .schedule(now, Ev::Provider(engine::Event::ForceRemoved { name, ok: true }));
+                self.events.schedule(
+                    now,
+                    Ev::Provider(engine::Event::ForceRemoved { name, ok: true }),
+                );
             }
         }
     }

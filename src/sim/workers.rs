@@ -310,9 +310,9 @@ impl Simulation {
 
     /// A creation failed: the worker waiting for it ends its attempt (spec §7).
     pub(crate) fn creation_failed(&mut self, machine: &str) {
-        let waiting = self.workers.iter().position(|x| {
-            matches!(&x.state, WorkerState::Waiting { own: Some(o), .. } if o == machine)
-        });
+        let waiting = self.workers.iter().position(
+            |x| matches!(&x.state, WorkerState::Waiting { own: Some(o), .. } if o == machine),
+        );
         let Some(w) = waiting else {
             return;
         };
