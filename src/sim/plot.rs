@@ -7,8 +7,6 @@
 
 use std::fmt::Write as _;
 
-use chrono::SecondsFormat;
-
 use super::queue::SimTime;
 use super::trace::{Counts, Trace};
 
@@ -18,6 +16,10 @@ const LEFT: f64 = 60.0;
 const RIGHT: f64 = 60.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 60.0;
+/// Tick spacings in seconds, from a minute to a week.
+const TICK_STEPS: [u64; 12] = [
+    60, 300, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400, 172_800, 604_800,
+];
 const COLUMNS: usize = (WIDTH - LEFT - RIGHT) as usize;
 
 /// One column of a sampled timeline: the busiest counts and the longest queue in it.
@@ -64,10 +66,18 @@ struct Chart {
     right_max: f64,
 }
 
+/// The axis maximum for values up to `v`: 4 gridline steps of a round integer size.
 fn nice_max(v: u32) -> f64 {
-    let v = f64::from(v.max(1));
-    let step = 10f64.powf(v.log10().floor());
-    (v / step).ceil() * step
+    let quarter = f64::from(v.max(1)) / 4.0;
+    let mut decade = 1.0;
+    loop {
+        for c in [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0] {
+            if c * decade >= quarter {
+                return 4.0 * c * decade;
+            }
+        }
+        decade *= 10.0;
+    }
 }
 
 fn escape(s: &str) -> String {
@@ -126,19 +136,52 @@ impl Chart {
                 frac * self.right_max
             );
         }
-        for k in 0..=5u64 {
-            let at = self.end * k / 5;
-            let x = x0 + (x1 - x0) * k as f64 / 5.0;
-            let label = trace.wall(at).to_rfc3339_opts(SecondsFormat::Secs, true);
-            let (date, time) = label.split_once('T').unwrap_or((&label, ""));
+        // Ticks on round wall-clock times (UTC): the smallest step giving at most 8 ticks.
+        let span_s = self.end / 1000;
+        let step = TICK_STEPS
+            .iter()
+            .copied()
+            .find(|s| span_s / s <= 8)
+            .unwrap_or(7 * 86_400);
+        let start_s = trace.start.timestamp();
+        let step_i = step as i64;
+        let mut tick = start_s.div_euclid(step_i) * step_i;
+        if tick < start_s {
+            tick += step_i;
+        }
+        let mut last_date = String::new();
+        while tick <= start_s + span_s as i64 {
+            let at = ((tick - start_s) as u64) * 1000;
+            let x = x0 + (x1 - x0) * at as f64 / self.end as f64;
+            let wall = trace.wall(at);
+            let date = wall.format("%Y-%m-%d").to_string();
+            let time = wall.format("%H:%M").to_string();
+            // The date only where it changes, to keep the axis readable.
+            let date = if date == last_date {
+                String::new()
+            } else {
+                date
+            };
+            if !date.is_empty() {
+                last_date.clone_from(&date);
+            }
             let _ = writeln!(
                 self.svg,
-                "<text x=\"{x}\" y=\"{}\" text-anchor=\"middle\">{date}</text>\
-                 <text x=\"{x}\" y=\"{}\" text-anchor=\"middle\">{time}</text>",
+                "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{y0}\" y2=\"{}\" stroke=\"#444\"/>\
+                 <text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{time}</text>\
+                 <text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{date}</text>",
+                y0 + 4.0,
                 y0 + 18.0,
                 y0 + 32.0
             );
+            tick += step_i;
         }
+        let _ = writeln!(
+            self.svg,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">UTC</text>",
+            x1,
+            y0 + 48.0
+        );
         let _ = writeln!(
             self.svg,
             "<text x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">\
@@ -336,6 +379,15 @@ mod tests {
         // The single-second spike of 40 removing machines lands in column 50.
         assert_eq!(cols[50].machines.removing, 40);
         assert_eq!(cols.iter().map(|c| c.queued).max(), Some(10));
+    }
+
+    #[test]
+    fn axis_maxima_are_round() {
+        assert_eq!(nice_max(0), 4.0);
+        assert_eq!(nice_max(30), 32.0);
+        assert_eq!(nice_max(33), 40.0);
+        assert_eq!(nice_max(150), 160.0);
+        assert_eq!(nice_max(1000), 1200.0);
     }
 
     #[test]
