@@ -6,6 +6,9 @@
 
 use std::process::ExitCode;
 
+pub mod autoscale;
+pub mod check_config;
+
 use clap::{Parser, Subcommand};
 
 pub mod compare;
@@ -50,6 +53,11 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// Workload files for simulate and compare (import a GitLab jobs export)
     Workload(workload::WorkloadArgs),
+    /// Load config.toml and report what it configures, with warnings and errors
+    CheckConfig(check_config::CheckConfigArgs),
+    /// Autoscaling tools: explain the engine's decisions
+    #[command(subcommand)]
+    Autoscale(autoscale::AutoscaleCommand),
 }
 
 /// Parses the process arguments, runs the command and returns its exit code.
@@ -66,5 +74,7 @@ pub fn main() -> ExitCode {
         Command::Simulate(args) => simulate::run(&args),
         Command::Compare(args) => compare::run(&args),
         Command::Workload(args) => workload::run(&args),
+        Command::CheckConfig(args) => check_config::run(&args),
+        Command::Autoscale(cmd) => autoscale::run(&cmd),
     }
 }

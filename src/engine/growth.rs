@@ -37,15 +37,22 @@ impl Engine {
             ),
             None => (String::new(), String::new(), 0),
         };
-        let name = loop {
+        // The suffix always lands in the name (Sprintf appends an unused argument), so a
+        // clash needs the same 4 random bytes in the same second; after 64 clashes (only
+        // possible with a filter that yields fixed names) a counter makes it unique.
+        let mut name = String::new();
+        for attempt in 0u32.. {
             let mut random = [0u8; 4];
             self.rng.fill_bytes(&mut random);
             let suffix = naming::name_suffix(now.timestamp(), random);
-            let name = naming::new_machine_name(&filter, &suffix);
-            if self.ledger.id_of(&name).is_none() {
-                break name;
+            name = naming::new_machine_name(&filter, &suffix);
+            if attempt >= 64 {
+                name = format!("{name}-{}", self.seq);
             }
-        };
+            if self.ledger.id_of(&name).is_none() || attempt >= 64 {
+                break;
+            }
+        }
         let seq = self.next_seq();
         let mut m = Machine::new(&name, MachineState::Creating, now, seq);
         m.runner = Some(runner);
@@ -74,7 +81,7 @@ impl Engine {
     }
 
     /// Starts every queued creation of `token` that its runner's rate allows, oldest first.
-    fn pump_growth(&mut self, token: &str) {
+    pub(crate) fn pump_growth(&mut self, token: &str) {
         let Some(mut coordinator) = self.growth.remove(token) else {
             return;
         };
@@ -146,12 +153,15 @@ impl Engine {
                 labels,
             });
             *self.availability.entry(token.clone()).or_insert(0) += 1;
+            self.use_on_created(id, true, now);
+            self.use_on_available(&token);
         } else {
             self.notices.push_back(Notice::CreationFailed {
                 name: name.to_string(),
                 labels,
             });
             self.start_removal(id, Reason::FailedToCreate, now);
+            self.use_on_created(id, false, now);
         }
         if let Some(c) = self.growth.get_mut(&token) {
             c.running -= 1;

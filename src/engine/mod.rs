@@ -12,18 +12,19 @@
 //!
 //! * **inputs** take `now`: [`Engine::begin_acquire`] / [`Engine::connectivity_result`]
 //!   (the Acquire pass), [`Engine::handle`] (command results and timer ticks),
-//!   [`Engine::use_machine`], [`Engine::release`], [`Engine::create_on_demand`],
+//!   [`Engine::begin_use`] and its `use_*` answers, [`Engine::release`],
 //!   [`Engine::begin_drain`];
-//! * **outputs**: [`Engine::poll_command`] (requests for the provider), [`Engine::poll_notice`]
-//!   (logs and metrics) and [`Engine::poll_timeout`] (the next instant to come back);
+//! * **outputs**: [`Engine::poll_command`] (requests for the provider), [`Engine::poll_use`]
+//!   (steps of `Use` sessions), [`Engine::poll_notice`] (logs and metrics) and
+//!   [`Engine::poll_timeout`] (the next instant to come back);
 //! * **getters** on `&self`: [`Engine::machine`], [`Engine::machines`],
 //!   [`Engine::machine_states`], [`Engine::listing_counts`], [`Engine::filter`].
 //!
 //! After **every** input, a driver drains `poll_command()` until it returns `None` and executes
-//! each command (concurrently is fine), drains `poll_notice()`, then arms one timer at
-//! `poll_timeout()`. When the timer fires it calls `handle(Event::Tick, now)`; a tick with
-//! nothing due is a no-op, so waking too often is harmless. Each command's result comes back
-//! later as an [`Event`] through `handle`.
+//! each command (concurrently is fine), drains `poll_use()` and `poll_notice()`, then arms one
+//! timer at `poll_timeout()`. When the timer fires it calls `handle(Event::Tick, now)`; a tick
+//! with nothing due is a no-op, so waking too often is harmless. Each command's result comes
+//! back later as an [`Event`] through `handle`.
 //!
 //! ## The Acquire pass
 //!
@@ -44,17 +45,33 @@
 //! `acquireLock`. Other inputs (events, releases) may arrive while a pass waits for a
 //! connectivity result.
 //!
-//! ## Jobs
+//! ## Jobs: Use and Release
 //!
-//! When the job starts on a machine, call [`Engine::use_machine`]; when it ends (or the job
-//! request came back empty), call [`Engine::release`]. For the on-demand path (no machine from
-//! Acquire), [`Engine::create_on_demand`] starts a creation; when the `Created` notice for it
-//! arrives, [`Engine::try_acquire`] reserves it.
+//! When a job arrives, call [`Engine::begin_use`]`(runner, acquired, now)` with the machine
+//! Acquire returned (or `None`) — upstream's `Use` in executor Prepare. Then drain
+//! [`Engine::poll_use`] after every input, as for commands, and answer each [`UseStep`]:
+//!
+//! * `CheckConnectivity` (uncached) → [`Engine::use_connectivity_result`];
+//! * `List` (a fresh `docker-machine ls`) → [`Engine::use_listing`];
+//! * `FetchCredentials` → [`Engine::use_credentials_result`];
+//! * `Done` carries the machine to run the job on ([`UsedMachine`], now Used) or the
+//!   [`UseError`].
+//!
+//! Between steps a session may wait for its own on-demand creation, an availability signal or
+//! its 1 s poll; it resumes by itself when the matching event, release or tick arrives.
+//! (The building blocks are public too: [`Engine::begin_find`], [`Engine::create_on_demand`],
+//! [`Engine::try_acquire`], [`Engine::claim_availability`], [`Engine::use_machine`].)
+//!
+//! When the job ends, [`Engine::release`] the machine Use returned if `new_data` is set, and
+//! the one Acquire returned (upstream's deferred Release). Release on a machine with
+//! `MaxBuilds` reached removes it ("Too many builds"), whatever its state.
 
 mod command;
 mod drain;
 mod event;
 pub mod explain;
+mod find;
+mod from_config;
 mod growth;
 mod machine;
 pub mod naming;
@@ -62,6 +79,7 @@ mod pass;
 pub mod policy;
 mod removal;
 mod timers;
+mod use_flow;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -72,11 +90,14 @@ use rand_chacha::ChaCha8Rng;
 pub use command::{Command, Notice, Reason};
 pub use drain::{DrainReport, DrainSettings};
 pub use event::Event;
+pub use find::{FindId, FindStep};
+pub use from_config::PolicyError;
 pub use machine::{zero_time, Counts, Machine, MachineState, TargetLabels, STUCK_AFTER_RETRIES};
 pub use pass::{
     AcquireOutcome, AcquireResult, AcquireStep, CreationDecision, PassReport, RemovalDecision,
 };
 pub use policy::{IdleSchedule, IdleSettings, Limits, RunnerPolicy};
+pub use use_flow::{UseError, UseId, UseStep, UsedMachine, PROVISION_RETRY_SECS, USE_ATTEMPTS};
 
 use machine::{Id, Ledger};
 
@@ -156,6 +177,11 @@ pub struct Engine {
     stuck: removal::StuckLock,
     drain: Option<drain::DrainState>,
     timers: timers::Timers,
+    finds: HashMap<u64, find::FindState>,
+    find_seq: u64,
+    uses: std::collections::BTreeMap<u64, use_flow::UseSession>,
+    use_steps: VecDeque<UseStep>,
+    use_seq: u64,
     epoch: u64,
     seq: u64,
 }
@@ -191,12 +217,18 @@ impl Engine {
             stuck: removal::StuckLock::default(),
             drain: None,
             timers: timers::Timers::default(),
+            finds: HashMap::new(),
+            find_seq: 0,
+            uses: Default::default(),
+            use_steps: VecDeque::new(),
+            use_seq: 0,
             epoch: 0,
             seq: 0,
         }
     }
 
-    /// Replaces a runner's policy (config reload). Machines and in-flight work are kept.
+    /// Replaces a runner's policy (config reload). Machines and in-flight work are kept;
+    /// queued creations are re-checked against the new `MaxGrowthRate`.
     pub fn set_policy(
         &mut self,
         runner: RunnerId,
@@ -207,7 +239,10 @@ impl Engine {
             .get_mut(runner.0)
             .ok_or(EngineError::UnknownRunner(runner.0))?;
         slot.filter = naming::machine_filter(&policy.token, &policy.machine_name);
+        let token = policy.token.clone();
         slot.policy = policy;
+        // A new MaxGrowthRate may let queued creations start.
+        self.pump_growth(&token);
         Ok(())
     }
 
@@ -313,7 +348,8 @@ impl Engine {
             return Ok(());
         }
         m.state = MachineState::Idle;
-        *self.availability.entry(token).or_insert(0) += 1;
+        *self.availability.entry(token.clone()).or_insert(0) += 1;
+        self.use_on_available(&token);
         Ok(())
     }
 

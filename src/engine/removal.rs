@@ -228,6 +228,8 @@ impl Engine {
                 Timer::RemoveRetry(id) => self.on_remove_retry(id),
                 Timer::DrainRetry(id) => self.drain_on_retry(id, now),
                 Timer::DrainDeadline => self.drain_on_deadline(now),
+                Timer::UsePoll(k) => self.use_on_poll(k, now),
+                Timer::UseRetry(k) => self.use_on_retry(k),
             }
         }
     }

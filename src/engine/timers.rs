@@ -18,6 +18,10 @@ pub(crate) enum Timer {
     DrainRetry(Id),
     /// The drain's `shutdown_timeout` ends.
     DrainDeadline,
+    /// A waiting `Use` session's 1 s availability poll.
+    UsePoll(u64),
+    /// A `Use` session's next attempt after a failed one.
+    UseRetry(u64),
 }
 
 #[derive(Debug, Default)]

@@ -1,0 +1,377 @@
+//! `drover autoscale decide`: explains one Acquire pass (the pass upstream runs each time it is
+//! about to ask GitLab for a job) for one runner, without touching any machine.
+//!
+//! It loads the config, puts the machines of a state file into a fresh engine, runs the
+//! engine's pass with connectivity answered from the file, and prints what the pass decided:
+//! removals with upstream's reason strings, creations, the machine acquired (or the error),
+//! and the counts the next pass would see. The decisions come from `crate::engine`; this file
+//! only reads inputs and formats outputs.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use chrono::{DateTime, Utc};
+use clap::{Args, Subcommand, ValueEnum};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::config::{self, Config};
+use crate::engine::{
+    explain, naming, AcquireOutcome, AcquireResult, AcquireStep, Counts, Engine, MachineState,
+    Reason, RunnerId, RunnerPolicy, Time, TrackedMachine,
+};
+
+/// `drover autoscale …` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AutoscaleCommand {
+    /// Explain one Acquire pass for one runner, from a state file, without touching any machine
+    Decide(DecideArgs),
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// One sentence per decision.
+    Text,
+    /// One JSON object.
+    Json,
+}
+
+/// Arguments of `drover autoscale decide`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+state.json lists the machines in docker-machine listing order:
+  {\"machines\": [{\"name\": \"runner-abc-auto-1700000000-0a1b2c3d\",
+                 \"state\": \"idle\" | \"acquired\" | \"creating\" | \"used\" | \"removing\",  (omit: first seen on disk)
+                 \"used_count\": 3, \"last_used\": \"2026-11-20T10:00:00Z\" | null,
+                 \"retry_count\": 0, \"on_disk\": true, \"reachable\": true}]}
+Exit status: 0 when the pass was explained, 1 on an error (message on stderr), 2 for usage errors.")]
+pub struct DecideArgs {
+    /// Config file (default as gitlab-runner: /etc/gitlab-runner/config.toml as root, ~/.gitlab-runner/config.toml otherwise)
+    #[arg(short = 'c', long = "config", env = "CONFIG_FILE", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// The runner to explain, by name.
+    #[arg(
+        long,
+        value_name = "NAME",
+        help = "The [[runners]] entry, by name (default: the first docker+machine runner)"
+    )]
+    pub runner: Option<String>,
+
+    /// The machines, as JSON (see below)
+    #[arg(long, value_name = "PATH")]
+    pub state: PathBuf,
+
+    /// Freeze the clock at this instant for the whole pass (RFC 3339; default: now)
+    #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
+    pub now: Option<DateTime<Utc>>,
+
+    /// Output format
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+fn parse_now(s: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|d| d.with_timezone(&Utc))
+        .map_err(|e| format!("{e}: expected RFC 3339, e.g. 2026-11-20T10:00:00Z"))
+}
+
+/// The state file.
+#[derive(Debug, Clone, Deserialize)]
+pub struct StateFile {
+    /// The machines in listing order.
+    pub machines: Vec<StateMachine>,
+}
+
+/// One machine of the state file.
+#[derive(Debug, Clone, Deserialize)]
+pub struct StateMachine {
+    /// The machine name.
+    pub name: String,
+    /// Its state; `None` for a machine seen on disk for the first time.
+    #[serde(default)]
+    pub state: Option<MachineState>,
+    /// Jobs run so far.
+    #[serde(default)]
+    pub used_count: i64,
+    /// The last use; `None` means never (Go's zero time).
+    #[serde(default)]
+    pub last_used: Option<DateTime<Utc>>,
+    /// Failed removal attempts so far.
+    #[serde(default)]
+    pub retry_count: u32,
+    /// False: tracked in memory only (Creating), listed after the on-disk machines.
+    #[serde(default = "yes")]
+    pub on_disk: bool,
+    /// The result of the connectivity check.
+    #[serde(default = "yes")]
+    pub reachable: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Runs `drover autoscale …`.
+pub fn run(cmd: &AutoscaleCommand) -> ExitCode {
+    match cmd {
+        AutoscaleCommand::Decide(args) => match run_decide(args) {
+            Ok(out) => {
+                print!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("drover: {e:#}");
+                ExitCode::from(1)
+            }
+        },
+    }
+}
+
+fn run_decide(args: &DecideArgs) -> anyhow::Result<String> {
+    let path = args
+        .config
+        .clone()
+        .unwrap_or_else(config::default_config_path);
+    let loaded = config::load_file(&path).map_err(|e| anyhow!("{e}"))?;
+    let state = read_state(&args.state)?;
+    let now = args.now.unwrap_or_else(Utc::now);
+    let d = decide(&loaded.config, args.runner.as_deref(), &state, now)?;
+    for w in &d.warnings {
+        eprintln!("drover: warning: {w}");
+    }
+    Ok(match args.format {
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(&d.json())?;
+            s.push('\n');
+            s
+        }
+        Format::Text => d.text(),
+    })
+}
+
+fn read_state(path: &Path) -> anyhow::Result<StateFile> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read state file {}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| {
+        anyhow!(
+            "{}:{}:{}: invalid state file: {e}; expected {{\"machines\": [{{\"name\": …}}]}}",
+            path.display(),
+            e.line(),
+            e.column()
+        )
+    })
+}
+
+/// What one pass decided, ready to print.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// The runner's name.
+    pub runner: String,
+    /// The pass outcome and report.
+    pub outcome: AcquireOutcome,
+    /// The counts the next pass would list.
+    pub counts_after: Counts,
+    /// Non-fatal findings (e.g. a MachineName without `%s`).
+    pub warnings: Vec<String>,
+    /// The frozen clock.
+    pub now: Time,
+}
+
+fn pick_runner<'c>(
+    config: &'c Config,
+    name: Option<&str>,
+) -> anyhow::Result<&'c config::RunnerConfig> {
+    match name {
+        Some(n) => config.runners.iter().find(|r| r.name == n).ok_or_else(|| {
+            let names: Vec<&str> = config.runners.iter().map(|r| r.name.as_str()).collect();
+            anyhow!("no [[runners]] entry is named {n:?}; the config has {names:?}")
+        }),
+        None => config
+            .runners
+            .iter()
+            .find(|r| r.executor == "docker+machine")
+            .ok_or_else(|| {
+                anyhow!("the config has no docker+machine runner; pick one with --runner NAME")
+            }),
+    }
+}
+
+/// Runs one pass for the runner over the state, without touching any machine.
+pub fn decide(
+    config: &Config,
+    runner: Option<&str>,
+    state: &StateFile,
+    now: Time,
+) -> anyhow::Result<Decision> {
+    let rc = pick_runner(config, runner)?;
+    let policy = RunnerPolicy::from_runner(rc)?;
+    if policy.machine_name.is_empty() {
+        bail!(
+            "runner {:?} has an empty MachineName in [runners.machine] (missing Machine \
+             options); set it to a template such as \"auto-%s\"",
+            rc.name
+        );
+    }
+    let warnings: Vec<String> = naming::machine_name_warning(&policy.machine_name)
+        .into_iter()
+        .collect();
+    let r = RunnerId(0);
+    let mut engine = Engine::new(vec![policy], 0);
+    let mut seen = HashSet::new();
+    let mut on_disk = Vec::new();
+    let mut reachable = HashMap::new();
+    for m in &state.machines {
+        if !seen.insert(m.name.as_str()) {
+            bail!("machine {:?} is listed twice in the state file", m.name);
+        }
+        reachable.insert(m.name.as_str(), m.reachable);
+        if m.on_disk {
+            on_disk.push(m.name.clone());
+        }
+        if let Some(st) = m.state {
+            engine.track(
+                TrackedMachine {
+                    name: m.name.clone(),
+                    state: st,
+                    used_count: m.used_count,
+                    used: m.last_used.unwrap_or_else(crate::engine::zero_time),
+                    retry_count: m.retry_count,
+                    runner: Some(r),
+                },
+                now,
+            )?;
+        }
+    }
+    let mut step = engine.begin_acquire(r, &on_disk, now)?;
+    let outcome = loop {
+        match step {
+            AcquireStep::CheckConnectivity { name } => {
+                let ok = reachable.get(name.as_str()).copied().unwrap_or(true);
+                step = engine.connectivity_result(&name, ok, now)?;
+            }
+            AcquireStep::Done(o) => break *o,
+        }
+    };
+    let counts_after = engine.listing_counts(r, &on_disk)?;
+    Ok(Decision {
+        runner: rc.name.clone(),
+        outcome,
+        counts_after,
+        warnings,
+        now,
+    })
+}
+
+fn counts_json(c: &Counts) -> Value {
+    json!({
+        "acquired": c.acquired,
+        "creating": c.creating,
+        "idle": c.idle,
+        "used": c.used,
+        "removing": c.removing,
+        "stuck_on_removing": c.stuck_on_removing,
+    })
+}
+
+impl Decision {
+    fn removals(&self) -> Vec<(String, Reason)> {
+        let r = &self.outcome.report;
+        let mut out: Vec<(String, Reason)> = r
+            .removals
+            .iter()
+            .map(|d| (d.name.clone(), d.reason))
+            .collect();
+        out.extend(
+            r.unavailable
+                .iter()
+                .map(|n| (n.clone(), Reason::MachineUnavailable)),
+        );
+        out
+    }
+
+    /// The JSON document of the `decide` contract.
+    pub fn json(&self) -> Value {
+        let r = &self.outcome.report;
+        let machine = match &self.outcome.result {
+            AcquireResult::Machine(m) => json!(m),
+            _ => Value::Null,
+        };
+        json!({
+            "runner": self.runner,
+            "machine_filter": r.filter,
+            "active_autoscaling": r.idle.active_section,
+            "effective": {
+                "IdleCount": r.idle.idle_count,
+                "IdleCountMin": r.idle.idle_count_min,
+                "IdleScaleFactor": r.idle.idle_scale_factor,
+                "IdleTime": r.idle.idle_time,
+                "limit": r.limits.limit,
+                "MaxBuilds": r.limits.max_builds,
+                "MaxGrowthRate": r.limits.max_growth_rate,
+            },
+            "can_create_idle": r.can_create_idle,
+            "can_create_on_demand": r.can_create_on_demand,
+            "removals": self.removals().iter()
+                .map(|(name, reason)| json!({"name": name, "reason": reason.as_str()}))
+                .collect::<Vec<_>>(),
+            "create": r.created.len(),
+            "acquire": {"machine": machine, "error": self.outcome.result.error_text()},
+            "counts_after": counts_json(&self.counts_after),
+        })
+    }
+
+    /// The text explanation: one sentence per decision.
+    pub fn text(&self) -> String {
+        let r = &self.outcome.report;
+        let c = &r.input_counts;
+        let yn = |b: bool| if b { "yes" } else { "no" };
+        let section = match r.idle.active_section {
+            Some(i) => format!("[[runners.machine.autoscaling]] #{i} is active"),
+            None => "no autoscaling section is active: root [runners.machine] values".to_string(),
+        };
+        let mut out = format!(
+            "runner {:?} at {}: machine filter {}\n\
+             {section}: IdleCount {}, IdleCountMin {}, IdleScaleFactor {}, IdleTime {} s; \
+             limit {}, MaxBuilds {}, MaxGrowthRate {}\n\
+             listed before the pass: {} idle, {} acquired, {} creating, {} used, {} removing, \
+             {} stuck on removing ({} ignored: not matching the filter)\n\
+             can create idle machines: {}; can create on demand: {}\n",
+            self.runner,
+            self.now.to_rfc3339(),
+            r.filter,
+            r.idle.idle_count,
+            r.idle.idle_count_min,
+            r.idle.idle_scale_factor,
+            r.idle.idle_time,
+            r.limits.limit,
+            r.limits.max_builds,
+            r.limits.max_growth_rate,
+            c.idle,
+            c.acquired,
+            c.creating,
+            c.used,
+            c.removing,
+            c.stuck_on_removing,
+            r.ignored,
+            yn(r.can_create_idle),
+            yn(r.can_create_on_demand),
+        );
+        for s in explain::pass_sentences(r, &self.outcome.result) {
+            out.push_str("- ");
+            out.push_str(&s);
+            out.push('\n');
+        }
+        let a = &self.counts_after;
+        out.push_str(&format!(
+            "after the pass: {} idle, {} acquired, {} creating, {} used, {} removing, {} stuck \
+             on removing\n",
+            a.idle, a.acquired, a.creating, a.used, a.removing, a.stuck_on_removing
+        ));
+        out
+    }
+}
