@@ -12,7 +12,6 @@ pub mod csv;
 pub mod examples;
 pub mod import;
 pub mod plot;
-pub mod policy;
 pub mod provider;
 pub mod queue;
 pub mod report;

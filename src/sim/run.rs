@@ -17,7 +17,7 @@ use super::queue::{EventQueue, SimTime};
 use super::scenario::{is_machine_runner, Resolved, Scenario, ScenarioError, GIVE_UP_AFTER};
 use super::trace::{Counts, Decision, JobOutcome, Trace};
 use super::workers::Worker;
-use crate::engine::{self, Command, Engine, MachineState, Notice, RunnerId};
+use crate::engine::{self, Command, Engine, MachineState, Notice, RunnerId, RunnerPolicy, UseId};
 
 /// Something due at an instant of virtual time.
 #[derive(Debug)]
@@ -32,8 +32,6 @@ pub(crate) enum Ev {
     Provider(engine::Event),
     /// The engine asked to be woken (its `poll_timeout`).
     Tick,
-    /// `retryUseMachine` slept its `provisionRetryInterval`; this worker tries again.
-    UseRetry(usize),
 }
 
 /// One `[[runners]]` entry as the run loop sees it.
@@ -78,6 +76,8 @@ pub struct Simulation {
     pub(crate) owner: HashMap<String, usize>,
     /// When each machine finished its creation.
     pub(crate) ready_at: HashMap<String, SimTime>,
+    /// Which worker each `Use` session belongs to.
+    pub(crate) sessions: HashMap<UseId, usize>,
     pub(crate) creates_issued: u64,
     pub(crate) removals_issued: u64,
     /// The engine tick currently scheduled, to avoid scheduling duplicates.
@@ -97,7 +97,9 @@ impl Simulation {
         let mut runners = Vec::with_capacity(config.runners.len());
         for (i, r) in config.runners.iter().enumerate() {
             let engine = if is_machine_runner(r) {
-                policies.push(super::policy::runner_policy(r));
+                let policy = RunnerPolicy::from_runner(r)
+                    .map_err(|e| ScenarioError::Policy(e.to_string()))?;
+                policies.push(policy);
                 by_engine_id.push(i);
                 Some(RunnerId(policies.len() - 1))
             } else {
@@ -148,6 +150,7 @@ impl Simulation {
             disk: BTreeSet::new(),
             owner: HashMap::new(),
             ready_at: HashMap::new(),
+            sessions: HashMap::new(),
             creates_issued: 0,
             removals_issued: 0,
             tick_at: None,
@@ -205,7 +208,6 @@ impl Simulation {
                 self.engine.handle(engine::Event::Tick, now);
                 self.pump();
             }
-            Ev::UseRetry(worker) => self.use_retry(worker),
         }
     }
 
@@ -228,15 +230,13 @@ impl Simulation {
                 progressed = true;
                 self.execute(cmd);
             }
-            let mut available = Vec::new();
             while let Some(notice) = self.engine.poll_notice() {
                 progressed = true;
-                if let Some(r) = self.observe(notice) {
-                    available.push(r);
-                }
+                self.observe(notice);
             }
-            for (runner, created) in available {
-                self.machine_available(runner, created);
+            while let Some(step) = self.engine.poll_use() {
+                progressed = true;
+                self.answer_use(step);
             }
             if !progressed {
                 break;
@@ -325,22 +325,16 @@ impl Simulation {
         }
     }
 
-    /// Records a notice. Returns the runner and (for creations) the machine when a machine
-    /// became available, so waiting workers can be woken.
-    fn observe(&mut self, notice: Notice) -> Option<(usize, Option<String>)> {
+    /// Records a notice: machines appearing and disappearing on the simulated store, and the
+    /// figures of the trace.
+    fn observe(&mut self, notice: Notice) {
         let now = self.now();
         match notice {
             Notice::Created { name, .. } => {
                 self.disk.insert(name.clone());
-                self.ready_at.insert(name.clone(), now);
-                let runner = self.owner.get(&name).copied()?;
-                Some((runner, Some(name)))
+                self.ready_at.insert(name, now);
             }
-            Notice::CreationFailed { name, .. } => {
-                self.trace.creation_failures += 1;
-                self.creation_failed(&name);
-                None
-            }
+            Notice::CreationFailed { .. } => self.trace.creation_failures += 1,
             Notice::Removing { name, reason } => {
                 self.trace.decisions.push(Decision {
                     at: now,
@@ -348,22 +342,15 @@ impl Simulation {
                     action: "remove",
                     reason: reason.to_string(),
                 });
-                None
             }
             Notice::Removed { name, reason, .. } => {
                 self.disk.remove(&name);
                 self.owner.remove(&name);
                 self.ready_at.remove(&name);
                 self.trace.removals.push(reason.to_string());
-                None
             }
-            Notice::Warning(w) => {
-                if !self.trace.warnings.contains(&w) {
-                    self.trace.warnings.push(w);
-                }
-                None
-            }
-            _ => None,
+            Notice::Warning(w) if !self.trace.warnings.contains(&w) => self.trace.warnings.push(w),
+            _ => {}
         }
     }
 

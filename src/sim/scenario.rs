@@ -47,10 +47,10 @@ pub struct Scenario<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScenarioError {
-    /// No runner uses the `docker+machine` executor with a token.
+    /// No runner uses the `docker+machine` executor.
     #[error(
-        "the config has no [[runners]] entry with executor = \"docker+machine\" and a token; \
-         there is nothing to autoscale"
+        "the config has no [[runners]] entry with executor = \"docker+machine\"; there is \
+         nothing to autoscale"
     )]
     NoMachineRunner,
     /// A job names a runner the config does not have (or that does not autoscale).
@@ -74,6 +74,9 @@ pub enum ScenarioError {
         /// The end.
         until: String,
     },
+    /// A runner cannot drive the engine (no `[runners.machine]` section).
+    #[error("{0}")]
+    Policy(String),
     /// `concurrent` is below 1 (gitlab-runner refuses to start).
     #[error("concurrent = {0} in the config; gitlab-runner needs at least 1")]
     Concurrent(i64),
@@ -101,9 +104,11 @@ pub struct Resolved {
     pub jobs: Vec<TimedJob>,
 }
 
-/// True if the runner takes part in autoscaling: executor `docker+machine` and a token.
+/// True if the runner takes part in autoscaling: executor `docker+machine`. Its token is not
+/// needed (no GitLab is contacted); an empty one (say, `${RUNNER_TOKEN}` unset) only changes
+/// machine names.
 pub fn is_machine_runner(r: &crate::config::RunnerConfig) -> bool {
-    r.executor == MACHINE_EXECUTOR && !r.token.trim().is_empty()
+    r.executor == MACHINE_EXECUTOR
 }
 
 fn rfc(t: DateTime<Utc>) -> String {

@@ -5,18 +5,14 @@
 //! machine. This is the only place Acquire passes happen, so it decides *when* the engine
 //! scales; *what* it does is the engine's.
 //!
-//! Simplifications, all documented in `docs/simulation.md`: job requests take no time (so
-//! `request_concurrency` never binds), connectivity checks always succeed, and runners never
-//! become unhealthy.
+//! `Use` itself (find a machine, else create one on demand and wait, 3 attempts) is the
+//! engine's `Use` session; this module answers its steps. Simplifications, all documented in
+//! `docs/simulation.md`: job requests take no time (so `request_concurrency` never binds),
+//! connectivity checks and credential fetches always succeed, and runners never become
+//! unhealthy.
 
-use super::queue::SimTime;
 use super::run::{Ev, Simulation};
-use crate::engine::{AcquireResult, AcquireStep, RunnerId};
-
-/// `provisionRetryInterval`: the pause between on-demand attempts in `Use`.
-const PROVISION_RETRY: SimTime = 1_000;
-/// `Use` gives up on a job after this many failed on-demand attempts.
-const USE_ATTEMPTS: u32 = 3;
+use crate::engine::{AcquireResult, AcquireStep, RunnerId, UseId, UseStep};
 
 /// What a worker is doing.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -24,25 +20,16 @@ pub(crate) enum WorkerState {
     /// Waiting for the feeder.
     #[default]
     Free,
-    /// Holding a job, waiting for an on-demand machine (`retryUseMachine`).
-    Waiting {
+    /// Holding a job while the engine's `Use` session finds or creates its machine.
+    Using {
         /// Index into the run's runners.
         runner: usize,
         /// The job.
         job: usize,
-        /// Attempts started so far (1-based).
-        attempt: u32,
-        /// The machine this attempt is creating, if the creation is still running.
-        own: Option<String>,
-    },
-    /// Sleeping `provisionRetryInterval` after a failed attempt.
-    Retrying {
-        /// Index into the run's runners.
-        runner: usize,
-        /// The job.
-        job: usize,
-        /// Attempts made so far.
-        attempt: u32,
+        /// The session.
+        session: UseId,
+        /// The machine Acquire returned, released after the job (upstream's deferred Release).
+        acquired: Option<String>,
     },
     /// Running a job on a machine.
     Running {
@@ -50,8 +37,10 @@ pub(crate) enum WorkerState {
         runner: usize,
         /// The job.
         job: usize,
-        /// The machine.
+        /// The machine `Use` returned.
         machine: String,
+        /// The machine Acquire returned, if it is another one.
+        acquired: Option<String>,
     },
 }
 
@@ -141,31 +130,23 @@ impl Simulation {
             let Some(result) = self.acquire(id) else {
                 return;
             };
-            let got_job = match result {
-                AcquireResult::NoFreeMachines | AcquireResult::MissingMachineOptions => false,
-                AcquireResult::Machine(machine) => match self.take_job(runner) {
-                    Some(job) => {
-                        self.claim(runner);
-                        self.start_job(w, runner, job, machine);
-                        true
-                    }
-                    None => {
-                        let now = self.wall();
-                        let _ = self.engine.release(id, &machine, now);
-                        self.pump();
-                        false
-                    }
-                },
-                AcquireResult::NoMachine => match self.take_job(runner) {
-                    Some(job) => {
-                        self.claim(runner);
-                        self.use_on_demand(w, runner, job, 1);
-                        true
-                    }
-                    None => false,
-                },
+            let acquired = match result {
+                AcquireResult::NoFreeMachines | AcquireResult::MissingMachineOptions => return,
+                AcquireResult::Machine(machine) => Some(machine),
+                AcquireResult::NoMachine => None,
             };
-            if !got_job || strict {
+            let Some(job) = self.take_job(runner) else {
+                // An empty job request: release the machine Acquire reserved.
+                if let Some(machine) = acquired {
+                    let now = self.wall();
+                    let _ = self.engine.release(id, &machine, now);
+                    self.pump();
+                }
+                return;
+            };
+            self.claim(runner);
+            self.begin_use(w, runner, id, job, acquired);
+            if strict {
                 return;
             }
             match self.free_worker() {
@@ -198,12 +179,71 @@ impl Simulation {
         Some(result)
     }
 
-    /// The job starts on `machine` (Use); it ends after its duration.
-    fn start_job(&mut self, w: usize, runner: usize, job: usize, machine: String) {
-        let now = self.now();
-        let wall = self.wall();
-        let _ = self.engine.use_machine(&machine, wall);
+    /// Starts the engine's `Use` for a job (executor Prepare); the session's steps are
+    /// answered in [`Simulation::answer_use`].
+    fn begin_use(
+        &mut self,
+        w: usize,
+        runner: usize,
+        id: RunnerId,
+        job: usize,
+        acquired: Option<String>,
+    ) {
+        let now = self.wall();
+        let Ok(session) = self.engine.begin_use(id, acquired.as_deref(), now) else {
+            return;
+        };
+        self.sessions.insert(session, w);
+        if let Some(worker) = self.workers.get_mut(w) {
+            worker.state = WorkerState::Using {
+                runner,
+                job,
+                session,
+                acquired,
+            };
+        }
         self.pump();
+    }
+
+    /// Answers one step of a `Use` session: connectivity and credentials always succeed,
+    /// listings are the simulated store; `Done` starts the job or fails it.
+    pub(crate) fn answer_use(&mut self, step: UseStep) {
+        let now = self.wall();
+        match step {
+            UseStep::CheckConnectivity { id, .. } => {
+                let _ = self.engine.use_connectivity_result(id, true, now);
+            }
+            UseStep::List { id } => {
+                let names: Vec<&str> = self.disk.iter().map(String::as_str).collect();
+                let _ = self.engine.use_listing(id, &names, now);
+            }
+            UseStep::FetchCredentials { id, .. } => {
+                let _ = self.engine.use_credentials_result(id, true, now);
+            }
+            UseStep::Done { id, result } => {
+                let Some(w) = self.sessions.remove(&id) else {
+                    return;
+                };
+                match result {
+                    Ok(used) => self.start_job(w, used.name),
+                    Err(_) => self.fail_job(w),
+                }
+            }
+        }
+    }
+
+    /// The job on worker `w` starts on `machine`; it ends after its duration.
+    fn start_job(&mut self, w: usize, machine: String) {
+        let Some(WorkerState::Using {
+            runner,
+            job,
+            acquired,
+            ..
+        }) = self.workers.get(w).map(|x| x.state.clone())
+        else {
+            return;
+        };
+        let now = self.now();
         self.queued = self.queued.saturating_sub(1);
         let duration = self.jobs.get(job).map_or(0, |j| j.duration);
         if let Some(outcome) = self.trace.jobs.get_mut(job) {
@@ -213,22 +253,56 @@ impl Simulation {
                 .get(&machine)
                 .is_some_and(|&ready| ready > outcome.submitted);
         }
+        let acquired = acquired.filter(|a| *a != machine);
         if let Some(worker) = self.workers.get_mut(w) {
             worker.state = WorkerState::Running {
                 runner,
                 job,
                 machine,
+                acquired,
             };
         }
         self.events.schedule_in(duration, Ev::JobDone(w));
     }
 
-    /// The job on worker `w` ends: release its machine, free the slot.
+    /// `Use` failed (every on-demand creation failed): the job fails with a system failure.
+    fn fail_job(&mut self, w: usize) {
+        let Some(WorkerState::Using {
+            runner,
+            job,
+            acquired,
+            ..
+        }) = self.workers.get(w).map(|x| x.state.clone())
+        else {
+            return;
+        };
+        self.queued = self.queued.saturating_sub(1);
+        if let Some(outcome) = self.trace.jobs.get_mut(job) {
+            outcome.failed = true;
+        }
+        self.finished += 1;
+        self.end_build(runner);
+        self.release(runner, acquired.as_deref());
+        self.worker_freed(w);
+    }
+
+    fn release(&mut self, runner: usize, machine: Option<&str>) {
+        let (Some(id), Some(machine)) = (self.runners.get(runner).and_then(|r| r.engine), machine)
+        else {
+            return;
+        };
+        let now = self.wall();
+        let _ = self.engine.release(id, machine, now);
+        self.pump();
+    }
+
+    /// The job on worker `w` ends: release its machine(s), free the slot.
     pub(crate) fn job_done(&mut self, w: usize) {
         let Some(WorkerState::Running {
             runner,
             job,
             machine,
+            acquired,
         }) = self.workers.get(w).map(|x| x.state.clone())
         else {
             return;
@@ -239,143 +313,16 @@ impl Simulation {
         }
         self.finished += 1;
         self.end_build(runner);
-        if let Some(id) = self.runners.get(runner).and_then(|r| r.engine) {
-            let wall = self.wall();
-            let _ = self.engine.release(id, &machine, wall);
-            self.pump();
-            self.machine_available(runner, None);
-        }
+        // The executor's cleanup releases the machine Use returned; then the runner's deferred
+        // Release releases the one Acquire returned, if it was another.
+        self.release(runner, Some(&machine));
+        self.release(runner, acquired.as_deref());
         self.worker_freed(w);
     }
 
     fn end_build(&mut self, runner: usize) {
         if let Some(r) = self.runners.get_mut(runner) {
             r.builds -= 1;
-        }
-    }
-
-    /// The newest Idle machine of `runner` in listing order, acquired; `None` if there is none.
-    fn find_free(&mut self, runner: usize) -> Option<String> {
-        let name = self
-            .disk
-            .iter()
-            .rev()
-            .find(|n| {
-                self.owner.get(*n) == Some(&runner)
-                    && self
-                        .engine
-                        .machine(n)
-                        .is_some_and(|m| m.state == crate::engine::MachineState::Idle)
-            })?
-            .clone();
-        self.engine.try_acquire(&name).then_some(name)
-    }
-
-    /// `Use` without a machine from Acquire: attempt `attempt` of `retryUseMachine`.
-    fn use_on_demand(&mut self, w: usize, runner: usize, job: usize, attempt: u32) {
-        if let Some(machine) = self.find_free(runner) {
-            self.start_job(w, runner, job, machine);
-            return;
-        }
-        let Some(id) = self.runners.get(runner).and_then(|r| r.engine) else {
-            return;
-        };
-        let wall = self.wall();
-        let own = self.engine.create_on_demand(id, wall).ok();
-        if let Some(name) = &own {
-            self.owner.insert(name.clone(), runner);
-        }
-        if let Some(worker) = self.workers.get_mut(w) {
-            worker.state = WorkerState::Waiting {
-                runner,
-                job,
-                attempt,
-                own,
-            };
-        }
-        self.pump();
-    }
-
-    /// The sleep after a failed attempt is over: try again.
-    pub(crate) fn use_retry(&mut self, w: usize) {
-        if let Some(WorkerState::Retrying {
-            runner,
-            job,
-            attempt,
-        }) = self.workers.get(w).map(|x| x.state.clone())
-        {
-            self.use_on_demand(w, runner, job, attempt + 1);
-        }
-    }
-
-    /// A creation failed: the worker waiting for it ends its attempt (spec §7).
-    pub(crate) fn creation_failed(&mut self, machine: &str) {
-        let waiting = self.workers.iter().position(
-            |x| matches!(&x.state, WorkerState::Waiting { own: Some(o), .. } if o == machine),
-        );
-        let Some(w) = waiting else {
-            return;
-        };
-        let Some(WorkerState::Waiting {
-            runner,
-            job,
-            attempt,
-            ..
-        }) = self.workers.get(w).map(|x| x.state.clone())
-        else {
-            return;
-        };
-        if attempt < USE_ATTEMPTS {
-            if let Some(worker) = self.workers.get_mut(w) {
-                worker.state = WorkerState::Retrying {
-                    runner,
-                    job,
-                    attempt,
-                };
-            }
-            self.events.schedule_in(PROVISION_RETRY, Ev::UseRetry(w));
-            return;
-        }
-        // Every attempt failed: the job fails with a system failure and frees its slot.
-        self.queued = self.queued.saturating_sub(1);
-        if let Some(outcome) = self.trace.jobs.get_mut(job) {
-            outcome.failed = true;
-        }
-        self.finished += 1;
-        self.end_build(runner);
-        self.worker_freed(w);
-    }
-
-    /// A machine of `runner` became available (`created` names a finished creation): workers
-    /// waiting on their own creation take it; others claim availability signals.
-    pub(crate) fn machine_available(&mut self, runner: usize, created: Option<String>) {
-        let Some(id) = self.runners.get(runner).and_then(|r| r.engine) else {
-            return;
-        };
-        for w in 0..self.workers.len() {
-            let Some(WorkerState::Waiting {
-                runner: r,
-                job,
-                own,
-                ..
-            }) = self.workers.get(w).map(|x| x.state.clone())
-            else {
-                continue;
-            };
-            if r != runner {
-                continue;
-            }
-            if let (Some(own), Some(created)) = (&own, &created) {
-                if own == created && self.engine.try_acquire(own) {
-                    self.start_job(w, runner, job, own.clone());
-                    continue;
-                }
-            }
-            if self.engine.claim_availability(id).unwrap_or(false) {
-                if let Some(machine) = self.find_free(runner) {
-                    self.start_job(w, runner, job, machine);
-                }
-            }
         }
     }
 }
