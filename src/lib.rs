@@ -5,6 +5,7 @@
 //! | module | concern | driven by |
 //! |---|---|---|
 //! | [`config`] | machine shape: `config.toml` model, loader, schedules | everything reads it |
+//! | [`engine`] | autoscaling, sans-IO: docker+machine's decisions as a pure state machine | the manager, the simulator, `drover autoscale decide` |
 //! | [`cli`] | the `drover` command line: parsing, output, exit codes | `main.rs` |
 //!
 //! Further concerns (the provider plugin boundary, the sans-IO autoscaling engine, the job

@@ -226,3 +226,103 @@ proptest! {
         }
     }
 }
+
+/// A reference model of updateMachines (spec §6 step 4), written from the spec with the
+/// policy functions, checked against the engine over sequences of changing listings (new
+/// names anywhere, names gone, reordering), so listing shortcuts cannot change a decision.
+mod reference {
+    use super::*;
+    use drover::engine::policy::{should_remove, MachineFacts, RemoveVerdict};
+    use drover::engine::Counts;
+
+    pub fn expected(
+        e: &Engine,
+        listing: &[String],
+        idle: &IdleSettings,
+        limits: &Limits,
+        now: drover::engine::Time,
+    ) -> (Vec<(String, Reason)>, Counts) {
+        let mut counts = Counts::default();
+        let mut removals = Vec::new();
+        for n in listing {
+            let (state, used_count, used, retry) = match e.machine(n) {
+                Some(m) => (m.state, m.used_count, m.used, m.retry_count),
+                None => (MachineState::Idle, 1, now, 0),
+            };
+            let facts = MachineFacts {
+                state,
+                used_count,
+                used,
+            };
+            match should_remove(&facts, limits, idle, &counts, now) {
+                Some(v) => {
+                    removals.push((
+                        n.clone(),
+                        match v {
+                            RemoveVerdict::TooManyBuilds => Reason::TooManyBuilds,
+                            RemoveVerdict::TooManyMachines => Reason::TooManyMachines,
+                            RemoveVerdict::TooManyIdleMachines => Reason::TooManyIdleMachines,
+                        },
+                    ));
+                    counts.add(MachineState::Removing, 0);
+                }
+                None => counts.add(state, retry),
+            }
+        }
+        for m in e.machines() {
+            if m.state == MachineState::Creating && !listing.iter().any(|n| *n == *m.name) {
+                counts.add(MachineState::Creating, m.retry_count);
+            }
+        }
+        (removals, counts)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    #[test]
+    fn pass_matches_the_reference_over_changing_listings(
+        s in setup(),
+        steps in prop::collection::vec((0u8..4, 0usize..20, 1i64..400), 1..12),
+    ) {
+        let (mut e, mut disk, _) = build(&s, 5);
+        let mut now = t(2000);
+        let mut fresh = 1000u32;
+        for (op, pos, dt) in steps {
+            match op {
+                0 if !disk.is_empty() => { disk.remove(pos % disk.len()); }
+                1 => {
+                    fresh += 1;
+                    let at = pos % (disk.len() + 1);
+                    disk.insert(at, name(fresh));
+                }
+                2 if disk.len() > 1 => { let l = disk.len(); disk.swap(pos % l, (pos + 1) % l); }
+                _ => {}
+            }
+            now += TimeDelta::seconds(dt);
+            let (want_removals, want_counts) =
+                reference::expected(&e, &disk, &s.idle, &s.limits, now);
+            let mut step = e.begin_acquire(R, &disk, now).unwrap();
+            let outcome = loop {
+                match step {
+                    AcquireStep::CheckConnectivity { name } => {
+                        step = e.connectivity_result(&name, true, now).unwrap();
+                    }
+                    AcquireStep::Done(o) => break *o,
+                }
+            };
+            let got: Vec<(String, Reason)> = outcome.report.removals.iter()
+                .map(|r| (r.name.clone(), r.reason)).collect();
+            prop_assert_eq!(got, want_removals);
+            let mut counts = outcome.report.counts;
+            counts.creating -= outcome.report.created.len() as i64;
+            prop_assert_eq!(counts, want_counts);
+            // Give the acquired machine back so the next pass sees it Idle again.
+            if let AcquireResult::Machine(m) = &outcome.result {
+                e.release(R, m, now).unwrap();
+            }
+            while e.poll_command().is_some() {}
+        }
+    }
+}

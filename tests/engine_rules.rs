@@ -454,6 +454,8 @@ fn match_table() {
     ];
     for (name, filter, want) in cases {
         assert_eq!(matches_filter(name, filter), want, "{name} ~ {filter}");
+        let prepared = drover::engine::naming::FilterMatcher::new(filter);
+        assert_eq!(prepared.matches(name), want, "prepared: {name} ~ {filter}");
     }
 }
 

@@ -582,6 +582,23 @@ fn quirk10_drain_removes_busy_machines_and_max_retries_0_still_retries_3_times()
         Some(MachineState::Removing),
         "records stay"
     );
+    // A later drain picks the failed ones up again.
+    w.force_fails = false;
+    w.notices.clear();
+    w.engine.begin_drain(
+        DrainSettings {
+            enabled: true,
+            concurrency: 1,
+            max_retries: 1,
+            retry_backoff_secs: 1,
+            shutdown_timeout_secs: 60,
+        },
+        w.now,
+    );
+    w.advance(1);
+    assert!(w.notices.iter().any(|n| matches!(n,
+        Notice::DrainFinished(r) if r.succeeded == 2 && r.failed == 0)));
+    assert!(w.disk.is_empty());
 }
 
 #[test]
@@ -765,4 +782,12 @@ fn a_config_reload_fixing_max_growth_rate_releases_queued_creations() {
         .unwrap();
     w.drive();
     assert_eq!(w.count(|c| matches!(c, Command::Create { .. })), 2);
+}
+
+#[test]
+fn the_engine_can_move_into_a_driver_task() {
+    fn send<T: Send + 'static>() {}
+    send::<Engine>();
+    send::<Command>();
+    send::<drover::engine::AcquireOutcome>();
 }

@@ -141,7 +141,8 @@ impl Engine {
     fn in_flight(&self, id: Id) -> Option<bool> {
         let m = self.ledger.get(id)?;
         let transient = matches!(m.state, MachineState::Creating | MachineState::Removing);
-        Some(transient && (m.create.is_some() || m.removal.is_some()))
+        let removal_running = m.removal.is_some_and(|r| r != RemovalPhase::DrainFailed);
+        Some(transient && (m.create.is_some() || removal_running))
     }
 
     /// Re-checks waiting machines, hands out new ones, and reports the end.
@@ -233,7 +234,7 @@ impl Engine {
                 name: m.name.to_string(),
                 reason: Reason::ShutdownDrain,
                 gave_up: false,
-                labels: m.labels,
+                labels: *m.labels,
             });
         }
         self.drain_done(id, true);

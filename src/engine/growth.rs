@@ -144,7 +144,7 @@ impl Engine {
             .and_then(|r| self.runners.get(r))
             .map(|s| s.policy.token.clone())
             .unwrap_or_default();
-        let labels = m.labels.clone();
+        let labels = (*m.labels).clone();
         if ok {
             m.state = MachineState::Idle;
             m.used = now;

@@ -175,8 +175,8 @@ pub struct Machine {
     pub reason: Option<Reason>,
     /// `MaxRemovalAttempts` copied at creation; 0 for adopted machines (default applies).
     pub max_removal_attempts: i64,
-    /// Metric target labels.
-    pub labels: TargetLabels,
+    /// Metric target labels (boxed: rarely read, and the pass walks every record).
+    pub labels: Box<TargetLabels>,
     pub(crate) runner: Option<usize>,
     pub(crate) connect_ok_until: Option<Time>,
     pub(crate) create: Option<CreatePhase>,
@@ -198,7 +198,7 @@ impl Machine {
             retry_count: 0,
             reason: None,
             max_removal_attempts: 0,
-            labels: TargetLabels::default(),
+            labels: Box::default(),
             runner: None,
             connect_ok_until: None,
             create: None,
@@ -238,12 +238,57 @@ struct Slot {
     machine: Option<Machine>,
 }
 
+/// A small, fast, deterministic string hasher for the name index (FxHash's multiply-rotate
+/// scheme over 8-byte words). Names come from the provider, not from an adversary that could
+/// aim for collisions, and SipHash's cost dominated the pass over 10,000 machines.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct NameHasher(u64);
+
+const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl NameHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
+    }
+}
+
+impl std::hash::Hasher for NameHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type NameIndex = HashMap<Box<str>, u32, std::hash::BuildHasherDefault<NameHasher>>;
+
 /// The in-memory machine table: a slab plus a name index.
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    index: HashMap<Box<str>, u32>,
+    index: NameIndex,
+    /// Machines put into Creating (they never go back to it); pruned by the pass.
+    pub(crate) creating: Vec<Id>,
 }
 
 impl Ledger {
@@ -294,6 +339,12 @@ impl Ledger {
             Id { idx, gen: 0 }
         };
         self.index.insert(name, id.idx);
+        if self
+            .get(id)
+            .is_some_and(|m| m.state == MachineState::Creating)
+        {
+            self.creating.push(id);
+        }
         id
     }
 

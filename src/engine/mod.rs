@@ -143,6 +143,21 @@ pub enum EngineError {
 struct RunnerSlot {
     policy: RunnerPolicy,
     filter: String,
+    matcher: naming::FilterMatcher,
+    /// The ids of the last pass's on-disk listing, to skip index lookups when it repeats.
+    last_listing: Vec<Id>,
+}
+
+impl RunnerSlot {
+    fn new(policy: RunnerPolicy) -> RunnerSlot {
+        let filter = naming::machine_filter(&policy.token, &policy.machine_name);
+        RunnerSlot {
+            matcher: naming::FilterMatcher::new(&filter),
+            filter,
+            policy,
+            last_listing: Vec::new(),
+        }
+    }
 }
 
 /// A machine record to put into the ledger directly (restoring state after a restart, or
@@ -200,13 +215,7 @@ impl Engine {
     /// generator seeded by `seed` so runs are reproducible.
     pub fn new(policies: Vec<RunnerPolicy>, seed: u64) -> Engine {
         Engine {
-            runners: policies
-                .into_iter()
-                .map(|policy| RunnerSlot {
-                    filter: naming::machine_filter(&policy.token, &policy.machine_name),
-                    policy,
-                })
-                .collect(),
+            runners: policies.into_iter().map(RunnerSlot::new).collect(),
             ledger: Ledger::default(),
             commands: VecDeque::new(),
             notices: VecDeque::new(),
@@ -238,9 +247,8 @@ impl Engine {
             .runners
             .get_mut(runner.0)
             .ok_or(EngineError::UnknownRunner(runner.0))?;
-        slot.filter = naming::machine_filter(&policy.token, &policy.machine_name);
         let token = policy.token.clone();
-        slot.policy = policy;
+        *slot = RunnerSlot::new(policy);
         // A new MaxGrowthRate may let queued creations start.
         self.pump_growth(&token);
         Ok(())
@@ -285,7 +293,7 @@ impl Engine {
             Event::Labels { name, labels } => {
                 if let Some(id) = self.ledger.id_of(&name) {
                     if let Some(m) = self.ledger.get_mut(id) {
-                        m.labels = labels;
+                        *m.labels = labels;
                     }
                 }
             }
@@ -318,7 +326,7 @@ impl Engine {
             m.used_count = m.used_count.saturating_add(1);
             let notice = Notice::Used {
                 name: name.to_string(),
-                labels: m.labels.clone(),
+                labels: (*m.labels).clone(),
             };
             self.notices.push_back(notice);
         }
@@ -436,7 +444,9 @@ impl Engine {
             {
                 continue;
             }
-            by.entry(&m.labels).or_default().add(m.state, m.retry_count);
+            by.entry(&*m.labels)
+                .or_default()
+                .add(m.state, m.retry_count);
         }
         if by.is_empty() {
             return vec![(TargetLabels::default(), Counts::default())];

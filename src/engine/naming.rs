@@ -153,6 +153,48 @@ pub fn new_machine_name(filter: &str, suffix: &str) -> String {
     out
 }
 
+/// A filter prepared for matching many names: [`matches_filter`] with the filter's shape
+/// worked out once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterMatcher {
+    filter: String,
+    /// Length of the literal text before `%s`, when the filter is plain text then `%s`.
+    simple: Option<usize>,
+}
+
+impl FilterMatcher {
+    /// Prepares `filter`.
+    pub fn new(filter: &str) -> FilterMatcher {
+        let simple = filter.find('%').filter(|&pos| {
+            !filter[..pos].contains(char::is_whitespace) && filter[pos..].starts_with("%s")
+        });
+        FilterMatcher {
+            filter: filter.to_string(),
+            simple,
+        }
+    }
+
+    /// The filter text.
+    pub fn as_str(&self) -> &str {
+        &self.filter
+    }
+
+    /// Same as [`matches_filter`]`(name, self.as_str())`.
+    #[inline]
+    pub fn matches(&self, name: &str) -> bool {
+        match self.simple {
+            Some(pos) => match name.strip_prefix(&self.filter[..pos]) {
+                Some(rest) => rest
+                    .chars()
+                    .find(|c| !is_scan_space(*c))
+                    .is_some_and(|c| c != '\n'),
+                None => false,
+            },
+            None => scan_general(name, &self.filter),
+        }
+    }
+}
+
 /// Whether `name` belongs to `filter`, as `Sscanf(name, filter, &s)` scanning exactly one item:
 /// the literal text before the first `%s` must match exactly, `%s` takes at least one
 /// non-space character, and everything after it is ignored.

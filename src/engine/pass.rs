@@ -10,9 +10,7 @@ use chrono::TimeDelta;
 use super::command::{Notice, Reason};
 use super::machine::{Counts, Id, Machine, MachineState};
 use super::policy::{self, IdleSettings, Limits, MachineFacts, RemoveVerdict};
-use super::{
-    naming, Engine, EngineError, RunnerId, Time, CONNECTIVITY_CACHE_SECS, MAX_CREATIONS_PER_PASS,
-};
+use super::{Engine, EngineError, RunnerId, Time, CONNECTIVITY_CACHE_SECS, MAX_CREATIONS_PER_PASS};
 
 /// A removal the pass decided, with the facts it was decided on.
 #[derive(Debug, Clone, PartialEq)]
@@ -180,28 +178,55 @@ impl Engine {
         self.epoch += 1;
         let mut kept = Vec::with_capacity(on_disk.len());
         let mut counts = Counts::default();
+        let (matcher, last) = match self.runners.get_mut(runner.0) {
+            Some(s) => (s.matcher.clone(), std::mem::take(&mut s.last_listing)),
+            None => return Err(EngineError::UnknownRunner(runner.0)),
+        };
+        let mut listing = Vec::with_capacity(on_disk.len());
+        let mut cursor = 0;
         for name in on_disk {
             let name = name.as_ref();
-            if !naming::matches_filter(name, &report.filter) {
+            if !matcher.matches(name) {
                 report.ignored += 1;
                 continue;
             }
-            self.visit(name, None, now, &mut counts, &mut kept, &mut report);
+            // Listings mostly repeat: try the next id of the last listing (or the one after,
+            // if a machine went away) before the name index.
+            let mut known = None;
+            for skip in 0..2 {
+                let hit = last
+                    .get(cursor + skip)
+                    .copied()
+                    .filter(|id| self.ledger.get(*id).is_some_and(|m| &*m.name == name));
+                if hit.is_some() {
+                    cursor += skip + 1;
+                    known = hit;
+                    break;
+                }
+            }
+            let id = self.visit(name, known, now, &mut counts, &mut kept, &mut report);
+            listing.extend(id);
+        }
+        if let Some(s) = self.runners.get_mut(runner.0) {
+            s.last_listing = listing;
         }
         // In-memory Creating machines not on disk yet, in creation order.
-        let mut creating: Vec<(u64, Id)> = self
-            .ledger
+        let mut still = std::mem::take(&mut self.ledger.creating);
+        still.retain(|id| {
+            self.ledger
+                .get(*id)
+                .is_some_and(|m| m.state == MachineState::Creating)
+        });
+        let mut creating: Vec<(u64, Id)> = still
             .iter()
-            .filter(|(_, m)| {
-                m.state == MachineState::Creating
-                    && m.seen_epoch != self.epoch
-                    && naming::matches_filter(&m.name, &report.filter)
-            })
+            .filter_map(|id| self.ledger.get(*id).map(|m| (*id, m)))
+            .filter(|(_, m)| m.seen_epoch != self.epoch && matcher.matches(&m.name))
             .map(|(id, m)| (m.seq, id))
             .collect();
+        self.ledger.creating = still;
         creating.sort_unstable();
         for (_, id) in creating {
-            self.visit("", Some(id), now, &mut counts, &mut kept, &mut report);
+            let _ = self.visit("", Some(id), now, &mut counts, &mut kept, &mut report);
         }
         report.can_create_idle = policy::can_create(&limits, &idle, &report.input_counts, false);
         report.can_create_on_demand =
@@ -245,7 +270,7 @@ impl Engine {
         counts: &mut Counts,
         kept: &mut Vec<Id>,
         report: &mut PassReport,
-    ) {
+    ) -> Option<Id> {
         let id = match known.or_else(|| self.ledger.id_of(name)) {
             Some(id) => id,
             None => {
@@ -256,9 +281,7 @@ impl Engine {
                 self.ledger.insert(m)
             }
         };
-        let Some(m) = self.ledger.get_mut(id) else {
-            return;
-        };
+        let m = self.ledger.get_mut(id)?;
         m.last_seen = now;
         m.seen_epoch = self.epoch;
         report.input_counts.add(m.state, m.retry_count);
@@ -284,6 +307,7 @@ impl Engine {
         if let Some(m) = self.ledger.get(id) {
             counts.add(m.state, m.retry_count);
         }
+        Some(id)
     }
 
     /// Resumes the pass with the result of the connectivity check it asked for.

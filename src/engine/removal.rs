@@ -216,7 +216,7 @@ impl Engine {
                 name: m.name.to_string(),
                 reason: m.reason.unwrap_or(Reason::TooManyIdleMachines),
                 gave_up,
-                labels: m.labels,
+                labels: *m.labels,
             });
             self.drain_record_deleted(id, gave_up);
         }
