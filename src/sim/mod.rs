@@ -17,6 +17,7 @@ pub mod queue;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod store;
 pub mod trace;
 mod workers;
 pub mod workload;

@@ -8,13 +8,14 @@
 //! decision is the engine's. Time comes only from the [`EventQueue`]; the run is a pure
 //! function of its [`Scenario`].
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 
 use super::provider::ProviderModel;
 use super::queue::{EventQueue, SimTime};
 use super::scenario::{is_machine_runner, Resolved, Scenario, ScenarioError, GIVE_UP_AFTER};
+use super::store::Store;
 use super::trace::{Counts, Decision, JobOutcome, Trace};
 use super::workers::Worker;
 use crate::engine::{self, Command, Engine, MachineState, Notice, RunnerId, RunnerPolicy, UseId};
@@ -71,7 +72,7 @@ pub struct Simulation {
     /// The feeder waits for a free worker.
     pub(crate) feeder_blocked: bool,
     /// Machine names on the simulated provider's disk, in listing (lexicographic) order.
-    pub(crate) disk: BTreeSet<String>,
+    pub(crate) disk: Store,
     /// Which runner (index into `runners`) each machine belongs to.
     pub(crate) owner: HashMap<String, usize>,
     /// When each machine finished its creation.
@@ -147,7 +148,7 @@ impl Simulation {
             feed_interval: (check_interval / n).max(1),
             feed_next: 0,
             feeder_blocked: false,
-            disk: BTreeSet::new(),
+            disk: Store::default(),
             owner: HashMap::new(),
             ready_at: HashMap::new(),
             sessions: HashMap::new(),
@@ -182,7 +183,10 @@ impl Simulation {
             };
             now = at;
             self.dispatch(ev);
-            self.record();
+            // One timeline row per instant: record once the instant's last event is handled.
+            if self.events.peek_time() != Some(now) {
+                self.record();
+            }
         }
         self.trace.end = match self.until {
             Some(u) => u,

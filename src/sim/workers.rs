@@ -165,8 +165,10 @@ impl Simulation {
     /// Runs one Acquire pass to its end; connectivity checks always succeed.
     fn acquire(&mut self, id: RunnerId) -> Option<AcquireResult> {
         let now = self.wall();
-        let names: Vec<&str> = self.disk.iter().map(String::as_str).collect();
-        let mut step = self.engine.begin_acquire(id, &names, now).ok()?;
+        let mut step = self
+            .engine
+            .begin_acquire(id, self.disk.listing(), now)
+            .ok()?;
         let result = loop {
             match step {
                 AcquireStep::CheckConnectivity { name } => {
@@ -214,8 +216,7 @@ impl Simulation {
                 let _ = self.engine.use_connectivity_result(id, true, now);
             }
             UseStep::List { id } => {
-                let names: Vec<&str> = self.disk.iter().map(String::as_str).collect();
-                let _ = self.engine.use_listing(id, &names, now);
+                let _ = self.engine.use_listing(id, self.disk.listing(), now);
             }
             UseStep::FetchCredentials { id, .. } => {
                 let _ = self.engine.use_credentials_result(id, true, now);
