@@ -188,3 +188,101 @@ impl Scenario<'_> {
         Ok(Resolved { start, until, jobs })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_str;
+
+    const CONFIG: &str = "concurrent = 2\n\
+        [[runners]]\nname = \"auto\"\nurl = \"https://x\"\ntoken = \"t\"\nexecutor = \"docker+machine\"\n\
+        [runners.machine]\nMachineName = \"m-%s\"\nMachineDriver = \"google\"\n\
+        [[runners]]\nname = \"shell\"\nurl = \"https://x\"\ntoken = \"t2\"\nexecutor = \"shell\"\n";
+
+    fn resolve(
+        jobs: &str,
+        from: Option<&str>,
+        until: Option<&str>,
+        any: bool,
+    ) -> Result<Resolved, ScenarioError> {
+        let config = load_str(CONFIG, "c.toml").unwrap().config;
+        let workload = Workload::parse(jobs, "w.csv").unwrap();
+        let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        Scenario {
+            config: &config,
+            workload: &workload,
+            from: from.map(t),
+            until: until.map(t),
+            model: ProviderModel::default(),
+            any_runner: any,
+        }
+        .resolve()
+    }
+
+    #[test]
+    fn lays_jobs_out_from_midnight_of_the_first_job() {
+        let r = resolve(
+            "submitted_at,duration_s,runner\n2026-03-04T10:00:00Z,5,auto\n60,1,\n",
+            None,
+            None,
+            false,
+        )
+        .unwrap();
+        assert_eq!(r.start.to_rfc3339(), "2026-03-04T00:00:00+00:00");
+        assert_eq!(
+            r.jobs[0],
+            TimedJob {
+                at: 60_000,
+                duration: 1_000,
+                runner: None
+            }
+        );
+        assert_eq!(
+            r.jobs[1],
+            TimedJob {
+                at: 36_000_000,
+                duration: 5_000,
+                runner: Some(0)
+            }
+        );
+        assert_eq!(r.until, None);
+    }
+
+    #[test]
+    fn from_and_until_cut_the_workload() {
+        let jobs = "submitted_at,duration_s\n2026-03-04T09:00:00Z,1\n2026-03-04T10:00:00Z,1\n\
+                    2026-03-04T11:00:00Z,1\n";
+        let r = resolve(
+            jobs,
+            Some("2026-03-04T09:30:00Z"),
+            Some("2026-03-04T10:30:00Z"),
+            false,
+        )
+        .unwrap();
+        assert_eq!(r.jobs.len(), 1);
+        assert_eq!(r.jobs[0].at, 1_800_000);
+        assert_eq!(r.until, Some(3_600_000));
+        let e = resolve(
+            jobs,
+            Some("2026-03-04T10:00:00Z"),
+            Some("2026-03-04T09:00:00Z"),
+            false,
+        );
+        assert!(matches!(e, Err(ScenarioError::EmptyPeriod { .. })));
+        // Relative times only: the default Monday.
+        let r = resolve("submitted_at,duration_s\n5,1\n", None, None, false).unwrap();
+        assert_eq!(r.start, default_start());
+    }
+
+    #[test]
+    fn runners_must_be_autoscaled_ones_unless_ignored() {
+        let jobs = "submitted_at,duration_s,runner\n0,1,shell\n";
+        let e = resolve(jobs, None, None, false).unwrap_err().to_string();
+        assert!(e.starts_with("workload line 2: runner \"shell\""), "{e}");
+        assert!(e.contains("those are: \"auto\""), "{e}");
+        assert_eq!(
+            resolve(jobs, None, None, true).unwrap().jobs[0].runner,
+            None
+        );
+    }
+}
