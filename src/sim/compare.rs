@@ -157,10 +157,21 @@ impl Comparison {
                 let _ = writeln!(out, "  {}", d.at);
                 let show = |side: &[String]| {
                     if side.is_empty() {
-                        "(nothing)".to_string()
-                    } else {
-                        side.join("; ")
+                        return "(nothing)".to_string();
                     }
+                    // Sorted already: collapse repeats into "N× decision".
+                    let mut parts: Vec<String> = Vec::new();
+                    let mut i = 0;
+                    while let Some(d) = side.get(i) {
+                        let n = side[i..].iter().take_while(|x| *x == d).count();
+                        parts.push(if n > 1 {
+                            format!("{n}× {d}")
+                        } else {
+                            d.clone()
+                        });
+                        i += n;
+                    }
+                    parts.join("; ")
                 };
                 let _ = writeln!(out, "    {:<w$} {}", self.a_label, show(&d.a));
                 let _ = writeln!(out, "    {:<w$} {}", self.b_label, show(&d.b));
@@ -231,5 +242,6 @@ mod tests {
         let text = c.to_text();
         assert!(text.contains("diverge at 2 instant(s)"), "{text}");
         assert!(text.contains("(nothing)"));
+        assert!(text.contains("2× create r: idle"), "{text}");
     }
 }
