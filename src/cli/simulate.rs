@@ -203,6 +203,11 @@ fn run_inner(args: &SimulateArgs) -> anyhow::Result<()> {
     }
     match args.format {
         Format::Text => {
+            let workload_label = match &args.run.workload {
+                Some(p) => p.display().to_string(),
+                None => "bursty-weekday.csv (bundled)".to_string(),
+            };
+            println!("{label} on {workload_label}");
             print!("{}", summary.to_text());
             for w in &trace.warnings {
                 eprintln!("drover: engine warning: {w}");

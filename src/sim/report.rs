@@ -69,6 +69,8 @@ pub struct Summary {
     pub queue_wait_s: Waits,
     /// Jobs whose machine finished its creation after the job was submitted.
     pub jobs_waited_for_creation: u64,
+    /// Warnings the engine raised during the run (for example a deadlocked growth rate).
+    pub warnings: Vec<String>,
 }
 
 fn secs(ms: SimTime) -> f64 {
@@ -147,6 +149,7 @@ impl Summary {
             },
             jobs_waited_for_creation: trace.jobs.iter().filter(|j| j.waited_for_creation).count()
                 as u64,
+            warnings: trace.warnings.clone(),
         }
     }
 
