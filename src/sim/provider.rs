@@ -35,12 +35,15 @@ pub struct ModelError {
 }
 
 const LATENCY_HINT: &str =
-    "use seconds (`90`, `90s`), `uniform:60-120` (seconds) or `exp:90` (mean seconds)";
+    "use seconds up to a day (`90`, `90s`), `uniform:60-120` (seconds) or `exp:90` (mean)";
+
+/// The longest latency accepted: a day.
+const MAX_LATENCY: SimTime = 86_400 * 1000;
 
 fn seconds(text: &str) -> Option<SimTime> {
     let t = text.trim();
     let t = t.strip_suffix('s').unwrap_or(t);
-    secs_to_ms(t.parse::<f64>().ok()?)
+    secs_to_ms(t.parse::<f64>().ok()?).filter(|ms| *ms <= MAX_LATENCY)
 }
 
 impl FromStr for Latency {
@@ -200,6 +203,7 @@ mod tests {
         assert!("uniform:120-60".parse::<Latency>().is_err());
         assert!("fast".parse::<Latency>().is_err());
         assert!("-3".parse::<Latency>().is_err());
+        assert!("1e9".parse::<Latency>().is_err());
         assert_eq!(parse_rate("0.25"), Ok(0.25));
         assert!(parse_rate("1.5").is_err());
         assert!(parse_rate("x").is_err());

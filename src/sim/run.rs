@@ -293,7 +293,7 @@ impl Simulation {
                     reason: reason.to_string(),
                 });
                 self.events.schedule(
-                    now + outcome.latency,
+                    now.saturating_add(outcome.latency),
                     Ev::Provider(engine::Event::Created {
                         name,
                         ok: !outcome.fails,
@@ -313,7 +313,7 @@ impl Simulation {
                 let outcome = self.model.removal(self.removals_issued);
                 self.removals_issued += 1;
                 self.events.schedule(
-                    now + outcome.latency,
+                    now.saturating_add(outcome.latency),
                     Ev::Provider(engine::Event::Removed {
                         name,
                         ok: !outcome.fails,

@@ -26,6 +26,9 @@ pub fn default_start() -> DateTime<Utc> {
 /// cannot finish (for example because `limit` leaves no room for a machine).
 pub const GIVE_UP_AFTER: SimTime = 24 * 3600 * 1000;
 
+/// The longest period one run may cover: 366 days.
+pub const MAX_PERIOD: SimTime = 366 * 86_400 * 1000;
+
 /// The inputs of one run.
 #[derive(Debug, Clone)]
 pub struct Scenario<'a> {
@@ -77,6 +80,19 @@ pub enum ScenarioError {
     /// A runner cannot drive the engine (no `[runners.machine]` section).
     #[error("{0}")]
     Policy(String),
+    /// The period is longer than [`MAX_PERIOD`].
+    #[error(
+        "the simulated period would last {days} days ({from} .. {until}); simulate at most 366 \
+         days at a time: pick a part with --from and --until"
+    )]
+    TooLong {
+        /// Its length in whole days.
+        days: u64,
+        /// The start.
+        from: String,
+        /// The end (the last submission when --until is not given).
+        until: String,
+    },
     /// `concurrent` is below 1 (gitlab-runner refuses to start).
     #[error("concurrent = {0} in the config; gitlab-runner needs at least 1")]
     Concurrent(i64),
@@ -185,6 +201,17 @@ impl Scenario<'_> {
             });
         }
         jobs.sort_by_key(|j| j.at);
+        let span = until.unwrap_or_else(|| jobs.last().map_or(0, |j| j.at));
+        if span > MAX_PERIOD {
+            let end = start
+                .checked_add_signed(Duration::milliseconds(span.min(i64::MAX as u64) as i64))
+                .unwrap_or(DateTime::<Utc>::MAX_UTC);
+            return Err(ScenarioError::TooLong {
+                days: span / 86_400_000,
+                from: rfc(start),
+                until: rfc(end),
+            });
+        }
         Ok(Resolved { start, until, jobs })
     }
 }
@@ -272,6 +299,16 @@ mod tests {
         // Relative times only: the default Monday.
         let r = resolve("submitted_at,duration_s\n5,1\n", None, None, false).unwrap();
         assert_eq!(r.start, default_start());
+        let e = resolve(
+            "submitted_at,duration_s\n0,1\n40000000,1\n",
+            None,
+            None,
+            false,
+        );
+        assert!(
+            matches!(e, Err(ScenarioError::TooLong { days: 462, .. })),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -134,7 +134,10 @@ impl Trace {
 
     /// The wall-clock time of a [`SimTime`].
     pub fn wall(&self, at: SimTime) -> DateTime<Utc> {
-        self.start + chrono::Duration::milliseconds(at.min(i64::MAX as u64) as i64)
+        let delta = chrono::Duration::milliseconds(at.min(i64::MAX as u64) as i64);
+        self.start
+            .checked_add_signed(delta)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
     }
 }
 

@@ -77,13 +77,20 @@ pub enum WorkloadError {
     },
 }
 
+/// The latest relative submission accepted: 100 years, in milliseconds.
+pub const MAX_OFFSET: SimTime = 100 * 365 * 86_400 * 1000;
+/// The longest job accepted: one year, in milliseconds.
+pub const MAX_DURATION: SimTime = 365 * 86_400 * 1000;
+
 /// The columns a workload CSV may have.
 const COLUMNS: [&str; 4] = ["submitted_at", "duration_s", "runner", "tags"];
 
 /// Parses `submitted_at`: a number of seconds (offset) or an RFC 3339 timestamp.
 pub fn parse_submitted_at(text: &str) -> Option<SubmittedAt> {
     if let Ok(secs) = text.parse::<f64>() {
-        return secs_to_ms(secs).map(SubmittedAt::Offset);
+        return secs_to_ms(secs)
+            .filter(|ms| *ms <= MAX_OFFSET)
+            .map(SubmittedAt::Offset);
     }
     DateTime::parse_from_rfc3339(text)
         .ok()
@@ -171,10 +178,14 @@ impl Workload {
                 .parse::<f64>()
                 .ok()
                 .and_then(secs_to_ms)
+                .filter(|ms| *ms <= MAX_DURATION)
                 .ok_or_else(|| {
                     err(
                         line,
-                        format!("duration_s {dur_text:?} is not a non-negative number of seconds"),
+                        format!(
+                            "duration_s {dur_text:?} is not a number of seconds between 0 and \
+                             31536000 (a year)"
+                        ),
                     )
                 })?;
             let runner = field(index[2])
