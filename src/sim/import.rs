@@ -190,3 +190,17 @@ mod tests {
         assert!(!looks_like_export("submitted_at,duration_s"));
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Arbitrary JSON-ish text never panics the import.
+        #[test]
+        fn import_never_panics(text in "(\\[|\\]|\\{|\\}|\"[a-z_]{0,12}\"|:|,|null|[0-9]{1,4}|\"2026-01-05T0[0-9]:00:00Z\"){0,60}") {
+            let _ = import_jobs_export(&text, "x.json");
+        }
+    }
+}

@@ -341,3 +341,48 @@ mod tests {
         assert_eq!(strip(w), strip(again));
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text is either a workload or an error naming a line; parsing never panics, and a
+        /// parsed workload survives a round trip through CSV.
+        #[test]
+        fn parse_never_panics(text in "(submitted_at|duration_s|runner|tags|[0-9.,\"eZT:-]|\n| ){0,120}") {
+            if let Ok(w) = Workload::parse(&text, "f.csv") {
+                let again = Workload::parse(&w.to_csv(), "g.csv").map(|w| w.jobs.len());
+                prop_assert_eq!(again.ok(), Some(w.jobs.len()));
+            }
+        }
+
+        /// Workloads written by `to_csv` parse back to the same jobs.
+        #[test]
+        fn csv_round_trips(rows in proptest::collection::vec(
+            (0u64..10_000_000, 0u64..10_000_000, "[a-z ,\"]{0,6}", proptest::collection::vec("[a-z0-9-]{1,5}", 0..3)),
+            0..20,
+        )) {
+            let jobs: Vec<Job> = rows
+                .into_iter()
+                .map(|(at, duration, runner, tags)| Job {
+                    submitted_at: SubmittedAt::Offset(at),
+                    duration,
+                    runner: Some(runner.trim().to_string()).filter(|r| !r.is_empty()),
+                    tags,
+                    line: 0,
+                })
+                .collect();
+            let w = Workload { jobs };
+            let back = Workload::parse(&w.to_csv(), "r.csv").map_err(|e| e.to_string());
+            let strip = |w: &Workload| {
+                w.jobs
+                    .iter()
+                    .map(|j| (j.submitted_at, j.duration, j.runner.clone(), j.tags.clone()))
+                    .collect::<Vec<_>>()
+            };
+            prop_assert_eq!(back.map(|b| strip(&b)), Ok(strip(&w)));
+        }
+    }
+}
