@@ -4,7 +4,7 @@
 //! GitLab is the workload (jobs arrive at their submission time and wait in a queue), the
 //! provider is the [`ProviderModel`] (each command completes after a drawn latency, perhaps
 //! failing), and gitlab-runner's run loop (feeder, workers, per-runner `limit`, global
-//! `concurrent`; see [`crate::sim::workers`]) decides when Acquire passes happen. Every scaling
+//! `concurrent`; see the `workers` module) decides when Acquire passes happen. Every scaling
 //! decision is the engine's. Time comes only from the [`EventQueue`]; the run is a pure
 //! function of its [`Scenario`].
 
