@@ -262,3 +262,48 @@ fn compare_finds_no_divergence_in_a_config_against_itself_but_finds_a_changed_id
         c.first_divergences[0].b.len()
     );
 }
+
+#[test]
+fn nothing_scales_while_every_worker_is_busy() {
+    // IdleCount 1: when the idle machine takes the job, the pool should be refilled, but only an
+    // Acquire pass refills it, and passes need a free worker (there is no background loop).
+    let model = ProviderModel {
+        create_latency: Latency::Fixed(30_000),
+        ..ProviderModel::default()
+    };
+    let w = workload("submitted_at,duration_s\n60,1200\n");
+    let run_with = |concurrent| {
+        let c = runner(0, "IdleCount = 1\nIdleTime = 10", concurrent);
+        run_period(
+            &c,
+            &w,
+            model.clone(),
+            Some("2026-01-05T00:00:00Z"),
+            Some("2026-01-05T01:00:00Z"),
+        )
+    };
+    let during = |t: &Trace| {
+        t.decisions
+            .iter()
+            .filter(|d| d.at >= 60_000 && d.at < 1_260_000)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    // One worker: it is busy with the job for 20 minutes, so nothing happens meanwhile.
+    let one = run_with(1);
+    assert_eq!(
+        one.jobs[0].started,
+        Some(60_000),
+        "the idle machine takes the job at once"
+    );
+    assert_eq!(during(&one), vec![]);
+    assert_eq!(counts_at(&one, "2026-01-05T00:10:00Z").idle, 0);
+    // Two workers: the runner is handed at once to the second worker after the first got a job
+    // (the non-blocking re-queue), and that pass refills the pool.
+    let two = run_with(2);
+    let refill = during(&two);
+    assert_eq!(refill.len(), 1, "{refill:?}");
+    assert_eq!(refill[0].action, "create");
+    assert_eq!(refill[0].at, 60_000, "{refill:?}");
+    assert_eq!(counts_at(&two, "2026-01-05T00:10:00Z").idle, 1);
+}
