@@ -18,3 +18,4 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod provider;
+pub mod sim;

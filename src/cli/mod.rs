@@ -13,6 +13,10 @@ pub mod check_config;
 
 use clap::{Parser, Subcommand};
 
+pub mod compare;
+pub mod simulate;
+pub mod workload;
+
 /// Version information printed by `drover --version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -47,6 +51,12 @@ pub struct Cli {
 pub enum Command {
     /// Provider plugin tools (conformance suite)
     Provider(provider::ProviderArgs),
+    /// Replay a workload through the autoscaler in virtual time and summarise what it did
+    Simulate(simulate::SimulateArgs),
+    /// Replay one workload through two configs and show where their decisions differ
+    Compare(compare::CompareArgs),
+    /// Workload files for simulate and compare (import a GitLab jobs export)
+    Workload(workload::WorkloadArgs),
     /// Load config.toml and report what it configures, with warnings and errors
     CheckConfig(check_config::CheckConfigArgs),
     /// Autoscaling tools: explain the engine's decisions
@@ -66,6 +76,9 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::Provider(args) => provider::run(args),
+        Command::Simulate(args) => simulate::run(&args),
+        Command::Compare(args) => compare::run(&args),
+        Command::Workload(args) => workload::run(&args),
         Command::CheckConfig(args) => check_config::run(&args),
         Command::Autoscale(cmd) => autoscale::run(&cmd),
     }

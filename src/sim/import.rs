@@ -1,0 +1,206 @@
+//! Import of real history: a GitLab jobs API export converted into a [`Workload`].
+//!
+//! The input is what `GET /projects/:id/jobs` (or the group/instance job lists) returns: a JSON
+//! array of job objects. Several pages may simply be concatenated in one file (`[...][...]`).
+//! For each job, `created_at` becomes `submitted_at`, `finished_at - started_at` becomes
+//! `duration_s`, `tag_list` becomes `tags` and `runner.description` (the runner's `name` in
+//! `config.toml`) becomes `runner`. Jobs that never started or never finished (pending,
+//! canceled before start, skipped, manual) are left out and counted. Unknown fields are
+//! ignored. This module only converts; the simulator runs the result.
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+use super::queue::SimTime;
+use super::workload::{Job, SubmittedAt, Workload};
+
+/// The fields of a jobs API object that the import reads.
+#[derive(Debug, Deserialize)]
+struct ApiJob {
+    #[serde(default)]
+    id: Option<u64>,
+    #[serde(default)]
+    created_at: Option<String>,
+    #[serde(default)]
+    started_at: Option<String>,
+    #[serde(default)]
+    finished_at: Option<String>,
+    #[serde(default)]
+    tag_list: Vec<String>,
+    #[serde(default)]
+    runner: Option<ApiRunner>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ApiRunner {
+    #[serde(default)]
+    description: Option<String>,
+}
+
+/// A jobs export that could not be converted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// The text is not a JSON array (or a sequence of arrays) of job objects.
+    #[error("{source_name}: not a GitLab jobs export (a JSON array of jobs): {source}")]
+    Json {
+        /// The file name.
+        source_name: String,
+        /// Where and why parsing failed.
+        source: serde_json::Error,
+    },
+    /// A timestamp is not RFC 3339.
+    #[error("{source_name}: job {job}: {field} {value:?} is not an RFC 3339 time")]
+    Time {
+        /// The file name.
+        source_name: String,
+        /// The job id (or its position when it has none).
+        job: String,
+        /// Which field.
+        field: &'static str,
+        /// The text found.
+        value: String,
+    },
+}
+
+/// The result of an import: the workload and what was left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Imported {
+    /// The jobs that ran, sorted by submission time.
+    pub workload: Workload,
+    /// Jobs left out because they never started.
+    pub not_started: usize,
+    /// Jobs left out because they started but never finished.
+    pub not_finished: usize,
+}
+
+/// True if `text` looks like a JSON export rather than CSV (its first non-space byte is `[`).
+pub fn looks_like_export(text: &str) -> bool {
+    text.trim_start_matches('\u{feff}')
+        .trim_start()
+        .starts_with('[')
+}
+
+/// Converts a jobs API export; `source_name` names it in error messages.
+pub fn import_jobs_export(text: &str, source_name: &str) -> Result<Imported, ImportError> {
+    let mut api_jobs = Vec::new();
+    for page in serde_json::Deserializer::from_str(text).into_iter::<Vec<ApiJob>>() {
+        api_jobs.extend(page.map_err(|source| ImportError::Json {
+            source_name: source_name.to_string(),
+            source,
+        })?);
+    }
+    let mut out = Imported::default();
+    let mut jobs = Vec::with_capacity(api_jobs.len());
+    for (position, job) in api_jobs.into_iter().enumerate() {
+        let label = job
+            .id
+            .map(|id| id.to_string())
+            .unwrap_or_else(|| format!("#{}", position + 1));
+        let time = |field: &'static str, value: &Option<String>| {
+            value
+                .as_deref()
+                .map(|v| {
+                    DateTime::parse_from_rfc3339(v)
+                        .map(|t| t.with_timezone(&Utc))
+                        .map_err(|_| ImportError::Time {
+                            source_name: source_name.to_string(),
+                            job: label.clone(),
+                            field,
+                            value: v.to_string(),
+                        })
+                })
+                .transpose()
+        };
+        let created = time("created_at", &job.created_at)?;
+        let started = time("started_at", &job.started_at)?;
+        let finished = time("finished_at", &job.finished_at)?;
+        let (Some(started), Some(created)) = (started, created.or(started)) else {
+            out.not_started += 1;
+            continue;
+        };
+        let Some(finished) = finished else {
+            out.not_finished += 1;
+            continue;
+        };
+        let duration = (finished - started).num_milliseconds().max(0) as SimTime;
+        jobs.push(Job {
+            submitted_at: SubmittedAt::At(created),
+            duration,
+            runner: job
+                .runner
+                .and_then(|r| r.description)
+                .filter(|d| !d.is_empty()),
+            tags: job.tag_list,
+            line: 0,
+        });
+    }
+    // The API lists newest first; a workload reads best in submission order.
+    jobs.sort_by_key(|j| j.submitted_at);
+    out.workload = Workload { jobs };
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXPORT: &str = r#"[
+      {"id": 3, "status": "success", "created_at": "2026-01-05T09:10:00.000Z",
+       "started_at": "2026-01-05T09:11:00.000Z", "finished_at": "2026-01-05T09:16:30.500Z",
+       "tag_list": ["docker"], "runner": {"id": 7, "description": "autoscale-1", "active": true},
+       "pipeline": {"id": 1}},
+      {"id": 2, "status": "pending", "created_at": "2026-01-05T09:05:00Z",
+       "started_at": null, "finished_at": null, "tag_list": [], "runner": null},
+      {"id": 1, "status": "success", "created_at": "2026-01-05T10:00:00+01:00",
+       "started_at": "2026-01-05T09:00:30Z", "finished_at": "2026-01-05T09:01:00Z",
+       "tag_list": [], "runner": null}
+    ]
+    [{"id": 0, "status": "running", "created_at": "2026-01-05T08:00:00Z",
+      "started_at": "2026-01-05T08:00:01Z", "finished_at": null}]"#;
+
+    #[test]
+    fn converts_finished_jobs_in_submission_order() {
+        let got = import_jobs_export(EXPORT, "export.json").unwrap();
+        assert_eq!((got.not_started, got.not_finished), (1, 1));
+        let jobs = &got.workload.jobs;
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[0].duration, 30_000);
+        assert_eq!(jobs[0].runner, None);
+        assert_eq!(jobs[1].duration, 330_500);
+        assert_eq!(jobs[1].runner.as_deref(), Some("autoscale-1"));
+        assert_eq!(jobs[1].tags, ["docker"]);
+        assert!(jobs[0].submitted_at < jobs[1].submitted_at);
+        // The CSV it produces is a valid workload.
+        let csv = got.workload.to_csv();
+        assert_eq!(Workload::parse(&csv, "x").unwrap().jobs.len(), 2);
+    }
+
+    #[test]
+    fn reports_bad_input() {
+        let e = import_jobs_export("{\"id\": 1}", "e.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("e.json: not a GitLab jobs export"), "{e}");
+        let e = import_jobs_export(r#"[{"id": 9, "created_at": "monday"}]"#, "e.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("job 9: created_at \"monday\""), "{e}");
+        assert!(looks_like_export("\n  [{}]"));
+        assert!(!looks_like_export("submitted_at,duration_s"));
+    }
+}
+
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Arbitrary JSON-ish text never panics the import.
+        #[test]
+        fn import_never_panics(text in "(\\[|\\]|\\{|\\}|\"[a-z_]{0,12}\"|:|,|null|[0-9]{1,4}|\"2026-01-05T0[0-9]:00:00Z\"){0,60}") {
+            let _ = import_jobs_export(&text, "x.json");
+        }
+    }
+}

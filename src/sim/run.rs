@@ -1,0 +1,383 @@
+//! The simulator proper: drives [`crate::engine::Engine`] in virtual time.
+//!
+//! It plays the parts around the engine that the manager plays in production, with fakes:
+//! GitLab is the workload (jobs arrive at their submission time and wait in a queue), the
+//! provider is the [`ProviderModel`] (each command completes after a drawn latency, perhaps
+//! failing), and gitlab-runner's run loop (feeder, workers, per-runner `limit`, global
+//! `concurrent`; see the `workers` module) decides when Acquire passes happen. Every scaling
+//! decision is the engine's. Time comes only from the [`EventQueue`]; the run is a pure
+//! function of its [`Scenario`].
+
+use std::collections::{HashMap, VecDeque};
+
+use chrono::{DateTime, Utc};
+
+use super::provider::ProviderModel;
+use super::queue::{EventQueue, SimTime};
+use super::scenario::{is_machine_runner, Resolved, Scenario, ScenarioError, GIVE_UP_AFTER};
+use super::store::Store;
+use super::trace::{Counts, Decision, JobOutcome, Trace};
+use super::workers::Worker;
+use crate::engine::{self, Command, Engine, MachineState, Notice, RunnerId, RunnerPolicy, UseId};
+
+/// Something due at an instant of virtual time.
+#[derive(Debug)]
+pub(crate) enum Ev {
+    /// Job `n` of the resolved workload is submitted.
+    Arrival(usize),
+    /// The feeder wakes up to hand the next runner to a worker.
+    Feed,
+    /// The job on this worker ends.
+    JobDone(usize),
+    /// A provider command finished; its result for the engine.
+    Provider(engine::Event),
+    /// The engine asked to be woken (its `poll_timeout`).
+    Tick,
+}
+
+/// One `[[runners]]` entry as the run loop sees it.
+#[derive(Debug)]
+pub(crate) struct SimRunner {
+    /// `name`, for reports.
+    pub(crate) name: String,
+    /// `limit` (0 = unlimited): jobs at once, and machines.
+    pub(crate) limit: i64,
+    /// `strict_check_interval`: no immediate re-poll after receiving a job.
+    pub(crate) strict: bool,
+    /// The engine's id for it, if it autoscales (`docker+machine` with a token).
+    pub(crate) engine: Option<RunnerId>,
+    /// Jobs this runner is handling now (requested and not yet finished).
+    pub(crate) builds: i64,
+    /// Jobs that only this runner may take, in submission order.
+    pub(crate) queue: VecDeque<usize>,
+}
+
+/// A run in progress. See the module docs.
+pub struct Simulation {
+    pub(crate) engine: Engine,
+    pub(crate) events: EventQueue<Ev>,
+    pub(crate) start: DateTime<Utc>,
+    pub(crate) model: ProviderModel,
+    pub(crate) trace: Trace,
+    pub(crate) runners: Vec<SimRunner>,
+    /// `RunnerId` index → index into `runners`.
+    pub(crate) by_engine_id: Vec<usize>,
+    pub(crate) jobs: Vec<super::scenario::TimedJob>,
+    /// Jobs any runner may take, in submission order.
+    pub(crate) shared: VecDeque<usize>,
+    pub(crate) workers: Vec<Worker>,
+    /// Milliseconds the feeder sleeps after handing out a runner.
+    pub(crate) feed_interval: SimTime,
+    pub(crate) feed_next: usize,
+    /// The feeder waits for a free worker.
+    pub(crate) feeder_blocked: bool,
+    /// Machine names on the simulated provider's disk, in listing (lexicographic) order.
+    pub(crate) disk: Store,
+    /// Which runner (index into `runners`) each machine belongs to.
+    pub(crate) owner: HashMap<String, usize>,
+    /// When each machine finished its creation.
+    pub(crate) ready_at: HashMap<String, SimTime>,
+    /// Which worker each `Use` session belongs to.
+    pub(crate) sessions: HashMap<UseId, usize>,
+    pub(crate) creates_issued: u64,
+    pub(crate) removals_issued: u64,
+    /// The engine tick currently scheduled, to avoid scheduling duplicates.
+    tick_at: Option<SimTime>,
+    pub(crate) queued: u32,
+    pub(crate) finished: usize,
+    until: Option<SimTime>,
+}
+
+impl Simulation {
+    /// Prepares a run of `scenario`.
+    pub fn new(scenario: &Scenario<'_>) -> Result<Self, ScenarioError> {
+        let Resolved { start, until, jobs } = scenario.resolve()?;
+        let config = scenario.config;
+        let mut policies = Vec::new();
+        let mut by_engine_id = Vec::new();
+        let mut runners = Vec::with_capacity(config.runners.len());
+        for (i, r) in config.runners.iter().enumerate() {
+            let engine = if is_machine_runner(r) {
+                let policy = RunnerPolicy::from_runner(r)
+                    .map_err(|e| ScenarioError::Policy(e.to_string()))?;
+                policies.push(policy);
+                by_engine_id.push(i);
+                Some(RunnerId(policies.len() - 1))
+            } else {
+                None
+            };
+            runners.push(SimRunner {
+                name: r.name.clone(),
+                limit: r.limit,
+                strict: r.strict_check_interval.unwrap_or(false),
+                engine,
+                builds: 0,
+                queue: VecDeque::new(),
+            });
+        }
+        let check_interval = config.check_interval_or_default().max(1) as SimTime * 1000;
+        let n = runners.len().max(1) as SimTime;
+        let concurrent = config.concurrent.max(1) as usize;
+        let mut events = EventQueue::new();
+        for (i, job) in jobs.iter().enumerate() {
+            events.schedule(job.at, Ev::Arrival(i));
+        }
+        events.schedule(0, Ev::Feed);
+        let mut trace = Trace::new(start, scenario.model.seed);
+        trace.jobs = jobs
+            .iter()
+            .map(|j| JobOutcome {
+                submitted: j.at,
+                started: None,
+                finished: None,
+                waited_for_creation: false,
+                failed: false,
+            })
+            .collect();
+        let mut sim = Simulation {
+            engine: Engine::new(policies, scenario.model.seed),
+            events,
+            start,
+            model: scenario.model.clone(),
+            trace,
+            runners,
+            by_engine_id,
+            jobs,
+            shared: VecDeque::new(),
+            workers: (0..concurrent).map(|_| Worker::default()).collect(),
+            feed_interval: (check_interval / n).max(1),
+            feed_next: 0,
+            feeder_blocked: false,
+            disk: Store::default(),
+            owner: HashMap::new(),
+            ready_at: HashMap::new(),
+            sessions: HashMap::new(),
+            creates_issued: 0,
+            removals_issued: 0,
+            tick_at: None,
+            queued: 0,
+            finished: 0,
+            until,
+        };
+        sim.record();
+        Ok(sim)
+    }
+
+    /// Runs to the end and returns what happened.
+    ///
+    /// The run ends at `--until` if given; otherwise when every job has finished, or
+    /// [`GIVE_UP_AFTER`] past the last submission if some never can.
+    pub fn run(mut self) -> Trace {
+        let give_up = self.jobs.last().map_or(0, |j| j.at) + GIVE_UP_AFTER;
+        let end = self.until.unwrap_or(give_up);
+        let mut now = 0;
+        while let Some(at) = self.events.peek_time() {
+            if at > end {
+                break;
+            }
+            if self.until.is_none() && self.finished == self.jobs.len() && at > now {
+                break;
+            }
+            let Some((at, ev)) = self.events.pop() else {
+                break;
+            };
+            now = at;
+            self.dispatch(ev);
+            // One timeline row per instant: record once the instant's last event is handled.
+            if self.events.peek_time() != Some(now) {
+                self.record();
+            }
+        }
+        self.trace.end = match self.until {
+            Some(u) => u,
+            None if self.finished == self.jobs.len() => now,
+            None => end,
+        };
+        self.trace
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Arrival(job) => self.arrive(job),
+            Ev::Feed => self.feed(),
+            Ev::JobDone(worker) => self.job_done(worker),
+            Ev::Provider(event) => {
+                let now = self.wall();
+                self.engine.handle(event, now);
+                self.pump();
+            }
+            Ev::Tick => {
+                self.tick_at = None;
+                let now = self.wall();
+                self.engine.handle(engine::Event::Tick, now);
+                self.pump();
+            }
+        }
+    }
+
+    /// The current virtual time.
+    pub(crate) fn now(&self) -> SimTime {
+        self.events.now()
+    }
+
+    /// The current virtual time as the engine's wall-clock time.
+    pub(crate) fn wall(&self) -> engine::Time {
+        self.trace.wall(self.now())
+    }
+
+    /// Drains the engine after an input: executes its commands on the provider model,
+    /// records its notices, wakes workers waiting for machines, and arms its timer.
+    pub(crate) fn pump(&mut self) {
+        loop {
+            let mut progressed = false;
+            while let Some(cmd) = self.engine.poll_command() {
+                progressed = true;
+                self.execute(cmd);
+            }
+            while let Some(notice) = self.engine.poll_notice() {
+                progressed = true;
+                self.observe(notice);
+            }
+            while let Some(step) = self.engine.poll_use() {
+                progressed = true;
+                self.answer_use(step);
+            }
+            if !progressed {
+                break;
+            }
+        }
+        if let Some(t) = self.engine.poll_timeout() {
+            let at = (t - self.start).num_milliseconds().max(0) as SimTime;
+            let at = at.max(self.now());
+            if self.tick_at.is_none_or(|s| at < s) {
+                self.tick_at = Some(at);
+                self.events.schedule(at, Ev::Tick);
+            }
+        }
+    }
+
+    /// The runner whose machine filter matches `machine` (the first, in file order).
+    fn owner_by_filter(&self, machine: &str) -> Option<usize> {
+        self.by_engine_id.iter().enumerate().find_map(|(eid, &r)| {
+            self.engine
+                .filter(RunnerId(eid))
+                .is_some_and(|f| engine::naming::matches_filter(machine, f))
+                .then_some(r)
+        })
+    }
+
+    fn runner_label(&self, machine: &str) -> String {
+        self.owner
+            .get(machine)
+            .and_then(|&r| self.runners.get(r))
+            .map_or_else(|| "?".to_string(), |r| r.name.clone())
+    }
+
+    /// Executes one engine command on the simulated provider.
+    fn execute(&mut self, cmd: Command) {
+        let now = self.now();
+        match cmd {
+            Command::Create { name, reason, .. } => {
+                if !self.owner.contains_key(&name) {
+                    if let Some(r) = self.owner_by_filter(&name) {
+                        self.owner.insert(name.clone(), r);
+                    }
+                }
+                let outcome = self.model.creation(self.creates_issued);
+                self.creates_issued += 1;
+                self.trace.creations += 1;
+                self.trace.decisions.push(Decision {
+                    at: now,
+                    runner: self.runner_label(&name),
+                    action: "create",
+                    reason: reason.to_string(),
+                });
+                self.events.schedule(
+                    now.saturating_add(outcome.latency),
+                    Ev::Provider(engine::Event::Created {
+                        name,
+                        ok: !outcome.fails,
+                    }),
+                );
+            }
+            Command::CheckExists { name, .. } => {
+                let exists = self.disk.contains(&name);
+                self.events
+                    .schedule(now, Ev::Provider(engine::Event::Exists { name, exists }));
+            }
+            Command::Stop { name, .. } => {
+                self.events
+                    .schedule(now, Ev::Provider(engine::Event::Stopped { name }));
+            }
+            Command::Remove { name, .. } => {
+                let outcome = self.model.removal(self.removals_issued);
+                self.removals_issued += 1;
+                self.events.schedule(
+                    now.saturating_add(outcome.latency),
+                    Ev::Provider(engine::Event::Removed {
+                        name,
+                        ok: !outcome.fails,
+                    }),
+                );
+            }
+            Command::ForceRemove { name, .. } => {
+                self.events.schedule(
+                    now,
+                    Ev::Provider(engine::Event::ForceRemoved { name, ok: true }),
+                );
+            }
+        }
+    }
+
+    /// Records a notice: machines appearing and disappearing on the simulated store, and the
+    /// figures of the trace.
+    fn observe(&mut self, notice: Notice) {
+        let now = self.now();
+        match notice {
+            Notice::Created { name, .. } => {
+                self.disk.insert(name.clone());
+                self.ready_at.insert(name, now);
+            }
+            Notice::CreationFailed { .. } => self.trace.creation_failures += 1,
+            Notice::Removing { name, reason } => {
+                self.trace.decisions.push(Decision {
+                    at: now,
+                    runner: self.runner_label(&name),
+                    action: "remove",
+                    reason: reason.to_string(),
+                });
+            }
+            Notice::Removed { name, reason, .. } => {
+                self.disk.remove(&name);
+                self.owner.remove(&name);
+                self.ready_at.remove(&name);
+                self.trace.removals.push(reason.to_string());
+            }
+            Notice::Warning(w) if !self.trace.warnings.contains(&w) => self.trace.warnings.push(w),
+            _ => {}
+        }
+    }
+
+    /// Appends the current counts to the timeline.
+    fn record(&mut self) {
+        let mut c = Counts {
+            queued: self.queued,
+            ..Counts::default()
+        };
+        for m in self.engine.machines() {
+            match m.state {
+                MachineState::Idle | MachineState::Acquired => c.idle += 1,
+                MachineState::Used => c.used += 1,
+                MachineState::Creating => c.creating += 1,
+                MachineState::Removing => c.removing += 1,
+            }
+        }
+        let now = self.now();
+        self.trace.record(now, c);
+    }
+}
+
+/// Runs `scenario` to its end.
+pub fn simulate(scenario: &Scenario<'_>) -> Result<Trace, ScenarioError> {
+    Ok(Simulation::new(scenario)?.run())
+}

@@ -1,0 +1,169 @@
+//! What a simulation run records: the timeline of machine and queue counts, every scaling
+//! decision, and every job's fate. The simulator ([`crate::sim`]) writes a [`Trace`]; reports,
+//! plots and comparisons ([`crate::sim::report`], [`crate::sim::plot`], [`crate::sim::compare`])
+//! only read it. Nothing here decides or simulates anything.
+
+use chrono::{DateTime, Utc};
+
+use super::queue::SimTime;
+
+/// Machines by state and queued jobs at one instant.
+///
+/// `idle` includes machines upstream calls *Acquired* (reserved for a job request that has not
+/// started a job yet); `removing` includes machines stuck on removal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Idle (and acquired) machines.
+    pub idle: u32,
+    /// Machines running a job.
+    pub used: u32,
+    /// Machines being created.
+    pub creating: u32,
+    /// Machines being removed.
+    pub removing: u32,
+    /// Jobs submitted but not yet started.
+    pub queued: u32,
+}
+
+impl Counts {
+    /// All machines, in any state.
+    pub fn total(&self) -> u32 {
+        self.idle + self.used + self.creating + self.removing
+    }
+}
+
+/// The counts from `at` until the next row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    /// When the counts took these values.
+    pub at: SimTime,
+    /// The values.
+    pub counts: Counts,
+}
+
+/// One scaling action the engine decided, as the simulator executed it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Decision {
+    /// When the command was issued.
+    pub at: SimTime,
+    /// The runner (its `name`, or its position) the command was for.
+    pub runner: String,
+    /// `create` or `remove`.
+    pub action: &'static str,
+    /// Why, in upstream's words (for removals: the removal reason).
+    pub reason: String,
+}
+
+/// What happened to one job of the workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobOutcome {
+    /// When it was submitted.
+    pub submitted: SimTime,
+    /// When it started on a machine, if it did.
+    pub started: Option<SimTime>,
+    /// When it finished, if it did.
+    pub finished: Option<SimTime>,
+    /// True if the machine it ran on finished its creation after the job was submitted: the job
+    /// waited (at least partly) for a creation.
+    pub waited_for_creation: bool,
+    /// True if the job failed for lack of a machine (every on-demand creation attempt failed).
+    pub failed: bool,
+}
+
+/// Everything one simulation run recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trace {
+    /// Wall-clock time of [`SimTime`] 0.
+    pub start: DateTime<Utc>,
+    /// When the run stopped.
+    pub end: SimTime,
+    /// The seed of the provider model.
+    pub seed: u64,
+    /// Count changes, in time order, at most one row per instant.
+    pub timeline: Vec<Row>,
+    /// Scaling decisions in the order they were issued.
+    pub decisions: Vec<Decision>,
+    /// Jobs in workload order.
+    pub jobs: Vec<JobOutcome>,
+    /// Machine creations that were started.
+    pub creations: u64,
+    /// Creations that failed.
+    pub creation_failures: u64,
+    /// Completed removals with their reason, in the order they completed.
+    pub removals: Vec<String>,
+    /// Warnings the engine raised (deduplicated, in order of first appearance).
+    pub warnings: Vec<String>,
+}
+
+impl Trace {
+    /// An empty trace starting at `start`.
+    pub fn new(start: DateTime<Utc>, seed: u64) -> Self {
+        Self {
+            start,
+            end: 0,
+            seed,
+            timeline: vec![Row {
+                at: 0,
+                counts: Counts::default(),
+            }],
+            decisions: Vec::new(),
+            jobs: Vec::new(),
+            creations: 0,
+            creation_failures: 0,
+            removals: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Records the counts at `at`. A row is added only when something changed; several changes
+    /// at one instant leave one row with the last values.
+    pub fn record(&mut self, at: SimTime, counts: Counts) {
+        match self.timeline.last_mut() {
+            Some(last) if last.counts == counts => {}
+            Some(last) if last.at == at => {
+                last.counts = counts;
+                // Collapsing may make this row equal to the one before; drop it then.
+                let n = self.timeline.len();
+                if n >= 2 && self.timeline[n - 2].counts == counts {
+                    self.timeline.pop();
+                }
+            }
+            _ => self.timeline.push(Row { at, counts }),
+        }
+    }
+
+    /// The wall-clock time of a [`SimTime`].
+    pub fn wall(&self, at: SimTime) -> DateTime<Utc> {
+        let delta = chrono::Duration::milliseconds(at.min(i64::MAX as u64) as i64);
+        self.start
+            .checked_add_signed(delta)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(idle: u32, queued: u32) -> Counts {
+        Counts {
+            idle,
+            queued,
+            ..Counts::default()
+        }
+    }
+
+    #[test]
+    fn records_one_row_per_change_and_instant() {
+        let mut t = Trace::new(DateTime::UNIX_EPOCH, 0);
+        t.record(0, c(1, 0));
+        t.record(5, c(1, 0));
+        t.record(5, c(2, 0));
+        t.record(5, c(2, 1));
+        t.record(9, c(2, 0));
+        t.record(9, c(2, 1));
+        let rows: Vec<_> = t.timeline.iter().map(|r| (r.at, r.counts)).collect();
+        assert_eq!(rows, vec![(0, c(1, 0)), (5, c(2, 1))]);
+        assert_eq!(c(2, 5).total(), 2);
+    }
+}

@@ -1,0 +1,309 @@
+//! The simulator's invariants and determinism, on the bundled workloads (`sim::` in the lib).
+
+use drover::config::{load_str, Config};
+use drover::sim::compare::Comparison;
+use drover::sim::examples;
+use drover::sim::provider::{Latency, ProviderModel};
+use drover::sim::report::Summary;
+use drover::sim::trace::Trace;
+use drover::sim::workload::Workload;
+use drover::sim::{simulate, Scenario};
+
+use chrono::{DateTime, Utc};
+
+fn config(text: &str) -> Config {
+    match load_str(text, "test.toml") {
+        Ok(l) => l.config,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// One docker+machine runner with the given `limit`, `[runners.machine]` body and globals.
+fn runner(limit: i64, machine: &str, concurrent: i64) -> Config {
+    config(&format!(
+        "concurrent = {concurrent}\ncheck_interval = 3\n\
+         [[runners]]\nname = \"auto\"\nurl = \"https://gitlab.example.com\"\n\
+         token = \"glrt-testtoken12345\"\nexecutor = \"docker+machine\"\nlimit = {limit}\n\
+         [runners.docker]\nimage = \"alpine\"\n\
+         [runners.machine]\nMachineDriver = \"google\"\nMachineName = \"auto-%s\"\n{machine}\n"
+    ))
+}
+
+fn workload(text: &str) -> Workload {
+    Workload::parse(text, "bundled").unwrap()
+}
+
+fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn run(config: &Config, w: &Workload, model: ProviderModel) -> Trace {
+    run_period(config, w, model, None, None)
+}
+
+fn run_period(
+    config: &Config,
+    w: &Workload,
+    model: ProviderModel,
+    from: Option<&str>,
+    until: Option<&str>,
+) -> Trace {
+    simulate(&Scenario {
+        config,
+        workload: w,
+        from: from.map(at),
+        until: until.map(at),
+        model,
+        any_runner: false,
+    })
+    .unwrap()
+}
+
+fn seeded(seed: u64) -> ProviderModel {
+    ProviderModel {
+        seed,
+        ..ProviderModel::default()
+    }
+}
+
+/// The counts in force at wall-clock `t`.
+fn counts_at(trace: &Trace, t: &str) -> drover::sim::trace::Counts {
+    let ms = (at(t) - trace.start).num_milliseconds() as u64;
+    trace
+        .timeline
+        .iter()
+        .take_while(|r| r.at <= ms)
+        .last()
+        .map(|r| r.counts)
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_seed_fixes_the_run() {
+    let c = runner(20, "IdleCount = 2\nIdleTime = 600\nMaxBuilds = 10", 40);
+    let w = workload(examples::BURSTY_WEEKDAY);
+    let a = run(&c, &w, seeded(7));
+    let b = run(&c, &w, seeded(7));
+    assert_eq!(a, b);
+    let other = run(&c, &w, seeded(8));
+    assert_ne!(
+        a.timeline, other.timeline,
+        "uniform latencies must depend on the seed"
+    );
+}
+
+/// Runs each config on the two burstiest workloads with three seeds and checks that neither
+/// the machines nor the jobs at once ever exceed `limit`.
+fn assert_limit_holds(cases: &[(i64, &str)]) {
+    for &(limit, machine) in cases {
+        let c = runner(limit, machine, 50);
+        for w in [examples::NIGHTLY_BATCH, examples::SUDDEN_SPIKE] {
+            for seed in 1..=3 {
+                let t = run(&c, &workload(w), seeded(seed));
+                let peak = t.timeline.iter().map(|r| r.counts.total()).max().unwrap();
+                assert!(
+                    i64::from(peak) <= limit,
+                    "limit {limit} ({machine}), seed {seed}: peak {peak}"
+                );
+                // Jobs at once are bounded by limit too.
+                let used = t.timeline.iter().map(|r| r.counts.used).max().unwrap();
+                assert!(i64::from(used) <= limit);
+            }
+        }
+    }
+}
+
+#[test]
+fn machines_never_exceed_limit() {
+    assert_limit_holds(&[
+        (3, "IdleCount = 2\nIdleTime = 300"),
+        (10, "IdleCount = 20\nIdleTime = 300\nMaxGrowthRate = 2"),
+        (25, "IdleCount = 4\nIdleTime = 30\nMaxBuilds = 1"),
+    ]);
+}
+
+/// With `IdleCount = 0` every job goes through the engine's on-demand `Use`. A `Use` session
+/// woken by an availability signal that finds no free machine starts *another* creation
+/// instead of waiting on its own (spec §7: it keeps waiting), so machines pile up past
+/// `limit` (peak 45 with `limit = 1`). Un-ignore when the engine's `use_flow` is fixed.
+#[test]
+#[ignore = "engine bug: an availability wake-up in Use starts a new creation (see docs)"]
+fn machines_never_exceed_limit_on_demand() {
+    assert_limit_holds(&[
+        (1, "IdleCount = 0\nIdleTime = 60"),
+        (4, "IdleCount = 0\nIdleTime = 0"),
+    ]);
+}
+
+#[test]
+fn concurrent_bounds_running_jobs() {
+    let c = runner(0, "IdleCount = 0\nIdleTime = 60", 4);
+    let t = run(&c, &workload(examples::NIGHTLY_BATCH), seeded(1));
+    let used = t.timeline.iter().map(|r| r.counts.used).max().unwrap();
+    assert_eq!(
+        used, 4,
+        "4 workers run at most 4 jobs, and a 300-job batch fills them"
+    );
+}
+
+#[test]
+fn idle_pool_follows_idle_count_and_the_active_schedule_section() {
+    // Root: 1 idle machine. Mon-Fri 09:00-17:59 Berlin (08:00-16:59 UTC in January): 4.
+    let c = runner(
+        0,
+        "IdleCount = 1\nIdleTime = 60\n\
+         [[runners.machine.autoscaling]]\nPeriods = [\"* * 9-17 * * mon-fri *\"]\n\
+         Timezone = \"Europe/Berlin\"\nIdleCount = 4\nIdleTime = 60",
+        10,
+    );
+    let model = ProviderModel {
+        create_latency: Latency::Fixed(90_000),
+        ..ProviderModel::default()
+    };
+    let t = run_period(
+        &c,
+        &Workload::default(),
+        model,
+        Some("2026-01-05T00:00:00Z"),
+        Some("2026-01-06T00:00:00Z"),
+    );
+    assert_eq!(counts_at(&t, "2026-01-05T03:00:00Z").idle, 1);
+    assert_eq!(counts_at(&t, "2026-01-05T07:59:00Z").idle, 1);
+    assert_eq!(counts_at(&t, "2026-01-05T12:00:00Z").idle, 4);
+    assert_eq!(counts_at(&t, "2026-01-05T16:59:00Z").idle, 4);
+    assert_eq!(counts_at(&t, "2026-01-05T17:10:00Z").idle, 1);
+    assert_eq!(counts_at(&t, "2026-01-05T23:00:00Z").idle, 1);
+    // The section starts one second early (spec §3): the first extra creation is decided in
+    // the poll after 07:59:59 UTC, never before.
+    let morning = t
+        .decisions
+        .iter()
+        .find(|d| d.at > 3_600_000 && d.action == "create")
+        .unwrap();
+    let first = (at("2026-01-05T07:59:59Z") - t.start).num_milliseconds() as u64;
+    assert!((first..=first + 3_000).contains(&morning.at), "{morning:?}");
+    assert_eq!(
+        Summary::of(&t).removals.get("too many idle machines"),
+        Some(&3)
+    );
+}
+
+#[test]
+fn every_job_completes_when_capacity_allows() {
+    for machine in [
+        "IdleCount = 0\nIdleTime = 60",
+        "IdleCount = 5\nIdleTime = 600\nMaxBuilds = 3",
+        "IdleCount = 2\nIdleScaleFactor = 0.5\nIdleCountMin = 1\nIdleTime = 300",
+    ] {
+        for (limit, concurrent) in [(0, 1000), (8, 8)] {
+            let c = runner(limit, machine, concurrent);
+            for w in [examples::NIGHTLY_BATCH, examples::SUDDEN_SPIKE] {
+                let s = Summary::of(&run(&c, &workload(w), seeded(3)));
+                assert_eq!(s.jobs_completed, s.jobs, "{machine}, limit {limit}");
+                assert_eq!(s.jobs_failed, 0);
+            }
+        }
+    }
+    // And a whole working day on the bundled example config.
+    let c = config(examples::CONFIG);
+    let s = Summary::of(&run(&c, &workload(examples::BURSTY_WEEKDAY), seeded(3)));
+    assert_eq!((s.jobs, s.jobs_completed), (1392, 1392));
+}
+
+#[test]
+fn on_demand_jobs_wait_for_their_creation() {
+    let c = runner(0, "IdleCount = 0\nIdleTime = 0", 100);
+    let model = ProviderModel {
+        create_latency: Latency::Fixed(100_000),
+        ..ProviderModel::default()
+    };
+    let w = workload("submitted_at,duration_s\n10,50\n");
+    let t = run(&c, &w, model);
+    let job = t.jobs[0];
+    // Polled at 12 s (every 3 s), created on demand, started 100 s later.
+    assert_eq!(job.started, Some(112_000));
+    assert!(job.waited_for_creation);
+    assert_eq!(t.decisions[0].reason, "on demand for a job");
+    assert_eq!(Summary::of(&t).queue_wait_s.max, 102.0);
+}
+
+#[test]
+fn creation_failures_are_counted_and_removed() {
+    let c = runner(0, "IdleCount = 3\nIdleTime = 300", 100);
+    let model = ProviderModel {
+        create_failure_rate: 0.3,
+        ..ProviderModel::default()
+    };
+    let s = Summary::of(&run(&c, &workload(examples::SUDDEN_SPIKE), model));
+    assert!(s.creation_failures > 0);
+    assert_eq!(
+        s.removals.get("Failed to create"),
+        Some(&s.creation_failures)
+    );
+    assert_eq!(s.jobs_completed + s.jobs_failed, s.jobs);
+}
+
+#[test]
+fn compare_finds_no_divergence_in_a_config_against_itself_but_finds_a_changed_idle_count() {
+    let w = workload(examples::BURSTY_WEEKDAY);
+    let old = runner(30, "IdleCount = 2\nIdleTime = 600", 40);
+    let same = runner(30, "IdleCount = 2\nIdleTime = 600", 40);
+    let new = runner(30, "IdleCount = 3\nIdleTime = 600", 40);
+    let a = run(&old, &w, seeded(1));
+    let c = Comparison::of("old", &a, "new", &run(&same, &w, seeded(1)));
+    assert!(c.identical, "{}", c.to_text());
+    let c = Comparison::of("old", &a, "new", &run(&new, &w, seeded(1)));
+    assert!(!c.identical);
+    assert!(c.divergent_instants > 0);
+    // IdleCount 3 starts a third machine in the very first pass.
+    assert_eq!(c.first_divergences[0].at, "2026-01-05T00:00:00Z");
+    assert_eq!(
+        c.first_divergences[0].a.len() + 1,
+        c.first_divergences[0].b.len()
+    );
+}
+
+#[test]
+fn nothing_scales_while_every_worker_is_busy() {
+    // IdleCount 1: when the idle machine takes the job, the pool should be refilled, but only an
+    // Acquire pass refills it, and passes need a free worker (there is no background loop).
+    let model = ProviderModel {
+        create_latency: Latency::Fixed(30_000),
+        ..ProviderModel::default()
+    };
+    let w = workload("submitted_at,duration_s\n60,1200\n");
+    let run_with = |concurrent| {
+        let c = runner(0, "IdleCount = 1\nIdleTime = 10", concurrent);
+        run_period(
+            &c,
+            &w,
+            model.clone(),
+            Some("2026-01-05T00:00:00Z"),
+            Some("2026-01-05T01:00:00Z"),
+        )
+    };
+    let during = |t: &Trace| {
+        t.decisions
+            .iter()
+            .filter(|d| d.at >= 60_000 && d.at < 1_260_000)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    // One worker: it is busy with the job for 20 minutes, so nothing happens meanwhile.
+    let one = run_with(1);
+    assert_eq!(
+        one.jobs[0].started,
+        Some(60_000),
+        "the idle machine takes the job at once"
+    );
+    assert_eq!(during(&one), vec![]);
+    assert_eq!(counts_at(&one, "2026-01-05T00:10:00Z").idle, 0);
+    // Two workers: the runner is handed at once to the second worker after the first got a job
+    // (the non-blocking re-queue), and that pass refills the pool.
+    let two = run_with(2);
+    let refill = during(&two);
+    assert_eq!(refill.len(), 1, "{refill:?}");
+    assert_eq!(refill[0].action, "create");
+    assert_eq!(refill[0].at, 60_000, "{refill:?}");
+    assert_eq!(counts_at(&two, "2026-01-05T00:10:00Z").idle, 1);
+}
