@@ -15,3 +15,5 @@
 
 pub mod cli;
 pub mod config;
+pub mod executor;
+pub mod gitlab;
