@@ -1,1 +1,27 @@
 //! Machine shape: gitlab-runner's `config.toml`, read unchanged.
+
+pub mod cron;
+pub mod periods;
+
+pub mod cache;
+pub mod diagnostic;
+pub mod docker;
+pub mod duration;
+pub mod expand;
+pub mod load;
+pub mod machine;
+pub mod model;
+mod schedule;
+mod schema;
+pub mod validate;
+mod walk;
+
+pub use diagnostic::{ConfigError, Diagnostic};
+pub use duration::GoDuration;
+pub use load::{default_config_path, load_file, load_str, Loaded};
+pub use model::{
+    AutoscalingConfig, CacheAzureConfig, CacheConfig, CacheGcsConfig, CacheS3Config, Config,
+    CustomBuildDir, CustomExecutorConfig, DockerConfig, DockerService, EffectiveIdle,
+    GlobalMachine, MachineConfig, RunnerConfig, SessionServerConfig, ShutdownDrainConfig,
+    SshConfig,
+};

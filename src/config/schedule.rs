@@ -1,0 +1,93 @@
+//! Load-time checks of `[[runners.machine.autoscaling]]` periods, with positions.
+//!
+//! Called by the walk for each autoscaling section once its keys are checked: compiles
+//! `Periods` + `Timezone` with [`TimePeriod::compile`] and turns a failure into an error at the
+//! offending `Periods` entry (or `Timezone` value), so a bad period in any runner fails the
+//! whole file as upstream's `CompilePeriods` does. Period lint and host-zone fallbacks become
+//! warnings. Matching itself lives in [`crate::config::periods`].
+
+use super::periods::{lint_periods, PeriodError, TimePeriod};
+use super::walk::Walker;
+
+/// Checks one converted autoscaling section at canonical `path` (`runners[0].machine.autoscaling[1]`).
+pub(crate) fn check_section(w: &mut Walker<'_>, section: &toml::Table, path: &str) {
+    let periods: Vec<String> = section
+        .get("Periods")
+        .and_then(toml::Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let timezone = section
+        .get("Timezone")
+        .and_then(toml::Value::as_str)
+        .unwrap_or("");
+    let at = |key: &str| format!("{path}.{key}");
+    match TimePeriod::compile(&periods, timezone) {
+        Ok(tp) => {
+            for finding in lint_periods(&periods) {
+                let target = if w.spans.contains_key(&at("Periods")) {
+                    at("Periods")
+                } else {
+                    path.to_string()
+                };
+                emit(
+                    w,
+                    &target,
+                    false,
+                    format!("{}: {finding}", w.describe(&at("Periods"))),
+                    None,
+                );
+            }
+            if let Some(note) = tp.zone_note() {
+                let target = if w.spans.contains_key(&at("Timezone")) {
+                    at("Timezone")
+                } else {
+                    path.to_string()
+                };
+                emit(
+                    w,
+                    &target,
+                    false,
+                    format!("{}: {note}", w.describe(&at("Timezone"))),
+                    None,
+                );
+            }
+        }
+        Err(e) => {
+            let (target, hint) = match &e {
+                PeriodError::Cron { index, .. } => (
+                    format!("{path}.Periods[{index}]"),
+                    Some("periods use 7 fields: \"sec min hour day-of-month month day-of-week year\", e.g. \"* * 9-17 * * mon-fri *\"".to_string()),
+                ),
+                PeriodError::UnknownZone { .. } => (at("Timezone"), None),
+            };
+            let message = format!(
+                "{}: invalid autoscaling period: {e}",
+                w.describe(&at("Periods"))
+            );
+            emit(w, &target, true, message, hint);
+        }
+    }
+}
+
+fn emit(w: &mut Walker<'_>, target: &str, error: bool, message: String, hint: Option<String>) {
+    let span = w
+        .spans
+        .get(target)
+        .map(|s| {
+            if error {
+                s.value.clone()
+            } else {
+                s.key.clone()
+            }
+        })
+        .unwrap_or(0..0);
+    if error {
+        w.error(span, message, hint);
+    } else {
+        w.warn(span, message, hint);
+    }
+}

@@ -1,0 +1,234 @@
+//! Load-time checks on a typed [`Config`], as upstream runs them, plus drover's own warnings.
+//!
+//! Errors (the file does not load): every `MachineOptionsWithName` entry must contain `%s`;
+//! every autoscaling section's periods and time zone must compile (a bad period in any runner
+//! fails the whole file). Warnings (the file loads): a non-empty deprecated `OffPeakPeriods`,
+//! other `OffPeak*` keys, executors drover does not run, a docker+machine runner without a
+//! usable `MachineName`, unknown pull policies, period lint (e.g. descending ranges) and slot
+//! cgroup templates without `${slot}`. Each finding names the runner and points at the key.
+//! Nothing here reads the clock or the file system.
+
+use super::model::{Config, RunnerConfig};
+use super::walk::Walker;
+
+/// Executors drover runs.
+pub const SUPPORTED_EXECUTORS: &[&str] = &["docker+machine", "docker"];
+
+const PULL_POLICIES: &[&str] = &["always", "if-not-present", "never"];
+
+pub(crate) fn validate(config: &mut Config, w: &mut Walker<'_>) {
+    for (index, runner) in config.runners.iter_mut().enumerate() {
+        let base = format!("runners[{index}]");
+        let label = Walker::runner_label(index, Some(&runner.name));
+        check_executor(runner, &base, &label, w);
+        check_machine(runner, &base, &label, w);
+        check_docker(runner, &base, &label, w);
+        if runner.use_slot_cgroups {
+            let t = &runner.slot_cgroup_template;
+            if !t.is_empty() && !t.contains("${slot}") && !t.contains("$slot") {
+                warn_at(
+                    w,
+                    &base,
+                    "slot_cgroup_template",
+                    &label,
+                    "template has no ${slot} placeholder, so every job shares one cgroup".into(),
+                    Some("use a template like \"gitlab-runner/slot-${slot}\"".into()),
+                );
+            }
+        }
+    }
+}
+
+/// Emits a finding at `base.key` (falling back to `base`, then to the whole file).
+fn finding(
+    w: &mut Walker<'_>,
+    base: &str,
+    key: &str,
+    label: &str,
+    message: String,
+    hint: Option<String>,
+    error: bool,
+) {
+    let path = if key.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}.{key}")
+    };
+    let span = w.spans.get(&path).or_else(|| w.spans.get(base)).map(|s| {
+        if error {
+            s.value.clone()
+        } else {
+            s.key.clone()
+        }
+    });
+    let rel = if key.is_empty() {
+        String::new()
+    } else {
+        format!(", key {key}")
+    };
+    let message = format!("{label}{rel}: {message}");
+    match (span, error) {
+        (Some(span), true) => w.error(span, message, hint),
+        (Some(span), false) => w.warn(span, message, hint),
+        (None, is_error) => {
+            let mut d = super::diagnostic::Diagnostic::whole_file(message);
+            d.hint = hint;
+            if is_error {
+                w.errors.push(d);
+            } else {
+                w.warnings.push(d);
+            }
+        }
+    }
+}
+
+fn warn_at(
+    w: &mut Walker<'_>,
+    base: &str,
+    key: &str,
+    label: &str,
+    message: String,
+    hint: Option<String>,
+) {
+    finding(w, base, key, label, message, hint, false);
+}
+
+fn error_at(
+    w: &mut Walker<'_>,
+    base: &str,
+    key: &str,
+    label: &str,
+    message: String,
+    hint: Option<String>,
+) {
+    finding(w, base, key, label, message, hint, true);
+}
+
+fn check_executor(runner: &RunnerConfig, base: &str, label: &str, w: &mut Walker<'_>) {
+    let exec = runner.executor.as_str();
+    if exec.is_empty() {
+        warn_at(
+            w,
+            base,
+            "",
+            label,
+            "no executor is set, so this runner cannot take jobs".into(),
+            Some("add executor = \"docker+machine\"".into()),
+        );
+    } else if !SUPPORTED_EXECUTORS.contains(&exec) {
+        warn_at(w, base, "executor", label,
+            format!("executor {exec:?} is not one drover runs (it runs {}); this runner is loaded but takes no jobs", SUPPORTED_EXECUTORS.join(" and ")),
+            None);
+    }
+}
+
+fn check_machine(runner: &mut RunnerConfig, base: &str, label: &str, w: &mut Walker<'_>) {
+    let is_machine = runner.executor == "docker+machine";
+    let Some(machine) = runner.machine.as_mut() else {
+        if is_machine {
+            warn_at(w, base, "executor", label,
+                "docker+machine runner without [runners.machine]: it cannot create machines and will fail every job request".into(),
+                Some("add a [runners.machine] section with MachineDriver and MachineName".into()));
+        }
+        return;
+    };
+    let mbase = format!("{base}.machine");
+    for (i, opt) in machine.machine_options_with_name.iter().enumerate() {
+        if !opt.contains("%s") {
+            error_at(
+                w,
+                &mbase,
+                &format!("MachineOptionsWithName[{i}]"),
+                label,
+                format!("machine option with name {opt:?} must contain the %s placeholder"),
+                Some(format!(
+                    "write it with %s where the machine name goes, e.g. {:?}",
+                    format!("{opt}=%s")
+                )),
+            );
+        }
+    }
+    if is_machine {
+        if machine.machine_name.is_empty() {
+            warn_at(w, &mbase, "", label,
+                "MachineName is empty: upstream fails every job request with \"missing Machine options\"".into(),
+                Some("set MachineName = \"auto-scale-%s\"".into()));
+        } else if !machine.machine_name.contains("%s") {
+            warn_at(
+                w,
+                &mbase,
+                "MachineName",
+                label,
+                format!(
+                    "MachineName {:?} has no %s, so every machine would get the same name",
+                    machine.machine_name
+                ),
+                Some(format!(
+                    "add %s, e.g. {:?}",
+                    format!("{}-%s", machine.machine_name)
+                )),
+            );
+        }
+        if machine.machine_driver.is_empty() {
+            warn_at(
+                w,
+                &mbase,
+                "",
+                label,
+                "MachineDriver is empty: docker-machine cannot create machines".into(),
+                Some("set MachineDriver, e.g. \"amazonec2\" or \"google\"".into()),
+            );
+        }
+    }
+    if !machine.off_peak_periods.is_empty() {
+        warn_at(
+            w,
+            &mbase,
+            "OffPeakPeriods",
+            label,
+            "OffPeak settings are deprecated and have been ignored since gitlab-runner 14.0".into(),
+            Some("convert them into a [[runners.machine.autoscaling]] section".into()),
+        );
+    } else {
+        for (key, set) in [
+            ("OffPeakTimezone", !machine.off_peak_timezone.is_empty()),
+            ("OffPeakIdleCount", machine.off_peak_idle_count != 0),
+            ("OffPeakIdleTime", machine.off_peak_idle_time != 0),
+        ] {
+            if set {
+                warn_at(
+                    w,
+                    &mbase,
+                    key,
+                    label,
+                    format!("{key} is deprecated and ignored"),
+                    Some("use a [[runners.machine.autoscaling]] section".into()),
+                );
+            }
+        }
+    }
+}
+
+fn check_docker(runner: &RunnerConfig, base: &str, label: &str, w: &mut Walker<'_>) {
+    let Some(docker) = runner.docker.as_ref() else {
+        return;
+    };
+    let dbase = format!("{base}.docker");
+    for (key, list) in [
+        ("pull_policy", &docker.pull_policy),
+        ("allowed_pull_policies", &docker.allowed_pull_policies),
+    ] {
+        for p in list {
+            if !PULL_POLICIES.contains(&p.as_str()) {
+                warn_at(
+                    w,
+                    &dbase,
+                    key,
+                    label,
+                    format!("unsupported pull policy {p:?}: jobs on this runner will fail"),
+                    Some("use always, if-not-present or never".into()),
+                );
+            }
+        }
+    }
+}

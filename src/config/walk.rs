@@ -1,0 +1,604 @@
+//! The schema walk: parsed TOML with spans in, canonical checked values out.
+//!
+//! Each key is mapped to its schema field (exactly, else ignoring case, as upstream's decoder
+//! does), each value is checked and converted with upstream's rules (an integer is accepted for
+//! a float when it converts exactly; durations are Go strings or integer nanoseconds;
+//! `StringOrArray` takes either form), and every finding becomes a [`Diagnostic`] that names
+//! the runner (index and name) and the key, at the key's or value's `line:column`. The walk
+//! never stops at the first error so an operator sees them all. It also records the span of
+//! every canonical path (`runners[0].machine.Periods`) for the later validation step.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+use super::diagnostic::Diagnostic;
+use super::duration::parse_go_duration;
+use super::schema::{Field, Kind, Schema, AUTOSCALING, ROOT, RUNNER};
+
+/// Where a key and its value are in the text.
+#[derive(Debug, Clone)]
+pub(crate) struct Spans {
+    pub key: Range<usize>,
+    pub value: Range<usize>,
+}
+
+/// Walk state: the text (for positions), findings, and spans by canonical path.
+pub(crate) struct Walker<'t> {
+    pub text: &'t str,
+    pub errors: Vec<Diagnostic>,
+    pub warnings: Vec<Diagnostic>,
+    pub spans: HashMap<String, Spans>,
+    /// `runners[0] "name"` while inside a runner.
+    runner_label: Option<(String, String)>,
+}
+
+type Value<'i> = Spanned<DeValue<'i>>;
+
+impl<'t> Walker<'t> {
+    pub(crate) fn new(text: &'t str) -> Self {
+        Walker {
+            text,
+            errors: Vec::new(),
+            warnings: Vec::new(),
+            spans: HashMap::new(),
+            runner_label: None,
+        }
+    }
+
+    /// Walks the whole document.
+    pub(crate) fn root(&mut self, doc: &DeTable<'_>) -> toml::Table {
+        self.table(doc, &ROOT, "")
+    }
+
+    /// `runners[0] "name", key machine.IdleCount` (or `key concurrent` at the top level).
+    pub(crate) fn describe(&self, path: &str) -> String {
+        match &self.runner_label {
+            Some((prefix, label)) => {
+                let rel = path
+                    .strip_prefix(prefix.as_str())
+                    .map(|r| r.trim_start_matches('.'))
+                    .unwrap_or(path);
+                if rel.is_empty() {
+                    label.clone()
+                } else {
+                    format!("{label}, key {rel}")
+                }
+            }
+            None => format!("key {path}"),
+        }
+    }
+
+    /// The label of runner `index` whose name is `name`: `runners[0] "my-runner"`.
+    pub(crate) fn runner_label(index: usize, name: Option<&str>) -> String {
+        match name {
+            Some(n) if !n.is_empty() => format!("runners[{index}] {n:?}"),
+            _ => format!("runners[{index}] (no name)"),
+        }
+    }
+
+    pub(crate) fn error(&mut self, span: Range<usize>, message: String, hint: Option<String>) {
+        let d = Diagnostic::at(self.text, span, message);
+        self.errors.push(match hint {
+            Some(h) => d.with_hint(h),
+            None => d,
+        });
+    }
+
+    pub(crate) fn warn(&mut self, span: Range<usize>, message: String, hint: Option<String>) {
+        let d = Diagnostic::at(self.text, span, message);
+        self.warnings.push(match hint {
+            Some(h) => d.with_hint(h),
+            None => d,
+        });
+    }
+
+    fn table(&mut self, t: &DeTable<'_>, schema: &'static Schema, path: &str) -> toml::Table {
+        let mut out = toml::Table::new();
+        // canonical name -> (was the match exact, line of the key)
+        let mut seen: HashMap<&'static str, (bool, usize)> = HashMap::new();
+        for (k, v) in t.iter() {
+            let key: &str = k.get_ref();
+            let key_span = k.span();
+            let Some((field, exact)) = schema.lookup(key) else {
+                self.unknown_key(schema, path, key, key_span);
+                continue;
+            };
+            let sub = join(path, field.name);
+            let line = super::diagnostic::Position::of(self.text, key_span.start).line;
+            if let Some(&(prev_exact, prev_line)) = seen.get(field.name) {
+                let kept = if prev_exact && !exact {
+                    format!("the key on line {prev_line}")
+                } else {
+                    "this one".to_string()
+                };
+                self.warn(
+                    key_span.clone(),
+                    format!(
+                        "{}: `{key}` sets the same setting as the key on line {prev_line} (keys match ignoring case); gitlab-runner picks either, drover uses {kept}",
+                        self.describe(&sub),
+                    ),
+                    Some(format!("keep only one `{}` key", field.name)),
+                );
+                if prev_exact && !exact {
+                    continue;
+                }
+            }
+            seen.insert(field.name, (exact, line));
+            if !exact {
+                self.warn(
+                    key_span.clone(),
+                    format!(
+                        "{}: `{key}` is read as `{}` because keys match ignoring case",
+                        self.describe(&sub),
+                        field.name
+                    ),
+                    Some(format!("spell it `{}`", field.name)),
+                );
+            }
+            if let Some(why) = field.unused {
+                self.warn(
+                    key_span.clone(),
+                    format!("{}: {why}", self.describe(&sub)),
+                    None,
+                );
+            }
+            self.spans.insert(
+                sub.clone(),
+                Spans {
+                    key: key_span.clone(),
+                    value: v.span(),
+                },
+            );
+            if let Some(value) = self.convert(v, field, &sub) {
+                out.insert(field.name.to_string(), value);
+            }
+        }
+        out
+    }
+
+    fn unknown_key(&mut self, schema: &'static Schema, path: &str, key: &str, span: Range<usize>) {
+        let sub = join(path, key);
+        let what = self.describe(&sub);
+        if let Some(hint) = schema.removed_hint(key) {
+            self.warn(
+                span,
+                format!("{what}: key is ignored"),
+                Some(hint.to_string()),
+            );
+            return;
+        }
+        let hint = match schema.suggest(key) {
+            Some(s) => format!("did you mean `{s}`? Unknown keys are ignored"),
+            None => "gitlab-runner ignores keys it does not know, and so does drover".to_string(),
+        };
+        self.warn(
+            span,
+            format!("{what}: unknown key in {}", schema.title),
+            Some(hint),
+        );
+    }
+
+    fn convert(&mut self, v: &Value<'_>, field: &'static Field, path: &str) -> Option<toml::Value> {
+        let span = v.span();
+        let val = v.get_ref();
+        match field.kind {
+            Kind::Str => match val {
+                DeValue::String(s) => Some(toml::Value::String(s.to_string())),
+                _ => self.mismatch(v, path, "a string", quote_hint(val)),
+            },
+            Kind::Int => match val {
+                DeValue::Integer(_) => self.int(v, path).map(toml::Value::Integer),
+                DeValue::String(s) if s.trim().parse::<i64>().is_ok() => {
+                    let hint = format!("remove the quotes: {} = {}", leaf(path), s.trim());
+                    self.mismatch(v, path, "an integer", Some(hint))
+                }
+                DeValue::Float(_) => {
+                    self.mismatch(v, path, "an integer", Some("write a whole number".into()))
+                }
+                _ => self.mismatch(v, path, "an integer", None),
+            },
+            Kind::Float => match val {
+                DeValue::Float(fl) => match float_value(fl.as_str()) {
+                    Some(x) => Some(toml::Value::Float(x)),
+                    None => {
+                        let msg = format!(
+                            "{}: float {} is out of range",
+                            self.describe(path),
+                            fl.as_str()
+                        );
+                        self.error(span, msg, None);
+                        None
+                    }
+                },
+                DeValue::Integer(_) => {
+                    let n = self.int(v, path)?;
+                    // Go refuses integers a float64 cannot hold exactly.
+                    if n.unsigned_abs() > (1u64 << 53) {
+                        let msg = format!(
+                            "{}: integer {n} cannot be represented exactly as a float",
+                            self.describe(path)
+                        );
+                        self.error(span, msg, Some("write it as a float, e.g. 1.5".into()));
+                        return None;
+                    }
+                    Some(toml::Value::Float(n as f64))
+                }
+                DeValue::String(s) if s.trim().parse::<f64>().is_ok() => {
+                    let hint = format!("remove the quotes: {} = {}", leaf(path), s.trim());
+                    self.mismatch(v, path, "a number", Some(hint))
+                }
+                _ => self.mismatch(v, path, "a number", None),
+            },
+            Kind::Bool => match val {
+                DeValue::Boolean(b) => Some(toml::Value::Boolean(*b)),
+                DeValue::String(s) if s == "true" || s == "false" => {
+                    let hint = format!("remove the quotes: {} = {s}", leaf(path));
+                    self.mismatch(v, path, "a boolean (true or false)", Some(hint))
+                }
+                _ => self.mismatch(v, path, "a boolean (true or false)", None),
+            },
+            Kind::Duration => match val {
+                DeValue::String(s) => match parse_go_duration(s) {
+                    Ok(d) => Some(toml::Value::Integer(d.as_nanos())),
+                    Err(e) => {
+                        let msg = format!("{}: {e}", self.describe(path));
+                        self.error(span, msg, None);
+                        None
+                    }
+                },
+                DeValue::Integer(_) => self.int(v, path).map(toml::Value::Integer),
+                _ => self.mismatch(
+                    v,
+                    path,
+                    "a duration (a string such as \"15m\", or an integer of nanoseconds)",
+                    None,
+                ),
+            },
+            Kind::Datetime => self.datetime(v, path).map(toml::Value::String),
+            Kind::StrList => self.str_list(v, path, false).map(toml::Value::Array),
+            Kind::StrOrList => self.str_list(v, path, true).map(toml::Value::Array),
+            Kind::StrMap | Kind::BoolMap | Kind::StrListMap => self.map(v, field.kind, path),
+            Kind::Table(schema) => match val {
+                DeValue::Table(t) => Some(toml::Value::Table(self.table(t, schema, path))),
+                _ => self.mismatch(v, path, "a table", None),
+            },
+            Kind::TableList(schema) => match val {
+                DeValue::Array(items) => {
+                    let mut out = Vec::new();
+                    for (i, item) in items.iter().enumerate() {
+                        let sub = format!("{path}[{i}]");
+                        match item.get_ref() {
+                            DeValue::Table(t) => {
+                                self.spans.insert(
+                                    sub.clone(),
+                                    Spans {
+                                        key: item.span(),
+                                        value: item.span(),
+                                    },
+                                );
+                                out.push(toml::Value::Table(self.table_entry(t, schema, &sub, i)));
+                            }
+                            _ => {
+                                self.mismatch(item, &sub, "a table", None);
+                            }
+                        }
+                    }
+                    Some(toml::Value::Array(out))
+                }
+                DeValue::Table(_) => self.mismatch(
+                    v,
+                    path,
+                    "an array of tables",
+                    Some(format!(
+                        "write each entry as {} (double brackets)",
+                        schema.title
+                    )),
+                ),
+                _ => self.mismatch(v, path, "an array of tables", None),
+            },
+            Kind::Raw => match val {
+                DeValue::Table(_) => self.raw(v, path),
+                _ => self.mismatch(v, path, "a table", None),
+            },
+        }
+    }
+
+    /// One entry of an array of tables; runners set the label used in messages.
+    fn table_entry(
+        &mut self,
+        t: &DeTable<'_>,
+        schema: &'static Schema,
+        path: &str,
+        index: usize,
+    ) -> toml::Table {
+        if std::ptr::eq(schema, &AUTOSCALING) {
+            let out = self.table(t, schema, path);
+            super::schedule::check_section(self, &out, path);
+            return out;
+        }
+        if !std::ptr::eq(schema, &RUNNER) {
+            return self.table(t, schema, path);
+        }
+        let name = t
+            .iter()
+            .find(|(k, _)| super::schema::equal_fold(k.get_ref(), "name"))
+            .and_then(|(_, v)| v.get_ref().as_str().map(str::to_string));
+        let saved = self
+            .runner_label
+            .replace((path.to_string(), Self::runner_label(index, name.as_deref())));
+        let out = self.table(t, schema, path);
+        self.runner_label = saved;
+        out
+    }
+
+    fn mismatch(
+        &mut self,
+        v: &Value<'_>,
+        path: &str,
+        expected: &str,
+        hint: Option<String>,
+    ) -> Option<toml::Value> {
+        let msg = format!(
+            "{}: expected {expected}, found {}",
+            self.describe(path),
+            found(v.get_ref())
+        );
+        self.error(v.span(), msg, hint);
+        None
+    }
+
+    fn int(&mut self, v: &Value<'_>, path: &str) -> Option<i64> {
+        let DeValue::Integer(i) = v.get_ref() else {
+            return None;
+        };
+        match int_value(i.as_str(), i.radix()) {
+            Some(n) => Some(n),
+            None => {
+                let msg = format!(
+                    "{}: integer {i} is out of range (it must fit a signed 64-bit integer, as Go's int)",
+                    self.describe(path)
+                );
+                self.error(v.span(), msg, None);
+                None
+            }
+        }
+    }
+
+    fn str_list(&mut self, v: &Value<'_>, path: &str, single_ok: bool) -> Option<Vec<toml::Value>> {
+        match v.get_ref() {
+            DeValue::String(s) if single_ok => Some(vec![toml::Value::String(s.to_string())]),
+            DeValue::Array(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                let mut ok = true;
+                for (i, item) in items.iter().enumerate() {
+                    match item.get_ref() {
+                        DeValue::String(s) => out.push(toml::Value::String(s.to_string())),
+                        _ => {
+                            ok = false;
+                            self.mismatch(
+                                item,
+                                &format!("{path}[{i}]"),
+                                "a string",
+                                quote_hint(item.get_ref()),
+                            );
+                        }
+                    }
+                    self.spans.insert(
+                        format!("{path}[{i}]"),
+                        Spans {
+                            key: item.span(),
+                            value: item.span(),
+                        },
+                    );
+                }
+                ok.then_some(out)
+            }
+            DeValue::String(s) => {
+                let hint = format!("write it as a list: {} = [{s:?}]", leaf(path));
+                self.mismatch(v, path, "an array of strings", Some(hint));
+                None
+            }
+            _ => {
+                let expected = if single_ok {
+                    "a string or an array of strings"
+                } else {
+                    "an array of strings"
+                };
+                self.mismatch(v, path, expected, None);
+                None
+            }
+        }
+    }
+
+    fn map(&mut self, v: &Value<'_>, kind: Kind, path: &str) -> Option<toml::Value> {
+        let DeValue::Table(t) = v.get_ref() else {
+            return self.mismatch(v, path, "a table", None);
+        };
+        let mut out = toml::Table::new();
+        let mut ok = true;
+        for (k, item) in t.iter() {
+            let sub = join(path, k.get_ref());
+            let converted = match (kind, item.get_ref()) {
+                (Kind::StrMap, DeValue::String(s)) => Some(toml::Value::String(s.to_string())),
+                (Kind::BoolMap, DeValue::Boolean(b)) => Some(toml::Value::Boolean(*b)),
+                (Kind::StrListMap, _) => self.str_list(item, &sub, false).map(toml::Value::Array),
+                (Kind::BoolMap, _) => self.mismatch(
+                    item,
+                    &sub,
+                    "a boolean (true or false)",
+                    quote_hint(item.get_ref()),
+                ),
+                _ => self.mismatch(item, &sub, "a string", quote_hint(item.get_ref())),
+            };
+            match converted {
+                Some(c) => {
+                    out.insert(k.get_ref().to_string(), c);
+                }
+                None => ok = false,
+            }
+        }
+        ok.then_some(toml::Value::Table(out))
+    }
+
+    fn datetime(&mut self, v: &Value<'_>, path: &str) -> Option<String> {
+        use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
+        let parsed: Option<DateTime<Utc>> = match v.get_ref() {
+            DeValue::String(s) => DateTime::parse_from_rfc3339(s)
+                .ok()
+                .map(|d| d.with_timezone(&Utc)),
+            DeValue::Datetime(dt) => {
+                let date = dt.date.and_then(|d| {
+                    NaiveDate::from_ymd_opt(d.year.into(), d.month.into(), d.day.into())
+                });
+                let time = dt.time.and_then(|t| {
+                    NaiveTime::from_hms_nano_opt(
+                        t.hour.into(),
+                        t.minute.into(),
+                        t.second.unwrap_or(0).into(),
+                        t.nanosecond.unwrap_or(0),
+                    )
+                });
+                let naive = match (date, time) {
+                    (Some(d), Some(t)) => Some(NaiveDateTime::new(d, t)),
+                    (Some(d), None) => Some(NaiveDateTime::new(d, NaiveTime::MIN)),
+                    (None, Some(t)) => {
+                        NaiveDate::from_ymd_opt(0, 1, 1).map(|d| NaiveDateTime::new(d, t))
+                    }
+                    (None, None) => None,
+                };
+                match (naive, dt.offset) {
+                    (Some(n), Some(toml::value::Offset::Z)) => Some(Utc.from_utc_datetime(&n)),
+                    (Some(n), Some(toml::value::Offset::Custom { minutes })) => {
+                        chrono::FixedOffset::east_opt(i32::from(minutes) * 60)
+                            .and_then(|o| o.from_local_datetime(&n).single())
+                            .map(|d| d.with_timezone(&Utc))
+                    }
+                    // A local datetime is read in the host's zone, as upstream does.
+                    (Some(n), None) => chrono::Local
+                        .from_local_datetime(&n)
+                        .earliest()
+                        .map(|d| d.with_timezone(&Utc)),
+                    (None, _) => None,
+                }
+            }
+            _ => {
+                self.mismatch(v, path, "a datetime (e.g. 2024-01-31T12:00:00Z)", None);
+                return None;
+            }
+        };
+        match parsed {
+            Some(d) => Some(d.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+            None => {
+                let msg = format!(
+                    "{}: {} is not a valid RFC 3339 datetime",
+                    self.describe(path),
+                    found(v.get_ref())
+                );
+                self.error(
+                    v.span(),
+                    msg,
+                    Some("write e.g. 2024-01-31T12:00:00Z".into()),
+                );
+                None
+            }
+        }
+    }
+
+    /// Copies a section drover does not interpret, still refusing out-of-range numbers.
+    fn raw(&mut self, v: &Value<'_>, path: &str) -> Option<toml::Value> {
+        Some(match v.get_ref() {
+            DeValue::String(s) => toml::Value::String(s.to_string()),
+            DeValue::Integer(_) => toml::Value::Integer(self.int(v, path)?),
+            DeValue::Float(fl) => match float_value(fl.as_str()) {
+                Some(x) => toml::Value::Float(x),
+                None => {
+                    let msg = format!(
+                        "{}: float {} is out of range",
+                        self.describe(path),
+                        fl.as_str()
+                    );
+                    self.error(v.span(), msg, None);
+                    return None;
+                }
+            },
+            DeValue::Boolean(b) => toml::Value::Boolean(*b),
+            DeValue::Datetime(dt) => toml::Value::Datetime(*dt),
+            DeValue::Array(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    out.push(self.raw(item, &format!("{path}[{i}]"))?);
+                }
+                toml::Value::Array(out)
+            }
+            DeValue::Table(t) => {
+                let mut out = toml::Table::new();
+                for (k, item) in t.iter() {
+                    let sub = join(path, k.get_ref());
+                    out.insert(k.get_ref().to_string(), self.raw(item, &sub)?);
+                }
+                toml::Value::Table(out)
+            }
+        })
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn leaf(path: &str) -> &str {
+    path.rsplit('.').next().unwrap_or(path)
+}
+
+/// Parses a TOML integer's digits (underscores already removed by the parser, but tolerated).
+pub(crate) fn int_value(digits: &str, radix: u32) -> Option<i64> {
+    let cleaned: String = digits.chars().filter(|c| *c != '_').collect();
+    i64::from_str_radix(&cleaned, radix).ok()
+}
+
+/// Parses a TOML float; `None` when it overflows to infinity without saying `inf`.
+pub(crate) fn float_value(text: &str) -> Option<f64> {
+    let cleaned: String = text.chars().filter(|c| *c != '_').collect();
+    let x: f64 = cleaned.parse().ok()?;
+    if x.is_infinite() && !cleaned.contains("inf") {
+        None
+    } else {
+        Some(x)
+    }
+}
+
+/// `string "5"`, `integer 5`, `a table`, … for messages.
+fn found(v: &DeValue<'_>) -> String {
+    match v {
+        DeValue::String(s) => {
+            let short: String = s.chars().take(40).collect();
+            if short.len() < s.len() {
+                format!("string {short:?}…")
+            } else {
+                format!("string {short:?}")
+            }
+        }
+        DeValue::Integer(i) => format!("integer {i}"),
+        DeValue::Float(f) => format!("float {f}"),
+        DeValue::Boolean(b) => format!("boolean {b}"),
+        DeValue::Datetime(d) => format!("datetime {d}"),
+        DeValue::Array(_) => "an array".to_string(),
+        DeValue::Table(_) => "a table".to_string(),
+    }
+}
+
+fn quote_hint(v: &DeValue<'_>) -> Option<String> {
+    match v {
+        DeValue::Integer(_) | DeValue::Float(_) | DeValue::Boolean(_) => {
+            Some("put the value in double quotes".to_string())
+        }
+        _ => None,
+    }
+}
