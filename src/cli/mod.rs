@@ -4,6 +4,9 @@
 //! Library modules return typed errors; this module turns them into one message on stderr,
 //! prefixed `drover: `, and an exit code. Nothing here decides anything about scaling.
 
+pub mod exec_job;
+pub mod helper;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -39,7 +42,13 @@ pub struct Cli {
 
 /// drover's commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Run one job payload (the JSON GitLab sends) on a Docker Engine, without GitLab
+    ExecJob(exec_job::ExecJobArgs),
+    /// drover acting as gitlab-runner-helper inside a locally built helper image
+    #[command(hide = true)]
+    Helper(helper::HelperArgs),
+}
 
 /// Parses the process arguments, runs the command and returns its exit code.
 pub fn main() -> ExitCode {
@@ -51,5 +60,8 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match cli.command {}
+    match cli.command {
+        Command::ExecJob(args) => exec_job::run(args),
+        Command::Helper(args) => helper::run(args),
+    }
 }

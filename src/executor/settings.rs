@@ -131,3 +131,124 @@ impl RunnerSettings {
             .unwrap_or("/cache")
     }
 }
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.trim().is_empty()).then(|| s.to_string())
+}
+
+/// Parses a Docker memory size (`512m`, `2g`, `1024`), binary units as Docker's `RAMInBytes`.
+pub fn parse_memory(s: &str) -> Option<i64> {
+    let s = s.trim().to_ascii_lowercase();
+    if s.is_empty() {
+        return None;
+    }
+    let digits = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let n: f64 = s[..digits].parse().ok()?;
+    let factor: f64 = match s[digits..].trim() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tb" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    let v = n * factor;
+    (v.is_finite() && v >= 0.0 && v < i64::MAX as f64).then_some(v as i64)
+}
+
+impl RunnerSettings {
+    /// The settings of one `[[runners]]` entry of a loaded `config.toml`. `system_id` is the
+    /// runner's system ID (from `.runner_system_id`; may be empty).
+    pub fn from_config(r: &crate::config::model::RunnerConfig, system_id: &str) -> Self {
+        let d = r.docker.clone().unwrap_or_default();
+        RunnerSettings {
+            name: r.name.clone(),
+            token: r.token.clone(),
+            url: r.url.clone(),
+            executor: r.executor.clone(),
+            system_id: system_id.to_string(),
+            output_limit_kib: u64::try_from(r.output_limit).ok().filter(|v| *v > 0),
+            environment: r.environment.clone(),
+            builds_dir: non_empty(&r.builds_dir),
+            cache_dir: non_empty(&r.cache_dir),
+            custom_build_dir_enabled: r.custom_build_dir.enabled,
+            pre_get_sources_script: non_empty(&r.pre_get_sources_script),
+            post_get_sources_script: non_empty(&r.post_get_sources_script),
+            pre_build_script: non_empty(&r.pre_build_script),
+            post_build_script: non_empty(&r.post_build_script),
+            feature_flags: r.feature_flags.clone(),
+            docker: DockerSettings {
+                image: d.image.clone(),
+                helper_image: non_empty(&d.helper_image),
+                helper_image_flavor: non_empty(&d.helper_image_flavor),
+                pull_policy: d.pull_policy.clone(),
+                allowed_pull_policies: d.allowed_pull_policies.clone(),
+                allowed_images: d.allowed_images.clone(),
+                volumes: d.volumes.clone(),
+                disable_cache: d.disable_cache,
+                cache_dir: non_empty(&d.cache_dir),
+                network_mode: non_empty(&d.network_mode),
+                privileged: d.privileged,
+                allowed_privileged_images: d.allowed_privileged_images.clone(),
+                user: non_empty(&d.user),
+                allowed_users: d.allowed_users.clone(),
+                hostname: non_empty(&d.hostname),
+                extra_hosts: d.extra_hosts.clone(),
+                dns: d.dns.clone(),
+                dns_search: d.dns_search.clone(),
+                cap_add: d.cap_add.clone(),
+                cap_drop: d.cap_drop.clone(),
+                security_opt: d.security_opt.clone(),
+                shm_size: (d.shm_size > 0).then_some(d.shm_size),
+                memory: parse_memory(&d.memory),
+                cpus: non_empty(&d.cpus),
+                disable_entrypoint_overwrite: d.disable_entrypoint_overwrite,
+                volume_driver: non_empty(&d.volume_driver),
+                volumes_from: d.volumes_from.clone(),
+                container_labels: d.container_labels.clone(),
+                tmpfs: d.tmpfs.clone(),
+                sysctls: d.sysctls.clone(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_sizes() {
+        assert_eq!(parse_memory("512m"), Some(512 * 1024 * 1024));
+        assert_eq!(parse_memory("1024"), Some(1024));
+        assert_eq!(parse_memory("1.5g"), Some(1536 * 1024 * 1024));
+        assert_eq!(parse_memory("lots"), None);
+    }
+
+    #[test]
+    fn from_loaded_config() {
+        let text = r#"
+[[runners]]
+  name = "r1"
+  url = "https://gitlab.example.com"
+  token = "glrt-abcdefghijk"
+  executor = "docker+machine"
+  output_limit = 8192
+  [runners.docker]
+    image = "alpine:3"
+    volumes = ["/cache"]
+    pull_policy = ["if-not-present"]
+    memory = "1g"
+"#;
+        let loaded = crate::config::load_str(text, "config.toml").unwrap();
+        let s = RunnerSettings::from_config(&loaded.config.runners[0], "s_1");
+        assert_eq!(s.name, "r1");
+        assert_eq!(s.output_limit_bytes(), 8192 * 1024);
+        assert_eq!(s.docker.image, "alpine:3");
+        assert_eq!(s.docker.volumes, vec!["/cache"]);
+        assert_eq!(s.docker.memory, Some(1024 * 1024 * 1024));
+        assert_eq!(s.builds_dir(), "/builds");
+    }
+}
