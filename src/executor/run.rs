@@ -46,6 +46,7 @@ pub(crate) struct JobRun<'r> {
     containers: Containers,
     volumes: Volumes,
     cancel_consumed: bool,
+    started: Instant,
 }
 
 fn map_image_error(e: ImageError) -> JobOrSystem {
@@ -67,6 +68,7 @@ impl<'r> JobRun<'r> {
             containers: Containers::default(),
             volumes: Volumes::default(),
             cancel_consumed: false,
+            started: Instant::now(),
         }
     }
 
@@ -285,6 +287,15 @@ impl<'r> JobRun<'r> {
         Ok(())
     }
 
+    /// Logs how far into the job a step is (`RUST_LOG=drover=debug`).
+    fn mark(&self, what: &str) {
+        tracing::debug!(
+            job = self.req.payload.id,
+            ms = self.started.elapsed().as_millis() as u64,
+            "{what}"
+        );
+    }
+
     fn hard_stop(&self) -> bool {
         self.control.abort.is_cancelled() || Instant::now() >= self.deadline
     }
@@ -387,6 +398,7 @@ impl<'r> JobRun<'r> {
         ));
 
         let engine = self.connect(trace).await?;
+        self.mark("connected");
         let docker = engine.docker.clone();
         let mut puller = Puller::new(&docker);
         let auth_config = vars.get("DOCKER_AUTH_CONFIG").map(|v| v.value.clone());
@@ -417,6 +429,7 @@ impl<'r> JobRun<'r> {
             .await
             .map_err(map_image_error)?;
 
+        self.mark("helper image ready");
         // Volumes.
         let random_name = paths::random_name(&paths::project_unique_name(
             &short,
@@ -458,6 +471,7 @@ impl<'r> JobRun<'r> {
             )
             .await?;
 
+        self.mark("volumes ready");
         // The job image.
         let image_opts = payload.image.as_ref();
         let requested: &[String] = image_opts
@@ -611,6 +625,7 @@ impl<'r> JobRun<'r> {
             }
         };
         trace.section_end(name);
+        self.mark(&format!("{name}: done"));
         Ok(outcome)
     }
 

@@ -261,7 +261,8 @@ pub struct Volumes {
 }
 
 impl Volumes {
-    /// Creates the plan's volumes with labels and runs the permission fix for each.
+    /// Creates the plan's volumes with labels, then runs the permission fix for each (in
+    /// parallel).
     pub async fn create(
         &mut self,
         docker: &Docker,
@@ -295,7 +296,14 @@ impl Volumes {
                 .create_volume(options)
                 .await
                 .map_err(|e| SystemError::docker(format!("create volume {}", v.name), e))?;
-            set_permissions(docker, &v.name, facts, helper_image).await?;
+        }
+        // The permission fixes are independent: run them side by side.
+        let fixes = plan
+            .volumes
+            .iter()
+            .map(|v| set_permissions(docker, &v.name, facts, helper_image));
+        for result in futures_util::future::join_all(fixes).await {
+            result?;
         }
         Ok(())
     }
