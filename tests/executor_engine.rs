@@ -111,6 +111,22 @@ async fn clone_then_fetch_at_a_sha() {
     // And back to the older sha by fetch.
     let ran = run_job(&job(&first, "fetch", vec!["cat README"]), &runner).await;
     assert!(ran.trace.contains("\nfirst\n"), "{}", ran.trace);
+    // GIT_DEPTH arrives as git_info.depth: a shallow clone of the tip.
+    let mut shallow = job(
+        &second,
+        "clone",
+        vec!["echo commits=$(git rev-list --count HEAD)"],
+    );
+    shallow.git_info.depth = 1;
+    let ran = run_job(&shallow, &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(
+        ran.trace
+            .contains("Fetching changes with git depth set to 1..."),
+        "{}",
+        ran.trace
+    );
+    assert!(ran.trace.contains("\ncommits=1\n"), "{}", ran.trace);
     assert_clean_and_remove_reusable(&short_token(&runner));
 }
 

@@ -154,52 +154,61 @@ impl<'r> JobRun<'r> {
 
         let mut job_status = "success";
         if sources_ok {
-            let script = self
+            // One `step_<name>` stage per step except after_script (normally just `script`),
+            // all bounded together by RUNNER_SCRIPT_TIMEOUT.
+            let script_deadline = p.settings.script_timeout.map(|t| Instant::now() + t);
+            let steps: Vec<_> = self
                 .req
                 .payload
                 .steps
                 .iter()
-                .find(|s| s.name == "script")
-                .map(|s| s.script.clone())
-                .unwrap_or_default();
-            let body = user::step_script(
-                &p.vars,
-                &p.paths,
-                self.req.runner.pre_build_script.as_deref(),
-                &script,
-                self.req.runner.post_build_script.as_deref(),
-            );
-            let outcome = self
-                .stage(
-                    trace,
-                    &p,
-                    "step_script",
-                    "Executing \"step_script\" stage of the job script",
-                    Role::Build,
-                    body,
-                    p.settings.script_timeout,
-                    true,
-                )
-                .await?;
-            match outcome {
-                StageOutcome::Ok => {}
-                StageOutcome::Failed(f) => {
-                    job_status = "failed";
-                    result = Err(f.into());
-                }
-                StageOutcome::Stopped(f) => {
-                    match f.reason {
-                        FailureReason::JobCanceled if self.cancel_consumed => {
-                            job_status = "canceled";
-                            trace.error("script canceled externally (UI, API)");
-                        }
-                        FailureReason::JobExecutionTimeout if self.cancel_consumed => {
-                            job_status = "timedout";
-                        }
-                        _ => return Err(f.into()),
+                .filter(|s| s.name != "after_script" && !s.name.is_empty())
+                .cloned()
+                .collect();
+            for step in steps {
+                let body = user::step_script(
+                    &p.vars,
+                    &p.paths,
+                    self.req.runner.pre_build_script.as_deref(),
+                    &step.script,
+                    self.req.runner.post_build_script.as_deref(),
+                );
+                let stage_name = format!("step_{}", step.name);
+                let remaining =
+                    script_deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                let outcome = self
+                    .stage(
+                        trace,
+                        &p,
+                        &stage_name,
+                        &format!("Executing \"{stage_name}\" stage of the job script"),
+                        Role::Build,
+                        body,
+                        remaining,
+                        true,
+                    )
+                    .await?;
+                match outcome {
+                    StageOutcome::Ok => continue,
+                    StageOutcome::Failed(f) => {
+                        job_status = "failed";
+                        result = Err(f.into());
                     }
-                    result = Err(f.into());
+                    StageOutcome::Stopped(f) => {
+                        match f.reason {
+                            FailureReason::JobCanceled if self.cancel_consumed => {
+                                job_status = "canceled";
+                                trace.error("script canceled externally (UI, API)");
+                            }
+                            FailureReason::JobExecutionTimeout if self.cancel_consumed => {
+                                job_status = "timedout";
+                            }
+                            _ => return Err(f.into()),
+                        }
+                        result = Err(f.into());
+                    }
                 }
+                break;
             }
             self.after_script(trace, &p, job_status, &mut result)
                 .await?;
