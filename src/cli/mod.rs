@@ -9,6 +9,8 @@ pub mod helper;
 
 use std::process::ExitCode;
 
+pub mod check_config;
+
 use clap::{Parser, Subcommand};
 
 /// Version information printed by `drover --version`.
@@ -43,6 +45,8 @@ pub struct Cli {
 /// drover's commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Load config.toml and report what it configures, with warnings and errors
+    CheckConfig(check_config::CheckConfigArgs),
     /// Run one job payload (the JSON GitLab sends) on a Docker Engine, without GitLab
     ExecJob(exec_job::ExecJobArgs),
     /// drover acting as gitlab-runner-helper inside a locally built helper image
@@ -61,6 +65,7 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::CheckConfig(args) => check_config::run(&args),
         Command::ExecJob(args) => exec_job::run(args),
         Command::Helper(args) => helper::run(args),
     }

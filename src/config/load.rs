@@ -127,10 +127,11 @@ fn syntax_hint(message: &str) -> Option<&'static str> {
     let m = message.to_lowercase();
     if m.contains("duplicate key") {
         Some("each key may appear once per table; remove or merge the repeated one")
-    } else if m.contains("invalid string") || m.contains("unterminated") {
+    } else if m.contains("basic string") || m.contains("unterminated") {
         Some("close the string on the same line, or use \"\"\" for text spanning lines")
-    } else if m.contains("newline") || m.contains("key with no value") || m.contains("expected `=`")
-    {
+    } else if m.contains("must be quoted") {
+        Some("every key needs a value, and text values need double quotes: key = \"value\"")
+    } else if m.contains("newline") || m.contains("expected `=`") {
         Some("write one `key = value` per line; strings need double quotes")
     } else {
         None

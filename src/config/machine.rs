@@ -110,14 +110,18 @@ impl MachineConfig {
         let end = after + horizon;
         let mut t = after;
         let mut current = self.effective_idle(t).active_section;
-        // Sections can flip without changing the winner; bound the walk.
+        // The winner can only change when it turns inactive or a later section turns active;
+        // earlier sections flipping underneath it change nothing, so they are not scanned.
+        // The bound only matters for pathological schedules.
         for _ in 0..100_000 {
             if out.len() >= count || t >= end {
                 break;
             }
+            let from = current.unwrap_or(0);
             let next = self
                 .autoscaling
                 .iter()
+                .skip(from)
                 .filter_map(|a| a.compiled.next_change(t, end - t))
                 .min();
             let Some(next) = next else { break };

@@ -14,7 +14,11 @@ pub mod model;
 mod schedule;
 mod schema;
 pub mod validate;
+mod values;
 mod walk;
+
+#[cfg(test)]
+mod agreement_tests;
 
 pub use diagnostic::{ConfigError, Diagnostic};
 pub use duration::GoDuration;

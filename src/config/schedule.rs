@@ -64,10 +64,11 @@ pub(crate) fn check_section(w: &mut Walker<'_>, section: &toml::Table, path: &st
                 ),
                 PeriodError::UnknownZone { .. } => (at("Timezone"), None),
             };
-            let message = format!(
-                "{}: invalid autoscaling period: {e}",
-                w.describe(&at("Periods"))
-            );
+            let key = match &e {
+                PeriodError::UnknownZone { .. } => at("Timezone"),
+                _ => at("Periods"),
+            };
+            let message = format!("{}: invalid autoscaling period: {e}", w.describe(&key));
             emit(w, &target, true, message, hint);
         }
     }

@@ -17,9 +17,31 @@ pub const SUPPORTED_EXECUTORS: &[&str] = &["docker+machine", "docker"];
 const PULL_POLICIES: &[&str] = &["always", "if-not-present", "never"];
 
 pub(crate) fn validate(config: &mut Config, w: &mut Walker<'_>) {
+    check_label_patterns(&config.labels, "", "global labels", w);
     for (index, runner) in config.runners.iter_mut().enumerate() {
         let base = format!("runners[{index}]");
         let label = Walker::runner_label(index, Some(&runner.name));
+        check_label_patterns(&runner.labels, &base, &label, w);
+        let computed = config
+            .labels
+            .keys()
+            .chain(
+                runner
+                    .labels
+                    .keys()
+                    .filter(|k| !config.labels.contains_key(*k)),
+            )
+            .count();
+        if computed > MAX_LABELS {
+            error_at(
+                w,
+                &base,
+                "labels",
+                &label,
+                format!("{computed} labels with the global ones; at most {MAX_LABELS} are allowed"),
+                Some("remove some labels here or in the top-level `labels`".into()),
+            );
+        }
         check_executor(runner, &base, &label, w);
         check_machine(runner, &base, &label, w);
         check_docker(runner, &base, &label, w);
@@ -39,6 +61,17 @@ pub(crate) fn validate(config: &mut Config, w: &mut Walker<'_>) {
     }
 }
 
+/// How serious a finding is, and where its caret goes.
+#[derive(Debug, Clone, Copy)]
+enum Level {
+    /// A warning, at the key.
+    Warning,
+    /// An error, at the value.
+    Error,
+    /// An error, at the key.
+    ErrorAtKey,
+}
+
 /// Emits a finding at `base.key` (falling back to `base`, then to the whole file).
 fn finding(
     w: &mut Walker<'_>,
@@ -47,24 +80,32 @@ fn finding(
     label: &str,
     message: String,
     hint: Option<String>,
-    error: bool,
+    level: Level,
 ) {
-    let path = if key.is_empty() {
-        base.to_string()
-    } else {
-        format!("{base}.{key}")
+    let error = !matches!(level, Level::Warning);
+    let at_key = !matches!(level, Level::Error);
+    let path = match (base.is_empty(), key.is_empty()) {
+        (true, _) => key.to_string(),
+        (_, true) => base.to_string(),
+        _ => format!("{base}.{key}"),
     };
     let span = w.spans.get(&path).or_else(|| w.spans.get(base)).map(|s| {
-        if error {
+        if error && !at_key {
             s.value.clone()
         } else {
             s.key.clone()
         }
     });
-    let rel = if key.is_empty() {
+    // Name the key relative to the runner: `machine.MachineOptionsWithName[1]`.
+    let rel_path = if base.is_empty() {
+        path.as_str()
+    } else {
+        path.split_once("].").map_or("", |(_, rest)| rest)
+    };
+    let rel = if rel_path.is_empty() {
         String::new()
     } else {
-        format!(", key {key}")
+        format!(", key {rel_path}")
     };
     let message = format!("{label}{rel}: {message}");
     match (span, error) {
@@ -90,7 +131,7 @@ fn warn_at(
     message: String,
     hint: Option<String>,
 ) {
-    finding(w, base, key, label, message, hint, false);
+    finding(w, base, key, label, message, hint, Level::Warning);
 }
 
 fn error_at(
@@ -101,7 +142,68 @@ fn error_at(
     message: String,
     hint: Option<String>,
 ) {
-    finding(w, base, key, label, message, hint, true);
+    finding(w, base, key, label, message, hint, Level::Error);
+}
+
+/// At most this many labels per runner, global ones included (GitLab's limit).
+const MAX_LABELS: usize = 32;
+
+/// Label keys: a letter, digit or `_`, then 2 to 64 of letters, digits, `.`, `_`, `-`.
+fn label_key_ok(key: &str) -> bool {
+    let mut chars = key.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let rest: Vec<char> = chars.collect();
+    first_ok
+        && (2..=64).contains(&rest.len())
+        && rest
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Label values: 1 to 256 of letters, digits, `.`, `_`, `-`.
+fn label_value_ok(value: &str) -> bool {
+    (1..=256).contains(&value.chars().count())
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+fn check_label_patterns(
+    labels: &std::collections::BTreeMap<String, String>,
+    base: &str,
+    label: &str,
+    w: &mut Walker<'_>,
+) {
+    for (k, v) in labels {
+        let key = format!("labels.{k}");
+        if !label_key_ok(k) {
+            error_at_key(w, base, &key, label,
+                format!("invalid label key {k:?}"),
+                Some("label keys are 3 to 65 characters: a letter, digit or _ first, then letters, digits, '.', '_' or '-'".into()));
+        } else if !label_value_ok(v) {
+            error_at(
+                w,
+                base,
+                &key,
+                label,
+                format!("invalid value {v:?} for label {k:?}"),
+                Some("label values are 1 to 256 letters, digits, '.', '_' or '-'".into()),
+            );
+        }
+    }
+}
+
+fn error_at_key(
+    w: &mut Walker<'_>,
+    base: &str,
+    key: &str,
+    label: &str,
+    message: String,
+    hint: Option<String>,
+) {
+    finding(w, base, key, label, message, hint, Level::ErrorAtKey);
 }
 
 fn check_executor(runner: &RunnerConfig, base: &str, label: &str, w: &mut Walker<'_>) {
@@ -141,10 +243,10 @@ fn check_machine(runner: &mut RunnerConfig, base: &str, label: &str, w: &mut Wal
                 &format!("MachineOptionsWithName[{i}]"),
                 label,
                 format!("machine option with name {opt:?} must contain the %s placeholder"),
-                Some(format!(
-                    "write it with %s where the machine name goes, e.g. {:?}",
-                    format!("{opt}=%s")
-                )),
+                Some(
+                    "put %s where the machine name should appear; options that do not need the name belong in MachineOptions"
+                        .into(),
+                ),
             );
         }
     }

@@ -17,6 +17,7 @@ use toml::Spanned;
 use super::diagnostic::Diagnostic;
 use super::duration::parse_go_duration;
 use super::schema::{Field, Kind, Schema, AUTOSCALING, ROOT, RUNNER};
+use super::values::{float_value, found, int_value, quote_hint, toml_datetime_to_utc};
 
 /// Where a key and its value are in the text.
 #[derive(Debug, Clone)]
@@ -421,6 +422,13 @@ impl<'t> Walker<'t> {
         let mut ok = true;
         for (k, item) in t.iter() {
             let sub = join(path, k.get_ref());
+            self.spans.insert(
+                sub.clone(),
+                Spans {
+                    key: k.span(),
+                    value: item.span(),
+                },
+            );
             let converted = match (kind, item.get_ref()) {
                 (Kind::StrMap, DeValue::String(s)) => Some(toml::Value::String(s.to_string())),
                 (Kind::BoolMap, DeValue::Boolean(b)) => Some(toml::Value::Boolean(*b)),
@@ -444,46 +452,12 @@ impl<'t> Walker<'t> {
     }
 
     fn datetime(&mut self, v: &Value<'_>, path: &str) -> Option<String> {
-        use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
+        use chrono::{DateTime, Utc};
         let parsed: Option<DateTime<Utc>> = match v.get_ref() {
             DeValue::String(s) => DateTime::parse_from_rfc3339(s)
                 .ok()
                 .map(|d| d.with_timezone(&Utc)),
-            DeValue::Datetime(dt) => {
-                let date = dt.date.and_then(|d| {
-                    NaiveDate::from_ymd_opt(d.year.into(), d.month.into(), d.day.into())
-                });
-                let time = dt.time.and_then(|t| {
-                    NaiveTime::from_hms_nano_opt(
-                        t.hour.into(),
-                        t.minute.into(),
-                        t.second.unwrap_or(0).into(),
-                        t.nanosecond.unwrap_or(0),
-                    )
-                });
-                let naive = match (date, time) {
-                    (Some(d), Some(t)) => Some(NaiveDateTime::new(d, t)),
-                    (Some(d), None) => Some(NaiveDateTime::new(d, NaiveTime::MIN)),
-                    (None, Some(t)) => {
-                        NaiveDate::from_ymd_opt(0, 1, 1).map(|d| NaiveDateTime::new(d, t))
-                    }
-                    (None, None) => None,
-                };
-                match (naive, dt.offset) {
-                    (Some(n), Some(toml::value::Offset::Z)) => Some(Utc.from_utc_datetime(&n)),
-                    (Some(n), Some(toml::value::Offset::Custom { minutes })) => {
-                        chrono::FixedOffset::east_opt(i32::from(minutes) * 60)
-                            .and_then(|o| o.from_local_datetime(&n).single())
-                            .map(|d| d.with_timezone(&Utc))
-                    }
-                    // A local datetime is read in the host's zone, as upstream does.
-                    (Some(n), None) => chrono::Local
-                        .from_local_datetime(&n)
-                        .earliest()
-                        .map(|d| d.with_timezone(&Utc)),
-                    (None, _) => None,
-                }
-            }
+            DeValue::Datetime(dt) => toml_datetime_to_utc(dt),
             _ => {
                 self.mismatch(v, path, "a datetime (e.g. 2024-01-31T12:00:00Z)", None);
                 return None;
@@ -555,50 +529,4 @@ fn join(path: &str, key: &str) -> String {
 
 fn leaf(path: &str) -> &str {
     path.rsplit('.').next().unwrap_or(path)
-}
-
-/// Parses a TOML integer's digits (underscores already removed by the parser, but tolerated).
-pub(crate) fn int_value(digits: &str, radix: u32) -> Option<i64> {
-    let cleaned: String = digits.chars().filter(|c| *c != '_').collect();
-    i64::from_str_radix(&cleaned, radix).ok()
-}
-
-/// Parses a TOML float; `None` when it overflows to infinity without saying `inf`.
-pub(crate) fn float_value(text: &str) -> Option<f64> {
-    let cleaned: String = text.chars().filter(|c| *c != '_').collect();
-    let x: f64 = cleaned.parse().ok()?;
-    if x.is_infinite() && !cleaned.contains("inf") {
-        None
-    } else {
-        Some(x)
-    }
-}
-
-/// `string "5"`, `integer 5`, `a table`, … for messages.
-fn found(v: &DeValue<'_>) -> String {
-    match v {
-        DeValue::String(s) => {
-            let short: String = s.chars().take(40).collect();
-            if short.len() < s.len() {
-                format!("string {short:?}…")
-            } else {
-                format!("string {short:?}")
-            }
-        }
-        DeValue::Integer(i) => format!("integer {i}"),
-        DeValue::Float(f) => format!("float {f}"),
-        DeValue::Boolean(b) => format!("boolean {b}"),
-        DeValue::Datetime(d) => format!("datetime {d}"),
-        DeValue::Array(_) => "an array".to_string(),
-        DeValue::Table(_) => "a table".to_string(),
-    }
-}
-
-fn quote_hint(v: &DeValue<'_>) -> Option<String> {
-    match v {
-        DeValue::Integer(_) | DeValue::Float(_) | DeValue::Boolean(_) => {
-            Some("put the value in double quotes".to_string())
-        }
-        _ => None,
-    }
 }

@@ -111,6 +111,12 @@ fn number_token(s: &str) -> u32 {
     }
 }
 
+/// The value of one or two ASCII digits.
+fn small_number(b: &[u8]) -> u32 {
+    b.iter()
+        .fold(0, |acc, d| acc * 10 + u32::from(d.wrapping_sub(b'0')))
+}
+
 const MONTHS: [&str; 12] = [
     "january",
     "february",
@@ -161,7 +167,7 @@ pub(crate) fn value(field: Field, s: &str) -> Option<u32> {
             if !digits || b.len() > 2 {
                 return None;
             }
-            let v = number_token(s);
+            let v = small_number(b);
             let (lo, hi) = (field.min(), field.max());
             (lo..=hi).contains(&v).then_some(v)
         }
@@ -170,7 +176,7 @@ pub(crate) fn value(field: Field, s: &str) -> Option<u32> {
                 if b.len() > 2 {
                     return None;
                 }
-                let v = number_token(s);
+                let v = small_number(b);
                 return (1..=12).contains(&v).then_some(v);
             }
             name_value(&MONTHS, s).map(|i| i as u32 + 1)
@@ -190,8 +196,8 @@ pub(crate) fn value(field: Field, s: &str) -> Option<u32> {
             if !digits || b.len() != 4 {
                 return None;
             }
-            let v = number_token(s);
-            (v != 0).then_some(v)
+            let v = s.parse::<u32>().ok()?;
+            (1970..=2099).contains(&v).then_some(v)
         }
     }
 }

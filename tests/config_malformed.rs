@@ -1,0 +1,259 @@
+//! Malformed config files give a one-screen error with `file:line:col`, the offending line and,
+//! where there is one, a hint; never a panic. Fixtures live in fixtures/configs/malformed.
+
+use std::path::PathBuf;
+
+use drover::config::{load_file, load_str, ConfigError};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/configs/malformed")
+        .join(name)
+}
+
+/// Loads a fixture that must fail; checks the first error's line, column and message, and
+/// that the rendered message is one screen with the position and the source line.
+fn expect_error(name: &str, line: usize, column: usize, fragment: &str) -> ConfigError {
+    let path = fixture(name);
+    let err = match load_file(&path) {
+        Ok(_) => panic!("{name} must not load"),
+        Err(e) => e,
+    };
+    let errors = err.errors();
+    let first = errors
+        .first()
+        .unwrap_or_else(|| panic!("{name}: no diagnostics"));
+    assert!(
+        first.message.contains(fragment),
+        "{name}: message {:?} lacks {fragment:?}",
+        first.message
+    );
+    assert_eq!(
+        (first.line, first.column),
+        (line, column),
+        "{name}: position of {:?}",
+        first.message
+    );
+    let shown = err.to_string();
+    let origin = path.display().to_string();
+    assert!(
+        shown.starts_with(&format!("{origin}:{line}:{column}: error: ")),
+        "{name}: display starts with file:line:col, got:\n{shown}"
+    );
+    assert!(
+        shown.lines().count() <= 40,
+        "{name}: more than one screen:\n{shown}"
+    );
+    err
+}
+
+#[test]
+fn unclosed_string() {
+    let e = expect_error("syntax_unclosed_string.toml", 4, 17, "invalid TOML");
+    assert!(matches!(e, ConfigError::Syntax { .. }));
+    assert!(
+        e.to_string().contains("name = \"broken"),
+        "shows the source line"
+    );
+}
+
+#[test]
+fn missing_value() {
+    let e = expect_error("syntax_missing_value.toml", 1, 13, "invalid TOML");
+    assert!(e.to_string().contains("hint:"));
+}
+
+#[test]
+fn duplicate_key() {
+    expect_error("syntax_duplicate_key.toml", 2, 1, "duplicate key");
+}
+
+#[test]
+fn unquoted_string() {
+    expect_error("syntax_bare_string.toml", 2, 14, "quoted");
+}
+
+#[test]
+fn idle_count_as_string() {
+    let e = expect_error(
+        "type_idlecount_string.toml",
+        9,
+        17,
+        "runners[0] \"first\", key machine.IdleCount: expected an integer, found string \"2\"",
+    );
+    assert!(e
+        .to_string()
+        .contains("hint: remove the quotes: IdleCount = 2"));
+}
+
+#[test]
+fn periods_as_string() {
+    let e = expect_error(
+        "type_periods_string.toml",
+        14,
+        17,
+        "machine.autoscaling[0].Periods: expected an array of strings",
+    );
+    assert!(
+        e.to_string()
+            .contains("Periods = [\"* * 9-17 * * mon-fri *\"]"),
+        "hint shows the list form"
+    );
+}
+
+#[test]
+fn autoscaling_with_single_brackets() {
+    let e = expect_error(
+        "type_autoscaling_single_brackets.toml",
+        13,
+        5,
+        "expected an array of tables",
+    );
+    assert!(e.to_string().contains("double brackets"));
+}
+
+#[test]
+fn float_where_integer_expected() {
+    expect_error(
+        "type_concurrent_float.toml",
+        1,
+        14,
+        "key concurrent: expected an integer, found float 2.5",
+    );
+}
+
+#[test]
+fn bool_as_string() {
+    expect_error(
+        "type_bool_string.toml",
+        14,
+        18,
+        "docker.privileged: expected a boolean",
+    );
+}
+
+#[test]
+fn bad_cron_points_at_the_entry() {
+    expect_error("bad_cron.toml", 14, 44, "Periods[1] = \"* * 25 * * * *\"");
+}
+
+#[test]
+fn cron_with_too_few_fields() {
+    let e = expect_error(
+        "bad_cron_missing_fields.toml",
+        14,
+        18,
+        "invalid autoscaling period",
+    );
+    assert!(e.to_string().contains("7 fields"));
+}
+
+#[test]
+fn unknown_time_zone() {
+    expect_error("unknown_timezone.toml", 15, 18, "key machine.autoscaling[0].Timezone: invalid autoscaling period: unknown time zone \"Europe/Amsterdan\"");
+}
+
+#[test]
+fn machine_option_with_name_needs_percent_s() {
+    expect_error("missing_percent_s.toml", 13, 49, "runners[0] \"first\", key machine.MachineOptionsWithName[1]: machine option with name \"google-disk-name=disk\" must contain the %s placeholder");
+}
+
+#[test]
+fn integer_out_of_range() {
+    expect_error(
+        "int_out_of_range.toml",
+        10,
+        16,
+        "integer 9223372036854775808 is out of range",
+    );
+}
+
+#[test]
+fn integer_too_big_for_a_float() {
+    expect_error(
+        "int_too_big_for_float.toml",
+        10,
+        23,
+        "cannot be represented exactly as a float",
+    );
+}
+
+#[test]
+fn bad_duration() {
+    expect_error(
+        "bad_duration.toml",
+        1,
+        22,
+        "key connection_max_age: unknown unit",
+    );
+}
+
+#[test]
+fn bad_datetime() {
+    expect_error("bad_datetime.toml", 7, 23, "token_obtained_at");
+}
+
+#[test]
+fn error_in_second_runner_names_it() {
+    expect_error(
+        "second_runner_error.toml",
+        19,
+        11,
+        "runners[1] \"second\", key limit: expected an integer",
+    );
+}
+
+#[test]
+fn all_errors_are_collected_but_display_fits_a_screen() {
+    let e = expect_error("many_errors.toml", 1, 14, "key concurrent");
+    assert_eq!(e.errors().len(), 7);
+    let lines: Vec<_> = e.errors().iter().map(|d| d.line).collect();
+    assert_eq!(lines, [1, 2, 3, 4, 5, 6, 7]);
+    assert!(e.to_string().contains("and 2 more errors"));
+}
+
+#[test]
+fn latin1_bytes() {
+    let e = expect_error(
+        "non_utf8_latin1.toml",
+        3,
+        14,
+        "invalid UTF-8: byte 0xE9 at byte offset 40",
+    );
+    assert!(matches!(e, ConfigError::Encoding { .. }));
+    assert!(e.to_string().contains("save the file as UTF-8"));
+}
+
+#[test]
+fn utf16_files() {
+    for name in ["utf16le_bom.toml", "utf16be_bom.toml", "utf16le_nobom.toml"] {
+        let e = expect_error(name, 1, 1, "UTF-16");
+        assert!(e.to_string().contains("save the file as UTF-8"));
+    }
+}
+
+#[test]
+fn missing_file_is_an_io_error() {
+    let e = match load_file(&fixture("does-not-exist.toml")) {
+        Ok(_) => panic!("must fail"),
+        Err(e) => e,
+    };
+    assert!(matches!(e, ConfigError::Io { .. }));
+    assert!(e.to_string().contains("-c PATH"));
+}
+
+#[test]
+fn truncated_inputs_never_panic() {
+    // Every prefix of every fixture (and of a large valid file) either loads or errors.
+    let mut texts: Vec<Vec<u8>> = std::fs::read_dir(fixture(""))
+        .expect("fixtures")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .collect();
+    texts.push(include_bytes!("../config.toml.example").to_vec());
+    for text in texts {
+        for end in 0..=text.len() {
+            let _ = load_str(&text[..end], "prefix.toml");
+        }
+    }
+}
