@@ -237,11 +237,13 @@ fn registry_key(url: &str) -> String {
     }
 }
 
-/// Credentials for `image`: `DOCKER_AUTH_CONFIG` entries first, then the payload's `registry`
-/// credentials; the longest matching registry path wins within a source.
+/// Credentials for `image`: the docker `config.json` texts in order (the `DOCKER_AUTH_CONFIG`
+/// variable, then the runner user's `~/.docker/config.json` or `~/.dockercfg`), then the
+/// payload's `registry` credentials; the first source with a match wins, and within a source
+/// the longest matching registry path.
 pub fn credentials_for(
     image: &str,
-    docker_auth_config: Option<&str>,
+    docker_auth_configs: &[String],
     payload: &[Credentials],
 ) -> Option<DockerCredentials> {
     let registry = registry_of(image);
@@ -258,10 +260,15 @@ pub fn credentials_for(
             })
             .max_by_key(|(key, _, _)| key.len())
     };
-    if let Some(text) = docker_auth_config.filter(|t| !t.trim().is_empty()) {
+    for text in docker_auth_configs.iter().filter(|t| !t.trim().is_empty()) {
         if let Ok(json) = serde_json::from_str::<serde_json::Value>(text) {
             let mut entries = Vec::new();
-            if let Some(auths) = json.get("auths").and_then(|a| a.as_object()) {
+            // config.json has an "auths" map; the legacy ~/.dockercfg is the map itself.
+            let auths = json
+                .get("auths")
+                .or(Some(&json))
+                .and_then(|a| a.as_object());
+            if let Some(auths) = auths {
                 for (url, entry) in auths {
                     let decoded = entry
                         .get("auth")
@@ -626,18 +633,18 @@ mod tests {
             username: "gitlab-ci-token".into(),
             password: "tok".into(),
         }];
-        let c = credentials_for("registry.gitlab.example.com/g/p:1", None, &payload).unwrap();
+        let c = credentials_for("registry.gitlab.example.com/g/p:1", &[], &payload).unwrap();
         assert_eq!(c.password.as_deref(), Some("tok"));
-        assert!(credentials_for("ruby:3", None, &payload).is_none());
+        assert!(credentials_for("ruby:3", &[], &payload).is_none());
         let auth = base64::engine::general_purpose::STANDARD.encode("u:p");
         let cfg =
             format!(r#"{{"auths": {{"registry.gitlab.example.com": {{"auth": "{auth}"}}}}}}"#);
-        let c = credentials_for("registry.gitlab.example.com/g/p:1", Some(&cfg), &payload).unwrap();
+        let c = credentials_for("registry.gitlab.example.com/g/p:1", &[cfg], &payload).unwrap();
         assert_eq!(c.username.as_deref(), Some("u"));
         let wrong_type = vec![Credentials {
             r#type: "Registry".into(),
             ..payload[0].clone()
         }];
-        assert!(credentials_for("registry.gitlab.example.com/g/p", None, &wrong_type).is_none());
+        assert!(credentials_for("registry.gitlab.example.com/g/p", &[], &wrong_type).is_none());
     }
 }

@@ -75,7 +75,22 @@ pub async fn run_job(
     if !payload.token.is_empty() {
         phrases.push(payload.token.clone());
     }
-    let masker = trace::mask::Masker::new(&phrases, &payload.features.token_mask_prefixes);
+    let all_default_tokens = req
+        .runner
+        .feature_flags
+        .get("FF_MASK_ALL_DEFAULT_TOKENS")
+        .copied()
+        .or_else(|| {
+            payload
+                .variable("FF_MASK_ALL_DEFAULT_TOKENS")
+                .and_then(script::variables::parse_bool)
+        })
+        .unwrap_or(true);
+    let masker = trace::mask::Masker::with_default_tokens(
+        &phrases,
+        &payload.features.token_mask_prefixes,
+        all_default_tokens,
+    );
     let mut trace = trace::Trace::new(
         sink,
         masker,

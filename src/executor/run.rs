@@ -410,7 +410,7 @@ impl<'r> JobRun<'r> {
         self.mark("connected");
         let docker = engine.docker.clone();
         let mut puller = Puller::new(&docker);
-        let auth_config = vars.get("DOCKER_AUTH_CONFIG").map(|v| v.value.clone());
+        let auth_configs = docker_auth_configs(&vars);
 
         // Helper image: helper_image with the config policies, else the pinned upstream one.
         let config_policies =
@@ -432,7 +432,7 @@ impl<'r> JobRun<'r> {
             vec![image::PullPolicy::IfNotPresent]
         };
         let helper_creds =
-            image::credentials_for(&helper_name, auth_config.as_deref(), &payload.credentials);
+            image::credentials_for(&helper_name, &auth_configs, &payload.credentials);
         let helper = puller
             .get(&helper_name, &helper_policies, helper_creds, None, trace)
             .await
@@ -499,8 +499,7 @@ impl<'r> JobRun<'r> {
         let platform = image_opts
             .map(|i| i.executor_opts.docker.platform.clone())
             .filter(|p| !p.is_empty());
-        let creds =
-            image::credentials_for(&image_name, auth_config.as_deref(), &payload.credentials);
+        let creds = image::credentials_for(&image_name, &auth_configs, &payload.credentials);
         let build_image = puller
             .get(&image_name, &policies, creds, platform.as_deref(), trace)
             .await
@@ -692,6 +691,24 @@ impl<'r> JobRun<'r> {
         }
         let _ = trace;
     }
+}
+
+/// Registry auth sources in upstream's precedence: the `DOCKER_AUTH_CONFIG` variable, then
+/// the runner user's `~/.docker/config.json`, else `~/.dockercfg`.
+fn docker_auth_configs(vars: &VarList) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(v) = vars.get("DOCKER_AUTH_CONFIG") {
+        out.push(v.value.clone());
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        let home = std::path::PathBuf::from(home);
+        let file = std::fs::read_to_string(home.join(".docker/config.json"))
+            .or_else(|_| std::fs::read_to_string(home.join(".dockercfg")));
+        if let Ok(text) = file {
+            out.push(text);
+        }
+    }
+    out
 }
 
 /// How a stage ended, for the flow above.

@@ -57,6 +57,16 @@ impl Masker {
     /// A masker for the given secret phrases and token prefixes (at most 15 prefixes are used,
     /// as upstream).
     pub fn new<P: AsRef<[u8]>>(phrases: &[P], token_prefixes: &[String]) -> Self {
+        Self::with_default_tokens(phrases, token_prefixes, true)
+    }
+
+    /// As [`Masker::new`]; with `all_default_tokens` false (`FF_MASK_ALL_DEFAULT_TOKENS` off)
+    /// only `glpat-` of the built-in prefixes is masked.
+    pub fn with_default_tokens<P: AsRef<[u8]>>(
+        phrases: &[P],
+        token_prefixes: &[String],
+        all_default_tokens: bool,
+    ) -> Self {
         let mut phrases: Vec<Vec<u8>> = phrases
             .iter()
             .map(|p| p.as_ref().to_vec())
@@ -75,10 +85,15 @@ impl Masker {
                 .ok()
         };
         let mut prefixes: Vec<String> = Vec::new();
+        let defaults = if all_default_tokens {
+            DEFAULT_TOKEN_PREFIXES
+        } else {
+            &DEFAULT_TOKEN_PREFIXES[..1]
+        };
         for p in token_prefixes
             .iter()
             .map(String::as_str)
-            .chain(DEFAULT_TOKEN_PREFIXES.iter().copied())
+            .chain(defaults.iter().copied())
         {
             if !p.is_empty() && !prefixes.iter().any(|q| q == p) && prefixes.len() < 15 {
                 prefixes.push(p.to_string());
@@ -250,6 +265,15 @@ mod tests {
         assert_eq!(
             out,
             "token [MASKED] and [MASKED] and https://h/p?a=1&X-Amz-Signature=[MASKED]&b=2\n"
+        );
+    }
+
+    #[test]
+    fn default_tokens_can_be_limited_to_glpat() {
+        let mut m = Masker::with_default_tokens::<&str>(&[], &[], false);
+        assert_eq!(
+            run(&mut m, &["glpat-aaa glrt-bbb\n"]),
+            "[MASKED] glrt-bbb\n"
         );
     }
 
