@@ -49,6 +49,7 @@ pub struct Masker {
     phrases: Option<AhoCorasick>,
     phrase_list: Vec<Vec<u8>>,
     longest_phrase: usize,
+    prefixes: Vec<String>,
     words: Option<Regex>,
     pending: Vec<u8>,
 }
@@ -113,6 +114,7 @@ impl Masker {
             phrases,
             phrase_list,
             longest_phrase,
+            prefixes,
             words,
             pending: Vec::new(),
         }
@@ -144,13 +146,12 @@ impl Masker {
             len - self.partial_phrase_suffix()
         };
         if !last {
-            // Keep an unfinished run of non-blank bytes (a token or URL may go on).
+            // Keep the part of an unfinished run of non-blank bytes that may be a token or a
+            // URL parameter still being written.
             loop {
                 let before = cut;
                 if cut > 0 && (cut == len || !self.pending[cut].is_ascii_whitespace()) {
-                    while cut > 0 && !self.pending[cut - 1].is_ascii_whitespace() {
-                        cut -= 1;
-                    }
+                    cut = self.hold_start(cut);
                 }
                 if let Some(&(s, _)) = matches.iter().find(|(s, e)| *s < cut && *e > cut) {
                     cut = s;
@@ -179,6 +180,35 @@ impl Masker {
         phrased.extend_from_slice(&self.pending[at..cut]);
         self.pending.drain(..cut);
         self.mask_words(&phrased)
+    }
+
+    /// Where to stop emitting in the run of non-blank bytes that ends at `cut` and may go on:
+    /// at its first `?`/`&` (a URL parameter may follow), else at the first word start that
+    /// is, or may become, a token prefix; `cut` itself when nothing in the run can be a secret.
+    fn hold_start(&self, cut: usize) -> usize {
+        let mut start = cut;
+        while start > 0 && !self.pending[start - 1].is_ascii_whitespace() {
+            start -= 1;
+        }
+        let run = &self.pending[start..cut];
+        if let Some(q) = run.iter().position(|b| *b == b'?' || *b == b'&') {
+            return start + q;
+        }
+        let is_word = |b: u8| b.is_ascii_alphanumeric() || b"._=-".contains(&b);
+        for i in 0..run.len() {
+            if i > 0 && is_word(run[i - 1]) {
+                continue;
+            }
+            let tail = &run[i..];
+            let risky = self.prefixes.iter().any(|p| {
+                let p = p.as_bytes();
+                p.starts_with(tail) || tail.starts_with(p)
+            });
+            if risky {
+                return start + i;
+            }
+        }
+        cut
     }
 
     /// The length of the longest tail of `pending` that is the start of some phrase.
@@ -281,8 +311,21 @@ mod tests {
     fn complete_lines_are_emitted_without_waiting() {
         let mut m = Masker::new(&["longsecretvalue"], &[]);
         assert_eq!(m.push(b"hello world\n"), b"hello world\n");
-        assert_eq!(m.push(b"partial"), b"");
-        assert_eq!(m.finish(), b"partial");
+        // Only a tail that could start the secret waits.
+        assert_eq!(m.push(b"partial"), b"partia");
+        assert_eq!(m.finish(), b"l");
+    }
+
+    #[test]
+    fn harmless_partial_words_stream_at_once() {
+        let mut m = Masker::new::<&str>(&[], &[]);
+        assert_eq!(m.push(b"progress..."), b"progress...");
+        assert_eq!(m.push(b"x gl"), b"x ");
+        assert_eq!(m.push(b"pat-secret"), b"");
+        assert_eq!(m.push(b"MORE done"), b"[MASKED] done");
+        assert_eq!(m.push(b"https://h/p?"), b"https://h/p");
+        assert_eq!(m.push(b"private_token=abc"), b"");
+        assert_eq!(m.finish(), b"?private_token=[MASKED]");
     }
 
     #[test]
@@ -295,5 +338,31 @@ mod tests {
         }
         out.extend(m.finish());
         assert_eq!(out, text.as_bytes());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn secrets_never_survive_any_chunking(
+            parts in proptest::collection::vec("[abc xyz\n.-]{0,12}", 1..8),
+            cuts in proptest::collection::vec(1usize..9, 1..40),
+        ) {
+            let secret = "Secret-XYZ-123";
+            let text = parts.join(secret);
+            let mut m = Masker::new(&[secret], &[]);
+            let mut out = Vec::new();
+            let bytes = text.as_bytes();
+            let mut at = 0;
+            for c in cuts.iter().cycle() {
+                if at >= bytes.len() {
+                    break;
+                }
+                let end = (at + c).min(bytes.len());
+                out.extend(m.push(&bytes[at..end]));
+                at = end;
+            }
+            out.extend(m.finish());
+            let out = String::from_utf8(out).unwrap();
+            proptest::prop_assert_eq!(out, text.replace(secret, "[MASKED]"));
+        }
     }
 }
