@@ -291,12 +291,75 @@ async fn graceful_cancel_runs_after_script() {
     let _guard = engine_test!();
     let runner = settings("cancel");
     let started = std::time::Instant::now();
+    let labels_seen = std::sync::Mutex::new(None);
     let ran = run_job_with(&cancel_job(), &runner, |trace, control| {
-        if trace.contains("\nscript-started") {
+        if trace.contains("\nscript-started") && !control.cancel.is_cancelled() {
+            // Upstream's labels on what the job made, looked up while it runs.
+            let list = |args: &[&str]| {
+                let out = std::process::Command::new("docker")
+                    .args(args)
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).trim().to_string()
+            };
+            let by = |kind: &str| format!("label=com.gitlab.gitlab-runner.type={kind}");
+            let runner_id = "label=com.gitlab.gitlab-runner.runner.id=dtecancel";
+            let build = list(&[
+                "ps",
+                "-a",
+                "-q",
+                "--filter",
+                runner_id,
+                "--filter",
+                &by("build"),
+                "--filter",
+                "label=com.gitlab.gitlab-runner.job.id=16",
+                "--filter",
+                "label=com.gitlab.gitlab-runner.managed=true",
+            ]);
+            let helper = list(&[
+                "ps",
+                "-a",
+                "-q",
+                "--filter",
+                runner_id,
+                "--filter",
+                &by("predefined"),
+            ]);
+            let volumes = list(&[
+                "volume",
+                "ls",
+                "-q",
+                "--filter",
+                runner_id,
+                "--filter",
+                &by("cache"),
+            ]);
+            *labels_seen.lock().unwrap() = Some((build, helper, volumes));
             control.cancel.cancel();
         }
     })
     .await;
+    let (build, helper, volumes) = labels_seen
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the script never started");
+    assert_eq!(
+        build.lines().count(),
+        1,
+        "build container by labels: {build:?}"
+    );
+    assert_eq!(
+        helper.lines().count(),
+        1,
+        "helper container by labels: {helper:?}"
+    );
+    assert_eq!(
+        volumes.lines().count(),
+        2,
+        "/cache and /builds volumes by labels: {volumes:?}"
+    );
     assert_eq!(
         failure(&ran.result).0,
         FailureReason::JobCanceled,
