@@ -502,3 +502,52 @@ async fn missing_image_is_an_image_pull_failure() {
     );
     assert_clean_and_remove_reusable(&short_token(&runner));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_sources_are_retried_then_skip_the_script() {
+    let _guard = engine_test!();
+    let server = GitServer::start("glcbt-theservertoken");
+    let sha = server.commit("README", "x\n");
+    let runner = settings("srcfail");
+    // The job's token is not the one the server accepts: every fetch fails.
+    let url = server
+        .repo_url()
+        .replace("glcbt-theservertoken", "glcbt-awrongtoken");
+    let ran = run_job(
+        &payload(json!({
+            "id": 21, "token": "glcbt-awrongtoken", "job_info": {"project_id": 510},
+            "git_info": {"repo_url": url, "sha": sha, "ref": "main",
+                         "refspecs": ["+refs/heads/main:refs/remotes/origin/main"]},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "clone"}, {"key": "GET_SOURCES_ATTEMPTS", "value": "2"}],
+            "steps": [{"name": "script", "script": ["echo script-ran"]},
+                      {"name": "after_script", "script": ["echo after-script-ran"]}]
+        })),
+        &runner,
+    )
+    .await;
+    let (reason, code) = failure(&ran.result);
+    assert_eq!(reason, FailureReason::ScriptFailure, "{}", ran.trace);
+    assert!(code.is_some_and(|c| c != 0));
+    assert_eq!(
+        ran.trace
+            .matches("Getting source from Git repository")
+            .count(),
+        2,
+        "{}",
+        ran.trace
+    );
+    assert!(
+        ran.trace
+            .contains("Deleting all tracked and untracked files"),
+        "{}",
+        ran.trace
+    );
+    assert!(!ran.trace.contains("\nscript-ran"));
+    assert!(!ran.trace.contains("\nafter-script-ran"));
+    assert!(ran
+        .trace
+        .contains("Cleaning up project directory and file based variables"));
+    assert!(!ran.trace.contains("awrongtoken"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}

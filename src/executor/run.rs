@@ -111,6 +111,35 @@ impl<'r> JobRun<'r> {
         let mut result: Result<(), JobError> = Ok(());
         let mut sources_ok = false;
         for attempt in 1..=p.settings.get_sources_attempts {
+            if attempt > 1 {
+                // Exponential backoff (5 s doubling, at most 5 min), cut short by a stop.
+                let backoff = Duration::from_secs(5u64.saturating_mul(1 << (attempt - 2).min(6)))
+                    .min(Duration::from_secs(300));
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = self.control.abort.cancelled() => {}
+                    _ = self.control.cancel.cancelled() => {}
+                    _ = tokio::time::sleep_until(self.deadline) => {}
+                }
+            }
+            if attempt == 2 {
+                let body = user::clear_worktree(&p.paths);
+                let outcome = self
+                    .stage(
+                        trace,
+                        &p,
+                        "clear_worktree",
+                        "Deleting all tracked and untracked files due to source fetch failure",
+                        Role::Helper,
+                        body,
+                        None,
+                        false,
+                    )
+                    .await?;
+                if let StageOutcome::Stopped(f) = outcome {
+                    return Err(f.into());
+                }
+            }
             let body = get_sources(
                 self.req.payload,
                 &SourcesInputs {

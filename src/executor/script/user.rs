@@ -60,6 +60,17 @@ pub fn prepare_script(paths: &JobPaths, machine: Option<&str>) -> ScriptBody {
     b
 }
 
+/// `clear_worktree` (helper container), before the second `get_sources` attempt: removes
+/// every tracked and untracked file of the project dir. Errors are ignored.
+pub fn clear_worktree(paths: &JobPaths) -> ScriptBody {
+    let mut b = ScriptBody::new();
+    let dir = quote(&paths.build_dir);
+    b.line(format!(
+        "if [ -d {dir}/.git ]; then cd {dir} && {{ git rm -rf -q --ignore-unmatch . || true; git clean -ffdx || true; }}; fi"
+    ));
+    b
+}
+
 /// `step_script` (build container): exports, `cd`, `pre_build_script`, the job's
 /// before_script + script lines, `post_build_script`.
 pub fn step_script(
