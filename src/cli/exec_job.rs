@@ -58,6 +58,7 @@ fn prepare(args: &ExecJobArgs) -> anyhow::Result<Prepared> {
         .with_context(|| format!("cannot read the job payload {}", args.job.display()))?;
     let payload =
         JobPayload::from_json(&text).with_context(|| format!("{}", args.job.display()))?;
+    let mut config_endpoint = None;
     let runner = match &args.config {
         None => RunnerSettings {
             name: "exec-job".into(),
@@ -86,14 +87,26 @@ fn prepare(args: &ExecJobArgs) -> anyhow::Result<Prepared> {
             let system_id = std::fs::read_to_string(path.with_file_name(".runner_system_id"))
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default();
+            // A plain docker runner's own [runners.docker] host applies unless --docker-host
+            // is given (docker+machine runners get theirs from the machine).
+            if args.docker_host.is_none() && entry.executor != "docker+machine" {
+                if let Some(d) = entry.docker.as_ref().filter(|d| !d.host.is_empty()) {
+                    config_endpoint = Some(DockerEndpoint {
+                        host: Some(d.host.clone()),
+                        tls_cert_path: (!d.tls_cert_path.is_empty())
+                            .then(|| PathBuf::from(&d.tls_cert_path)),
+                        tls_verify: d.tls_verify,
+                    });
+                }
+            }
             RunnerSettings::from_config(entry, &system_id)
         }
     };
-    let endpoint = DockerEndpoint {
+    let endpoint = config_endpoint.unwrap_or_else(|| DockerEndpoint {
         host: args.docker_host.clone(),
         tls_verify: args.tls_cert_path.is_some(),
         tls_cert_path: args.tls_cert_path.clone(),
-    };
+    });
     Ok(Prepared {
         payload,
         runner,

@@ -630,7 +630,8 @@ impl<'r> JobRun<'r> {
                 .containers
                 .get(&docker, role, &p.inputs, &self.req.runner.docker)
                 .await?;
-            let script = body.finish(p.settings.debug_trace);
+            let script =
+                body.finish(p.settings.debug_trace && !self.req.runner.debug_trace_disabled);
             let stop = stop_signal(
                 self.control.clone(),
                 self.deadline,

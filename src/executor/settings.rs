@@ -39,6 +39,8 @@ pub struct RunnerSettings {
     pub post_build_script: Option<String>,
     /// `[runners.feature_flags]`.
     pub feature_flags: BTreeMap<String, bool>,
+    /// `debug_trace_disabled`: ignore `CI_DEBUG_TRACE`.
+    pub debug_trace_disabled: bool,
     /// `[runners.docker]`.
     pub docker: DockerSettings,
 }
@@ -179,6 +181,7 @@ impl RunnerSettings {
             pre_build_script: non_empty(&r.pre_build_script),
             post_build_script: non_empty(&r.post_build_script),
             feature_flags: r.feature_flags.clone(),
+            debug_trace_disabled: r.debug_trace_disabled,
             docker: DockerSettings {
                 image: d.image.clone(),
                 helper_image: non_empty(&d.helper_image),
