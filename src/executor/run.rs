@@ -88,7 +88,16 @@ impl<'r> JobRun<'r> {
             "prepare_executor",
             &format!("Preparing the \"{executor}\" executor"),
         );
-        let prepared = self.prepare(trace).await;
+        // Preparation (pulls included) stops on abort, cancel or the job timeout too.
+        let stop = stop_signal(self.control.clone(), self.deadline, None, false, false);
+        let prepared = tokio::select! {
+            r = self.prepare(trace) => Prep::Done(Box::new(r)),
+            reason = stop => Prep::Stopped(reason),
+        };
+        let prepared = match prepared {
+            Prep::Done(r) => *r,
+            Prep::Stopped(reason) => Err(JobOrSystem::Job(self.stop_failure(reason, None))),
+        };
         trace.section_end("prepare_executor");
         let p = prepared.map_err(JobError::from)?;
 
@@ -698,6 +707,25 @@ impl<'r> JobRun<'r> {
         let docker = engine.docker;
         let work = async {
             let mut problems = self.containers.remove_all(&docker).await;
+            let init: Vec<String> = match self.volumes.init_containers.lock() {
+                Ok(mut v) => std::mem::take(&mut *v),
+                Err(p) => std::mem::take(&mut *p.into_inner()),
+            };
+            for id in init {
+                let options = bollard::query_parameters::RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                };
+                match docker.remove_container(&id, Some(options)).await {
+                    Ok(()) => {}
+                    Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404,
+                        ..
+                    }) => {}
+                    Err(e) => problems.push(format!("removing container {id}: {e}")),
+                }
+            }
             for v in std::mem::take(&mut self.volumes.temporary) {
                 let options = bollard::query_parameters::RemoveVolumeOptions { force: true };
                 match docker.remove_volume(&v, Some(options)).await {
@@ -739,6 +767,12 @@ fn docker_auth_configs(vars: &VarList) -> Vec<String> {
         }
     }
     out
+}
+
+/// How preparation ended.
+enum Prep {
+    Done(Box<Result<Prepared, JobOrSystem>>),
+    Stopped(StopReason),
 }
 
 /// How a stage ended, for the flow above.

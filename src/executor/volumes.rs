@@ -258,6 +258,9 @@ pub fn plan(i: &PlanInputs<'_>) -> Result<VolumePlan, JobFailure> {
 pub struct Volumes {
     /// Temporary volume names (removed at cleanup).
     pub temporary: Vec<String>,
+    /// Permission-fix containers, recorded as soon as they exist so that cleanup removes them
+    /// even when preparation is interrupted.
+    pub init_containers: std::sync::Mutex<Vec<String>>,
 }
 
 impl Volumes {
@@ -301,7 +304,7 @@ impl Volumes {
         let fixes = plan
             .volumes
             .iter()
-            .map(|v| set_permissions(docker, &v.name, facts, helper_image));
+            .map(|v| set_permissions(docker, &v.name, facts, helper_image, &self.init_containers));
         for result in futures_util::future::join_all(fixes).await {
             result?;
         }
@@ -315,6 +318,7 @@ async fn set_permissions(
     volume: &str,
     facts: &LabelFacts,
     helper_image: &str,
+    record: &std::sync::Mutex<Vec<String>>,
 ) -> Result<(), SystemError> {
     let suffix: [u8; 8] = rand::random();
     let name = format!("{volume}-set-permission-{}", hex::encode(suffix));
@@ -346,6 +350,10 @@ async fn set_permissions(
         )
         .await
         .map_err(|e| SystemError::docker(format!("create container {name}"), e))?;
+    match record.lock() {
+        Ok(mut r) => r.push(created.id.clone()),
+        Err(p) => p.into_inner().push(created.id.clone()),
+    }
     let result = run_to_exit(docker, &created.id).await;
     let _ = docker
         .remove_container(
