@@ -180,3 +180,47 @@ async fn ctrl_c_cancels_gracefully() {
     assert!(err.contains("job_canceled"), "{err}");
     assert_clean_and_remove_reusable("dteclicanc");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_ctrl_c_aborts() {
+    if !engine_available() {
+        return;
+    }
+    ensure_images();
+    let _guard = ENGINE_LOCK.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut j = job(&["echo script-started", "sleep 300"]);
+    j["steps"][1]["script"] =
+        serde_json::json!(["echo after-started", "sleep 300", "echo after-finished"]);
+    let (c, j) = write_files(dir.path(), "cliabort", j);
+    let mut child = Command::new(drover_bin())
+        .args(["exec-job", "--job", &j, "-c", &c])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut trace = String::new();
+    let mut interrupts = 0;
+    loop {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        trace.push_str(&line);
+        // First Ctrl-C in the script (graceful), the second in after_script (abort).
+        if line == "script-started\n" || line == "after-started\n" {
+            interrupts += 1;
+            Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status()
+                .unwrap();
+        }
+    }
+    let code = child.wait().unwrap().code();
+    assert_eq!(interrupts, 2, "{trace}");
+    assert_eq!(code, Some(1), "{trace}");
+    assert!(!trace.contains("after-finished"), "{trace}");
+    assert!(!trace.contains("Cleaning up project directory"), "{trace}");
+    assert_clean_and_remove_reusable("dtecliabo");
+}

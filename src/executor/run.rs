@@ -633,6 +633,17 @@ impl<'r> JobRun<'r> {
         user_script: bool,
     ) -> Result<StageOutcome, JobError> {
         let docker = p.engine.docker.clone();
+        // Nothing more runs once the job is aborted or out of time.
+        if self.control.abort.is_cancelled() {
+            return Ok(StageOutcome::Stopped(
+                self.stop_failure(StopReason::Aborted, None),
+            ));
+        }
+        if Instant::now() >= self.deadline {
+            return Ok(StageOutcome::Stopped(
+                self.stop_failure(StopReason::JobTimeout, None),
+            ));
+        }
         trace.section_start(name, description);
         let result = async {
             let id = self

@@ -95,6 +95,11 @@ pub async fn run_stage(
     let mut stopped = None;
     loop {
         tokio::select! {
+            biased;
+            reason = &mut stop => {
+                stopped = Some(reason);
+                break;
+            }
             r = &mut write, if !written => {
                 written = true;
                 if let Err(e) = r {
@@ -112,10 +117,6 @@ pub async fn run_stage(
                 }
                 None => break,
             },
-            reason = &mut stop => {
-                stopped = Some(reason);
-                break;
-            }
         }
     }
     drop(output);
