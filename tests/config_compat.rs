@@ -431,3 +431,12 @@ fn idle_changes_ignore_flicker_under_the_winner() {
     assert_eq!(secs.len(), 3);
     assert!(secs.windows(2).all(|w| w[0].1 != w[1].1), "{secs:?}");
 }
+
+#[test]
+fn configs_compare_by_what_is_written() {
+    let a = machine_with_sections("    [[runners.machine.autoscaling]]\n      Periods = [\"* * 9-17 * * * *\"]\n      Timezone = \"UTC\"\n");
+    let b = machine_with_sections("    [[runners.machine.autoscaling]]\n      Periods = [\"* * 9-17 * * * *\"]\n      Timezone = \"UTC\"\n");
+    let c = machine_with_sections("    [[runners.machine.autoscaling]]\n      Periods = [\"* * 9-18 * * * *\"]\n      Timezone = \"UTC\"\n");
+    assert_eq!(a.config, b.config);
+    assert_ne!(a.config, c.config);
+}

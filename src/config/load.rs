@@ -2,7 +2,7 @@
 //! [`Config`], plus warnings.
 //!
 //! How it works: the text is parsed into a tree that keeps the byte span of every key and
-//! value (`toml::de::DeTable`). [`walk`](super::walk) then visits the tree against the schema,
+//! value (`toml::de::DeTable`). the schema walk (`walk.rs`) then visits the tree against the schema,
 //! mapping each key to its canonical spelling (exact match first, then ignoring case, as
 //! gitlab-runner's decoder does), converting values (integers where floats are expected, Go
 //! duration strings to nanoseconds, datetimes) and reporting unknown, removed and ignored keys

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::periods::{PeriodError, TimePeriod};
 
 /// `[runners.machine]`: the machine shape and the idle pool settings.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct MachineConfig {
     /// `MaxGrowthRate`: machines created at once (0 = unlimited).
@@ -218,6 +218,18 @@ struct RawAutoscaling {
     idle_count_min: i64,
     #[serde(rename = "IdleTime")]
     idle_time: i64,
+}
+
+impl PartialEq for AutoscalingConfig {
+    /// Sections are equal when they were written the same (the compiled form follows).
+    fn eq(&self, other: &Self) -> bool {
+        self.periods == other.periods
+            && self.timezone == other.timezone
+            && self.idle_count == other.idle_count
+            && self.idle_scale_factor == other.idle_scale_factor
+            && self.idle_count_min == other.idle_count_min
+            && self.idle_time == other.idle_time
+    }
 }
 
 impl TryFrom<RawAutoscaling> for AutoscalingConfig {

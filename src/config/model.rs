@@ -24,7 +24,7 @@ pub use super::machine::{AutoscalingConfig, EffectiveIdle, MachineConfig};
 pub type RawTable = toml::Table;
 
 /// The whole `config.toml`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Config {
     /// `listen_address`: address of the metrics/debug HTTP server (`host:port`, port 9252 if
@@ -253,7 +253,7 @@ pub struct CustomExecutorConfig {
 }
 
 /// One `[[runners]]` entry: credentials, settings and the executor sections.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RunnerConfig {
     /// `name`: the runner's description.
