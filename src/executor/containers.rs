@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, HostConfig, HostConfigLogConfig, RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, DeviceMapping, HostConfig, HostConfigLogConfig, ResourcesUlimits,
+    RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use bollard::Docker;
@@ -92,6 +93,33 @@ fn nano_cpus(cpus: &str) -> Option<i64> {
     (v.is_finite() && v > 0.0).then_some((v * 1e9) as i64)
 }
 
+/// A `devices` entry: `host[:container[:permissions]]`.
+fn device(spec: &str) -> DeviceMapping {
+    let mut parts = spec.splitn(3, ':');
+    let host = parts.next().unwrap_or_default().to_string();
+    let container = parts.next().filter(|c| !c.is_empty()).map(str::to_string);
+    let perms = parts
+        .next()
+        .filter(|p| !p.is_empty())
+        .unwrap_or("rwm")
+        .to_string();
+    DeviceMapping {
+        path_in_container: Some(container.unwrap_or_else(|| host.clone())),
+        path_on_host: Some(host),
+        cgroup_permissions: Some(perms),
+    }
+}
+
+/// A `ulimit` entry: `name = "soft[:hard]"`; unparsable values are skipped.
+fn ulimit(name: &str, value: &str) -> Option<ResourcesUlimits> {
+    let (soft, hard) = value.split_once(':').unwrap_or((value, value));
+    Some(ResourcesUlimits {
+        name: Some(name.to_string()),
+        soft: Some(soft.trim().parse().ok()?),
+        hard: Some(hard.trim().parse().ok()?),
+    })
+}
+
 /// The host config shared by the helper and build containers.
 pub fn host_config(s: &DockerSettings, binds: &[String], image_name: &str) -> HostConfig {
     let none_if_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
@@ -117,6 +145,22 @@ pub fn host_config(s: &DockerSettings, binds: &[String], image_name: &str) -> Ho
         volumes_from: none_if_empty(&s.volumes_from),
         tmpfs: (!s.tmpfs.is_empty()).then(|| s.tmpfs.clone().into_iter().collect()),
         sysctls: (!s.sysctls.is_empty()).then(|| s.sysctls.clone().into_iter().collect()),
+        memory_swap: s.memory_swap,
+        memory_reservation: s.memory_reservation,
+        cpu_shares: s.cpu_shares,
+        cpuset_cpus: s.cpuset_cpus.clone(),
+        cpuset_mems: s.cpuset_mems.clone(),
+        cgroup_parent: s.cgroup_parent.clone(),
+        group_add: none_if_empty(&s.group_add),
+        oom_kill_disable: s.oom_kill_disable.then_some(true),
+        oom_score_adj: s.oom_score_adjust,
+        ipc_mode: s.ipcmode.clone(),
+        links: none_if_empty(&s.links),
+        runtime: s.runtime.clone(),
+        userns_mode: s.userns_mode.clone(),
+        devices: (!s.devices.is_empty()).then(|| s.devices.iter().map(|d| device(d)).collect()),
+        ulimits: (!s.ulimit.is_empty())
+            .then(|| s.ulimit.iter().filter_map(|(n, v)| ulimit(n, v)).collect()),
         restart_policy: Some(RestartPolicy {
             name: Some(RestartPolicyNameEnum::NO),
             maximum_retry_count: None,
@@ -375,5 +419,11 @@ mod tests {
         assert_eq!(host_config(&s, &[], "docker:dind").privileged, Some(true));
         assert_eq!(host_config(&s, &[], "ruby:3").privileged, Some(false));
         assert_eq!(nano_cpus("1.5"), Some(1_500_000_000));
+        let d = device("/dev/kvm");
+        assert_eq!(d.path_in_container.as_deref(), Some("/dev/kvm"));
+        assert_eq!(d.cgroup_permissions.as_deref(), Some("rwm"));
+        let u = ulimit("nofile", "1024:2048").unwrap();
+        assert_eq!((u.soft, u.hard), (Some(1024), Some(2048)));
+        assert!(ulimit("nofile", "many").is_none());
     }
 }

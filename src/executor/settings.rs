@@ -108,6 +108,36 @@ pub struct DockerSettings {
     pub tmpfs: BTreeMap<String, String>,
     /// `sysctls`.
     pub sysctls: BTreeMap<String, String>,
+    /// `memory_swap` in bytes.
+    pub memory_swap: Option<i64>,
+    /// `memory_reservation` in bytes.
+    pub memory_reservation: Option<i64>,
+    /// `cpu_shares`.
+    pub cpu_shares: Option<i64>,
+    /// `cpuset_cpus`.
+    pub cpuset_cpus: Option<String>,
+    /// `cpuset_mems`.
+    pub cpuset_mems: Option<String>,
+    /// `cgroup_parent`.
+    pub cgroup_parent: Option<String>,
+    /// `group_add`.
+    pub group_add: Vec<String>,
+    /// `oom_kill_disable`.
+    pub oom_kill_disable: bool,
+    /// `oom_score_adjust`.
+    pub oom_score_adjust: Option<i64>,
+    /// `ipcmode`.
+    pub ipcmode: Option<String>,
+    /// `links`.
+    pub links: Vec<String>,
+    /// `runtime`.
+    pub runtime: Option<String>,
+    /// `userns_mode`.
+    pub userns_mode: Option<String>,
+    /// `devices` (`host[:container[:permissions]]`).
+    pub devices: Vec<String>,
+    /// `ulimit` (name → `soft[:hard]`).
+    pub ulimit: BTreeMap<String, String>,
 }
 
 impl RunnerSettings {
@@ -213,6 +243,21 @@ impl RunnerSettings {
                 container_labels: d.container_labels.clone(),
                 tmpfs: d.tmpfs.clone(),
                 sysctls: d.sysctls.clone(),
+                memory_swap: parse_memory(&d.memory_swap),
+                memory_reservation: parse_memory(&d.memory_reservation),
+                cpu_shares: (d.cpu_shares > 0).then_some(d.cpu_shares),
+                cpuset_cpus: non_empty(&d.cpuset_cpus),
+                cpuset_mems: non_empty(&d.cpuset_mems),
+                cgroup_parent: non_empty(&d.cgroup_parent),
+                group_add: d.group_add.clone(),
+                oom_kill_disable: d.oom_kill_disable,
+                oom_score_adjust: (d.oom_score_adjust != 0).then_some(d.oom_score_adjust),
+                ipcmode: non_empty(&d.ipcmode),
+                links: d.links.clone(),
+                runtime: non_empty(&d.runtime),
+                userns_mode: non_empty(&d.userns_mode),
+                devices: d.devices.clone(),
+                ulimit: d.ulimit.clone(),
             },
         }
     }
