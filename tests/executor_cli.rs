@@ -178,7 +178,7 @@ async fn ctrl_c_cancels_gracefully() {
     assert_eq!(code, Some(1), "{trace}\n{err}");
     assert!(trace.contains("after status=canceled"), "{trace}");
     assert!(err.contains("job_canceled"), "{err}");
-    assert_clean_and_remove_reusable("dteclicanc");
+    assert_clean_and_remove_reusable("dteclican");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
