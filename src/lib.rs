@@ -19,3 +19,5 @@ pub mod config;
 pub mod engine;
 pub mod provider;
 pub mod sim;
+pub mod executor;
+pub mod gitlab;

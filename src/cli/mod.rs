@@ -5,6 +5,8 @@
 //! prefixed `drover: `, and an exit code. Nothing here decides anything about scaling.
 
 pub mod provider;
+pub mod exec_job;
+pub mod helper;
 
 use std::process::ExitCode;
 
@@ -62,6 +64,11 @@ pub enum Command {
     /// Autoscaling tools: explain the engine's decisions
     #[command(subcommand)]
     Autoscale(autoscale::AutoscaleCommand),
+    /// Run one job payload (the JSON GitLab sends) on a Docker Engine, without GitLab
+    ExecJob(exec_job::ExecJobArgs),
+    /// drover acting as gitlab-runner-helper inside a locally built helper image
+    #[command(hide = true)]
+    Helper(helper::HelperArgs),
 }
 
 /// Parses the process arguments, runs the command and returns its exit code.
@@ -81,5 +88,7 @@ pub fn main() -> ExitCode {
         Command::Workload(args) => workload::run(&args),
         Command::CheckConfig(args) => check_config::run(&args),
         Command::Autoscale(cmd) => autoscale::run(&cmd),
+        Command::ExecJob(args) => exec_job::run(args),
+        Command::Helper(args) => helper::run(args),
     }
 }

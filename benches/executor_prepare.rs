@@ -1,0 +1,144 @@
+//! Prepare overhead of the Docker executor: the time from handing a job to
+//! `executor::run_job` until the first script line (`$ echo …`) appears in the trace, on a warm
+//! Engine with the images present (GIT_STRATEGY=none, the default `/cache` volume, the
+//! `/builds` volume with its permission fix, helper and build containers). Target: ≤ 1 s.
+//!
+//! Run: `cargo bench --bench executor_prepare` (needs /var/run/docker.sock; builds the local
+//! test images first). Prints min / median / max over the runs after one warm-up run.
+
+use std::io;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use drover::executor::{self, DockerEndpoint, JobControl, JobRequest, RunnerSettings, TraceSink};
+use drover::gitlab::job::JobPayload;
+
+const MARKER: &str = "$ echo drover-bench-first-line";
+
+#[derive(Clone)]
+struct TimingSink {
+    text: Arc<Mutex<String>>,
+    seen: Arc<Mutex<Option<Instant>>>,
+}
+
+impl TraceSink for TimingSink {
+    fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        let mut text = self.text.lock().unwrap_or_else(|p| p.into_inner());
+        text.push_str(&String::from_utf8_lossy(data));
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.is_none() && text.contains(MARKER) {
+            *seen = Some(Instant::now());
+        }
+        Ok(())
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("executor_prepare: bench");
+        return;
+    }
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(io::stderr)
+            .init();
+    }
+    let root = env!("CARGO_MANIFEST_DIR");
+    let status = Command::new(format!("{root}/fixtures/images/build.sh"))
+        .arg(env!("CARGO_BIN_EXE_drover"))
+        .status()
+        .expect("run fixtures/images/build.sh");
+    assert!(status.success(), "building the test images failed");
+
+    let mut runner = RunnerSettings {
+        name: "drover-test-executor-bench".into(),
+        token: "glrt-dtebench0".into(),
+        executor: "docker".into(),
+        ..Default::default()
+    };
+    runner.docker.image = "drover-test-executor-build:latest".into();
+    runner.docker.helper_image = Some("drover-test-executor-helper:latest".into());
+    runner.docker.pull_policy = vec!["if-not-present".into()];
+    runner.docker.volumes = vec!["/cache".into()];
+    let payload = JobPayload::from_json(
+        r#"{"id": 1, "job_info": {"project_id": 900}, "runner_info": {"timeout": 120},
+            "git_info": {"repo_url": "http://127.0.0.1:9/bench/project.git"},
+            "variables": [{"key": "GIT_STRATEGY", "value": "none"}],
+            "steps": [{"name": "script", "script": ["echo drover-bench-first-line"]}]}"#,
+    )
+    .expect("payload");
+    let endpoint = DockerEndpoint::default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let runs: usize = std::env::var("DROVER_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let mut overheads = Vec::new();
+    let mut totals = Vec::new();
+    for i in 0..=runs {
+        let mut sink = TimingSink {
+            text: Arc::default(),
+            seen: Arc::default(),
+        };
+        let req = JobRequest {
+            payload: &payload,
+            runner: &runner,
+            endpoint: &endpoint,
+            machine_name: None,
+        };
+        let start = Instant::now();
+        let result = runtime.block_on(executor::run_job(req, &mut sink, JobControl::default()));
+        let total = start.elapsed();
+        let seen = sink.seen.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Err(e) = result {
+            let text = sink.text.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            panic!("bench job failed: {e}\n{text}");
+        }
+        let overhead = seen.expect("the first script line never appeared") - start;
+        if i > 0 {
+            overheads.push(overhead);
+            totals.push(total);
+        }
+    }
+    // Baseline on the same Engine at the same time: one bare container run (create, attach,
+    // start, wait, remove) of the helper image, which the executor's structure repeats per
+    // stage (two permission fixes in parallel, prepare_script, get_sources, step_script).
+    let mut baseline = Vec::new();
+    for _ in 0..runs.max(1) {
+        let start = Instant::now();
+        let status = Command::new("docker")
+            .args(["run", "--rm", "drover-test-executor-helper:latest", "true"])
+            .status()
+            .expect("docker run");
+        assert!(status.success());
+        baseline.push(start.elapsed());
+    }
+    let _ = Command::new("sh")
+        .args(["-c", "docker volume ls -q --filter label=com.gitlab.gitlab-runner.runner.id=dtebench0 | xargs -r docker volume rm -f >/dev/null"])
+        .status();
+    let show = |name: &str, v: &mut Vec<Duration>| {
+        v.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        println!(
+            "{name}: min {:.0} ms, median {:.0} ms, max {:.0} ms ({} runs)",
+            ms(v[0]),
+            ms(v[v.len() / 2]),
+            ms(v[v.len() - 1]),
+            v.len()
+        );
+    };
+    show(
+        "prepare overhead (job handed -> first script line)",
+        &mut overheads,
+    );
+    show("whole job (prepare .. cleanup)", &mut totals);
+    show(
+        "baseline: one `docker run --rm <helper> true`",
+        &mut baseline,
+    );
+}

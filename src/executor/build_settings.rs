@@ -1,0 +1,250 @@
+//! Job-controlled settings read from the job's variables (`GIT_STRATEGY`, `GIT_CHECKOUT`,
+//! `RUNNER_SCRIPT_TIMEOUT`, …), with upstream's defaults. Bad values fall back to the default
+//! with a warning that the executor prints before the stages. Pure.
+
+use std::time::Duration;
+
+use crate::executor::script::variables::{parse_bool, parse_go_duration, VarList};
+
+/// `GIT_STRATEGY`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitStrategy {
+    /// Fresh clone into an emptied project dir.
+    Clone,
+    /// Reuse the checkout (reusable `/builds` volume) and fetch.
+    Fetch,
+    /// No git operations; the project dir is only created.
+    None,
+    /// No git operations; the project dir is emptied.
+    Empty,
+}
+
+impl GitStrategy {
+    /// The variable value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GitStrategy::Clone => "clone",
+            GitStrategy::Fetch => "fetch",
+            GitStrategy::None => "none",
+            GitStrategy::Empty => "empty",
+        }
+    }
+}
+
+/// `GIT_SUBMODULE_STRATEGY`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmoduleStrategy {
+    /// No submodules.
+    None,
+    /// Top-level submodules.
+    Normal,
+    /// All submodules, recursively.
+    Recursive,
+}
+
+/// The settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuildSettings {
+    /// `GIT_STRATEGY`.
+    pub git_strategy: GitStrategy,
+    /// `GIT_CHECKOUT`.
+    pub git_checkout: bool,
+    /// `GIT_CLEAN_FLAGS` split on spaces; empty means no clean (`none`).
+    pub git_clean_flags: Vec<String>,
+    /// `GIT_FETCH_EXTRA_FLAGS`.
+    pub git_fetch_extra_flags: Vec<String>,
+    /// `GIT_SUBMODULE_STRATEGY`.
+    pub submodule_strategy: SubmoduleStrategy,
+    /// `GIT_SUBMODULE_PATHS`.
+    pub submodule_paths: Vec<String>,
+    /// `GIT_SUBMODULE_DEPTH` (`None`: the job's git depth).
+    pub submodule_depth: Option<i64>,
+    /// `GIT_SUBMODULE_UPDATE_FLAGS`.
+    pub submodule_update_flags: Vec<String>,
+    /// Whether the job set `GIT_LFS_SKIP_SMUDGE` itself.
+    pub lfs_skip_smudge_set: bool,
+    /// `GIT_CLONE_PATH`.
+    pub clone_path: Option<String>,
+    /// `GET_SOURCES_ATTEMPTS` (1–10).
+    pub get_sources_attempts: u32,
+    /// `AFTER_SCRIPT_IGNORE_ERRORS`.
+    pub after_script_ignore_errors: bool,
+    /// `RUNNER_SCRIPT_TIMEOUT`.
+    pub script_timeout: Option<Duration>,
+    /// `RUNNER_AFTER_SCRIPT_TIMEOUT` (default 5 minutes).
+    pub after_script_timeout: Duration,
+    /// `CI_DEBUG_TRACE`.
+    pub debug_trace: bool,
+}
+
+/// The default after_script timeout.
+pub const AFTER_SCRIPT_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_string).collect()
+}
+
+impl BuildSettings {
+    /// Reads the settings from the (expanded) variables; returns them with warnings about
+    /// values that fell back to defaults.
+    pub fn from_variables(vars: &VarList, allow_git_fetch: bool) -> (Self, Vec<String>) {
+        let mut warnings = Vec::new();
+        let get = |k: &str| {
+            vars.get(k)
+                .map(|v| v.value.as_str())
+                .filter(|v| !v.is_empty())
+        };
+        let default_strategy = if allow_git_fetch {
+            GitStrategy::Fetch
+        } else {
+            GitStrategy::Clone
+        };
+        let git_strategy = match get("GIT_STRATEGY") {
+            None => default_strategy,
+            Some("clone") => GitStrategy::Clone,
+            Some("fetch") => GitStrategy::Fetch,
+            Some("none") => GitStrategy::None,
+            Some("empty") => GitStrategy::Empty,
+            Some(other) => {
+                warnings.push(format!(
+                    "unknown GIT_STRATEGY {other:?}; using {:?}",
+                    default_strategy.as_str()
+                ));
+                default_strategy
+            }
+        };
+        let mut bool_setting = |key: &str, default: bool| match get(key) {
+            None => default,
+            Some(v) => parse_bool(v).unwrap_or_else(|| {
+                warnings.push(format!("{key} {v:?} is not a boolean; using {default}"));
+                default
+            }),
+        };
+        let git_checkout = bool_setting("GIT_CHECKOUT", true);
+        let after_script_ignore_errors = bool_setting("AFTER_SCRIPT_IGNORE_ERRORS", true);
+        let debug_trace = bool_setting("CI_DEBUG_TRACE", false);
+        let git_clean_flags = match get("GIT_CLEAN_FLAGS") {
+            None => vec!["-ffdx".to_string()],
+            Some("none") => Vec::new(),
+            Some(v) => words(v),
+        };
+        let git_fetch_extra_flags = match get("GIT_FETCH_EXTRA_FLAGS") {
+            None => vec!["--prune".to_string(), "--quiet".to_string()],
+            Some("none") => Vec::new(),
+            Some(v) => words(v),
+        };
+        let submodule_strategy = match get("GIT_SUBMODULE_STRATEGY") {
+            None | Some("none") => SubmoduleStrategy::None,
+            Some("normal") => SubmoduleStrategy::Normal,
+            Some("recursive") => SubmoduleStrategy::Recursive,
+            Some(other) => {
+                warnings.push(format!(
+                    "unknown GIT_SUBMODULE_STRATEGY {other:?}; using none"
+                ));
+                SubmoduleStrategy::None
+            }
+        };
+        let submodule_depth = match get("GIT_SUBMODULE_DEPTH") {
+            None => None,
+            Some(v) => match v.parse::<i64>() {
+                Ok(d) if d >= 0 => Some(d),
+                _ => {
+                    warnings.push(format!("GIT_SUBMODULE_DEPTH {v:?} is not a depth; ignored"));
+                    None
+                }
+            },
+        };
+        let mut attempts = |key: &str| match get(key) {
+            None => 1,
+            Some(v) => match v.parse::<u32>() {
+                Ok(n) if (1..=10).contains(&n) => n,
+                _ => {
+                    warnings.push(format!("{key} {v:?} is not between 1 and 10; using 1"));
+                    1
+                }
+            },
+        };
+        let get_sources_attempts = attempts("GET_SOURCES_ATTEMPTS");
+        let mut duration = |key: &str| match get(key) {
+            None => None,
+            Some(v) => {
+                let d = parse_go_duration(v);
+                if d.is_none() {
+                    warnings.push(format!("{key} {v:?} is not a valid duration; ignored"));
+                }
+                d
+            }
+        };
+        let script_timeout = duration("RUNNER_SCRIPT_TIMEOUT");
+        let after_script_timeout =
+            duration("RUNNER_AFTER_SCRIPT_TIMEOUT").unwrap_or(AFTER_SCRIPT_TIMEOUT);
+        let settings = BuildSettings {
+            git_strategy,
+            git_checkout,
+            git_clean_flags,
+            git_fetch_extra_flags,
+            submodule_strategy,
+            submodule_paths: get("GIT_SUBMODULE_PATHS").map(words).unwrap_or_default(),
+            submodule_depth,
+            submodule_update_flags: get("GIT_SUBMODULE_UPDATE_FLAGS")
+                .map(words)
+                .unwrap_or_default(),
+            lfs_skip_smudge_set: vars.get("GIT_LFS_SKIP_SMUDGE").is_some(),
+            clone_path: get("GIT_CLONE_PATH").map(str::to_string),
+            get_sources_attempts,
+            after_script_ignore_errors,
+            script_timeout,
+            after_script_timeout,
+            debug_trace,
+        };
+        (settings, warnings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::script::variables::Var;
+
+    fn vars(pairs: &[(&str, &str)]) -> VarList {
+        VarList {
+            vars: pairs
+                .iter()
+                .map(|(k, v)| Var {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+            tmp_dir: String::new(),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let (s, w) = BuildSettings::from_variables(&vars(&[]), true);
+        assert_eq!(s.git_strategy, GitStrategy::Fetch);
+        assert_eq!(s.git_clean_flags, vec!["-ffdx"]);
+        assert_eq!(s.after_script_timeout, AFTER_SCRIPT_TIMEOUT);
+        assert!(w.is_empty());
+        let (s, _) = BuildSettings::from_variables(&vars(&[]), false);
+        assert_eq!(s.git_strategy, GitStrategy::Clone);
+    }
+
+    #[test]
+    fn bad_values_warn() {
+        let (s, w) = BuildSettings::from_variables(
+            &vars(&[
+                ("GIT_STRATEGY", "bogus"),
+                ("RUNNER_SCRIPT_TIMEOUT", "10"),
+                ("GIT_CLEAN_FLAGS", "none"),
+                ("GET_SOURCES_ATTEMPTS", "11"),
+            ]),
+            false,
+        );
+        assert_eq!(s.git_strategy, GitStrategy::Clone);
+        assert_eq!(s.script_timeout, None);
+        assert!(s.git_clean_flags.is_empty());
+        assert_eq!(w.len(), 3);
+    }
+}

@@ -1,0 +1,439 @@
+//! Images: which image a job runs in (job `image:` or the config default, checked against
+//! `allowed_images`), the pull policies in effect (requested ∩ allowed, tried in order), registry
+//! credentials (`DOCKER_AUTH_CONFIG`, then the payload's `registry` credentials), the helper
+//! image's name, and the pull manager that applies all this against the Engine.
+//!
+//! The pure parts are free functions; [`Puller`] holds the per-job name → ID cache and talks to
+//! the Engine. It never decides job flow: it returns an image or a typed failure.
+
+use base64::Engine as _;
+use bollard::auth::DockerCredentials;
+
+use crate::executor::error::{FailureReason, JobFailure};
+use crate::gitlab::job::Credentials;
+
+mod pull;
+
+pub use pull::{ImageError, Puller, ResolvedImage};
+
+/// The upstream helper version drover's emitted helper commands are written for. The default
+/// helper image is `registry.gitlab.com/gitlab-org/gitlab-runner/gitlab-runner-helper` at
+/// `x86_64-v19.4.0` (arch and flavor vary).
+pub const PINNED_HELPER_VERSION: &str = "19.4.0";
+
+/// The upstream helper image repository.
+pub const HELPER_IMAGE_REPO: &str =
+    "registry.gitlab.com/gitlab-org/gitlab-runner/gitlab-runner-helper";
+
+/// A pull policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullPolicy {
+    /// Always pull.
+    Always,
+    /// Pull only when the image is not present.
+    IfNotPresent,
+    /// Never pull.
+    Never,
+}
+
+impl PullPolicy {
+    /// Parses a policy name.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "always" => Some(PullPolicy::Always),
+            "if-not-present" => Some(PullPolicy::IfNotPresent),
+            "never" => Some(PullPolicy::Never),
+            _ => None,
+        }
+    }
+
+    /// The policy name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullPolicy::Always => "always",
+            PullPolicy::IfNotPresent => "if-not-present",
+            PullPolicy::Never => "never",
+        }
+    }
+}
+
+fn parse_policies(list: &[String], what: &str) -> Result<Vec<PullPolicy>, JobFailure> {
+    list.iter()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            PullPolicy::parse(s).ok_or_else(|| {
+                JobFailure::new(
+                    FailureReason::RunnerConfigurationError,
+                    format!("unsupported {what} {s:?}: use always, if-not-present or never"),
+                )
+            })
+        })
+        .collect()
+}
+
+fn names(p: &[PullPolicy]) -> String {
+    let v: Vec<&str> = p.iter().map(|p| p.as_str()).collect();
+    format!("[{}]", v.join(" "))
+}
+
+/// The effective pull policies: the image's own (from the job) or the config's (default
+/// `always`), intersected with `allowed_pull_policies` (default: the config's), in requested
+/// order. An empty intersection is a configuration error.
+pub fn effective_pull_policies(
+    image_policies: &[String],
+    config_policies: &[String],
+    allowed_policies: &[String],
+) -> Result<Vec<PullPolicy>, JobFailure> {
+    let config = parse_policies(config_policies, "pull_policy")?;
+    let config = if config.is_empty() {
+        vec![PullPolicy::Always]
+    } else {
+        config
+    };
+    let from_job = parse_policies(image_policies, "pull_policy")?;
+    let allowed = parse_policies(allowed_policies, "allowed_pull_policies")?;
+    let allowed = if allowed.is_empty() {
+        config.clone()
+    } else {
+        allowed
+    };
+    let requested = if from_job.is_empty() {
+        config
+    } else {
+        from_job.clone()
+    };
+    let effective: Vec<PullPolicy> = requested
+        .iter()
+        .copied()
+        .filter(|p| allowed.contains(p))
+        .collect();
+    if effective.is_empty() {
+        return Err(JobFailure::new(
+            FailureReason::RunnerConfigurationError,
+            format!(
+                "pull_policy ({}) defined in {} is not one of the allowed_pull_policies ({})",
+                names(&requested),
+                if from_job.is_empty() {
+                    "Runner config"
+                } else {
+                    "GitLab pipeline config"
+                },
+                names(&allowed)
+            ),
+        ));
+    }
+    Ok(effective)
+}
+
+/// Doublestar glob matching as upstream's `allowed_images`: `**` spans `/`, `*` and `?` do not.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    fn go(p: &[u8], n: &[u8]) -> bool {
+        match p.first() {
+            None => n.is_empty(),
+            Some(b'*') if p.get(1) == Some(&b'*') => {
+                let rest = &p[2..];
+                (0..=n.len()).any(|i| go(rest, &n[i..]))
+            }
+            Some(b'*') => {
+                let rest = &p[1..];
+                for i in 0..=n.len() {
+                    if go(rest, &n[i..]) {
+                        return true;
+                    }
+                    if n.get(i) == Some(&b'/') {
+                        break;
+                    }
+                }
+                false
+            }
+            Some(b'?') => n.first().is_some_and(|c| *c != b'/') && go(&p[1..], &n[1..]),
+            Some(c) => n.first() == Some(c) && go(&p[1..], &n[1..]),
+        }
+    }
+    go(pattern.as_bytes(), name.as_bytes())
+}
+
+/// The job's image: its `image:` (already expanded) if allowed, else the config image.
+pub fn resolve_job_image(
+    job_image: Option<&str>,
+    config_image: &str,
+    allowed_images: &[String],
+) -> Result<String, JobFailure> {
+    match job_image.map(str::trim).filter(|i| !i.is_empty()) {
+        Some(image) => {
+            let allowed = allowed_images.is_empty()
+                || image == config_image
+                || allowed_images.iter().any(|p| glob_match(p, image));
+            if allowed {
+                Ok(image.to_string())
+            } else {
+                Err(JobFailure::new(
+                    FailureReason::RunnerConfigurationError,
+                    format!(
+                        "the {image:?} image is not present on list of allowed images: {}",
+                        allowed_images.join(", ")
+                    ),
+                ))
+            }
+        }
+        None if !config_image.trim().is_empty() => Ok(config_image.trim().to_string()),
+        None => Err(JobFailure::new(
+            FailureReason::RunnerConfigurationError,
+            "no Docker image specified to run the build in",
+        )),
+    }
+}
+
+/// The default helper image for an Engine architecture and a flavor (`alpine` omitted).
+pub fn default_helper_image(architecture: &str, flavor: Option<&str>) -> String {
+    let arch = match architecture {
+        "amd64" | "x86_64" | "" => "x86_64",
+        "aarch64" | "arm64" => "arm64",
+        "armv6l" | "armv7l" | "arm" => "arm",
+        other => other,
+    };
+    let flavor = match flavor.map(str::trim) {
+        None | Some("") | Some("alpine") => String::new(),
+        Some(f) => format!("{f}-"),
+    };
+    format!("{HELPER_IMAGE_REPO}:{flavor}{arch}-v{PINNED_HELPER_VERSION}")
+}
+
+/// The registry host of an image reference (`docker.io` for Docker Hub names).
+pub fn registry_of(image: &str) -> &str {
+    match image.split_once('/') {
+        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            first
+        }
+        _ => "docker.io",
+    }
+}
+
+/// Splits `name[:tag]` / `name@digest` into repository and tag (`latest` when missing).
+pub fn split_reference(image: &str) -> (String, String) {
+    if let Some((repo, digest)) = image.split_once('@') {
+        return (repo.to_string(), digest.to_string());
+    }
+    let last_slash = image.rfind('/').map(|i| i + 1).unwrap_or(0);
+    match image[last_slash..].rfind(':') {
+        Some(i) => (
+            image[..last_slash + i].to_string(),
+            image[last_slash + i + 1..].to_string(),
+        ),
+        None => (image.to_string(), "latest".to_string()),
+    }
+}
+
+fn registry_key(url: &str) -> String {
+    let u = url
+        .trim_start_matches("https://")
+        .trim_start_matches("http://");
+    let u = u.trim_end_matches('/');
+    match u {
+        "index.docker.io/v1" | "index.docker.io" | "registry-1.docker.io" => "docker.io".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Credentials for `image`: the docker `config.json` texts in order (the `DOCKER_AUTH_CONFIG`
+/// variable, then the runner user's `~/.docker/config.json` or `~/.dockercfg`), then the
+/// payload's `registry` credentials; the first source with a match wins, and within a source
+/// the longest matching registry path.
+pub fn credentials_for(
+    image: &str,
+    docker_auth_configs: &[String],
+    payload: &[Credentials],
+) -> Option<DockerCredentials> {
+    let registry = registry_of(image);
+    let full = if registry == "docker.io" && !image.starts_with("docker.io/") {
+        format!("docker.io/{image}")
+    } else {
+        image.to_string()
+    };
+    let best = |entries: Vec<(String, String, String)>| {
+        entries
+            .into_iter()
+            .filter(|(key, _, _)| {
+                full == *key || full.starts_with(&format!("{key}/")) || registry == key
+            })
+            .max_by_key(|(key, _, _)| key.len())
+    };
+    for text in docker_auth_configs.iter().filter(|t| !t.trim().is_empty()) {
+        if let Ok(json) = serde_json::from_str::<serde_json::Value>(text) {
+            let mut entries = Vec::new();
+            // config.json has an "auths" map; the legacy ~/.dockercfg is the map itself.
+            let auths = json
+                .get("auths")
+                .or(Some(&json))
+                .and_then(|a| a.as_object());
+            if let Some(auths) = auths {
+                for (url, entry) in auths {
+                    let decoded = entry
+                        .get("auth")
+                        .and_then(|a| a.as_str())
+                        .and_then(|a| base64::engine::general_purpose::STANDARD.decode(a).ok())
+                        .and_then(|b| String::from_utf8(b).ok());
+                    let (user, pass) = match decoded.as_deref().and_then(|d| d.split_once(':')) {
+                        Some((u, p)) => (u.to_string(), p.to_string()),
+                        None => (
+                            entry
+                                .get("username")
+                                .and_then(|u| u.as_str())
+                                .unwrap_or_default()
+                                .to_string(),
+                            entry
+                                .get("password")
+                                .and_then(|u| u.as_str())
+                                .unwrap_or_default()
+                                .to_string(),
+                        ),
+                    };
+                    if !user.is_empty() {
+                        entries.push((registry_key(url), user, pass));
+                    }
+                }
+            }
+            if let Some((key, user, pass)) = best(entries) {
+                return Some(DockerCredentials {
+                    username: Some(user),
+                    password: Some(pass),
+                    serveraddress: Some(key),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    let entries = payload
+        .iter()
+        .filter(|c| c.r#type == "registry")
+        .map(|c| (registry_key(&c.url), c.username.clone(), c.password.clone()))
+        .collect();
+    best(entries).map(|(key, user, pass)| DockerCredentials {
+        username: Some(user),
+        password: Some(pass),
+        serveraddress: Some(key),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn pull_policy_intersection() {
+        use PullPolicy::*;
+        assert_eq!(
+            effective_pull_policies(&[], &[], &[]).unwrap(),
+            vec![Always]
+        );
+        assert_eq!(
+            effective_pull_policies(
+                &v(&["always", "if-not-present"]),
+                &v(&["if-not-present"]),
+                &[]
+            )
+            .unwrap(),
+            vec![IfNotPresent]
+        );
+        let e = effective_pull_policies(&v(&["if-not-present"]), &[], &[]).unwrap_err();
+        assert_eq!(e.reason, FailureReason::RunnerConfigurationError);
+        assert!(
+            e.message
+                .contains("is not one of the allowed_pull_policies ([always])"),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            effective_pull_policies(
+                &[],
+                &v(&["never", "if-not-present"]),
+                &v(&["if-not-present", "never"])
+            )
+            .unwrap(),
+            vec![Never, IfNotPresent]
+        );
+        assert!(effective_pull_policies(&v(&["sometimes"]), &[], &[]).is_err());
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("ruby:*", "ruby:3.3"));
+        assert!(!glob_match("ruby:*", "ruby/x:3"));
+        assert!(glob_match(
+            "registry.example.com/**",
+            "registry.example.com/a/b:1"
+        ));
+        assert!(glob_match("*/*:*", "acme/app:1"));
+        assert!(!glob_match("alpine", "alpine:3"));
+    }
+
+    #[test]
+    fn job_image_resolution() {
+        let allowed = v(&["ruby:*"]);
+        assert_eq!(
+            resolve_job_image(Some("ruby:3"), "alpine", &allowed).unwrap(),
+            "ruby:3"
+        );
+        assert_eq!(
+            resolve_job_image(Some("alpine"), "alpine", &allowed).unwrap(),
+            "alpine"
+        );
+        assert!(resolve_job_image(Some("evil:1"), "alpine", &allowed).is_err());
+        assert_eq!(
+            resolve_job_image(None, "alpine", &allowed).unwrap(),
+            "alpine"
+        );
+        assert!(resolve_job_image(None, "", &[]).is_err());
+    }
+
+    #[test]
+    fn helper_names() {
+        assert_eq!(
+            default_helper_image("x86_64", None),
+            "registry.gitlab.com/gitlab-org/gitlab-runner/gitlab-runner-helper:x86_64-v19.4.0"
+        );
+        assert!(default_helper_image("aarch64", Some("ubuntu")).ends_with(":ubuntu-arm64-v19.4.0"));
+    }
+
+    #[test]
+    fn references_and_credentials() {
+        assert_eq!(split_reference("ruby"), ("ruby".into(), "latest".into()));
+        assert_eq!(
+            split_reference("localhost:5000/a/b:1"),
+            ("localhost:5000/a/b".into(), "1".into())
+        );
+        assert_eq!(
+            split_reference("a@sha256:x"),
+            ("a".into(), "sha256:x".into())
+        );
+        assert_eq!(
+            registry_of("registry.gitlab.example.com/g/p:1"),
+            "registry.gitlab.example.com"
+        );
+        assert_eq!(registry_of("ruby:3"), "docker.io");
+        let payload = vec![Credentials {
+            r#type: "registry".into(),
+            url: "registry.gitlab.example.com".into(),
+            username: "gitlab-ci-token".into(),
+            password: "tok".into(),
+        }];
+        let c = credentials_for("registry.gitlab.example.com/g/p:1", &[], &payload).unwrap();
+        assert_eq!(c.password.as_deref(), Some("tok"));
+        assert!(credentials_for("ruby:3", &[], &payload).is_none());
+        let auth = base64::engine::general_purpose::STANDARD.encode("u:p");
+        let cfg =
+            format!(r#"{{"auths": {{"registry.gitlab.example.com": {{"auth": "{auth}"}}}}}}"#);
+        let c = credentials_for("registry.gitlab.example.com/g/p:1", &[cfg], &payload).unwrap();
+        assert_eq!(c.username.as_deref(), Some("u"));
+        let wrong_type = vec![Credentials {
+            r#type: "Registry".into(),
+            ..payload[0].clone()
+        }];
+        assert!(credentials_for("registry.gitlab.example.com/g/p", &[], &wrong_type).is_none());
+    }
+}

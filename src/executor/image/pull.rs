@@ -1,0 +1,223 @@
+//! The per-job pull manager: inspects, pulls (with retries for transient registry errors)
+//! and caches name → image for one job, following the effective pull policies in order.
+//! Talks to the Engine; decides nothing about job flow.
+
+use std::collections::HashMap;
+
+use bollard::auth::DockerCredentials;
+use bollard::query_parameters::CreateImageOptions;
+use bollard::Docker;
+use futures_util::StreamExt;
+
+use super::{split_reference, PullPolicy};
+use crate::executor::error::{FailureReason, JobFailure, SystemError};
+use crate::executor::trace::Trace;
+
+/// A resolved image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedImage {
+    /// The name asked for.
+    pub name: String,
+    /// `sha256:…` image ID.
+    pub id: String,
+    /// What to create containers from: the first repo digest, else the ID.
+    pub reference: String,
+}
+
+/// Why an image could not be had.
+#[derive(Debug)]
+pub enum ImageError {
+    /// The job's fault or the registry's: reported as a job failure.
+    Job(JobFailure),
+    /// The Engine failed.
+    System(SystemError),
+}
+
+/// The per-job pull manager.
+pub struct Puller<'d> {
+    docker: &'d Docker,
+    cache: HashMap<String, ResolvedImage>,
+}
+
+impl<'d> Puller<'d> {
+    /// A pull manager for one job.
+    pub fn new(docker: &'d Docker) -> Self {
+        Puller {
+            docker,
+            cache: HashMap::new(),
+        }
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<ResolvedImage>, SystemError> {
+        match self.docker.inspect_image(name).await {
+            Ok(info) => {
+                let id = info.id.unwrap_or_default();
+                let reference = info
+                    .repo_digests
+                    .and_then(|d| d.into_iter().next())
+                    .unwrap_or_else(|| id.clone());
+                Ok(Some(ResolvedImage {
+                    name: name.to_string(),
+                    id,
+                    reference,
+                }))
+            }
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            Err(e) => Err(SystemError::docker(format!("inspect image {name}"), e)),
+        }
+    }
+
+    /// Gets `name` following `policies` in order (each a fallback for the previous one).
+    pub async fn get(
+        &mut self,
+        name: &str,
+        policies: &[PullPolicy],
+        credentials: Option<DockerCredentials>,
+        platform: Option<&str>,
+        trace: &mut Trace<'_>,
+    ) -> Result<ResolvedImage, ImageError> {
+        if let Some(hit) = self.cache.get(name) {
+            return Ok(hit.clone());
+        }
+        let mut last_error = None;
+        for policy in policies {
+            match self
+                .try_policy(name, *policy, credentials.clone(), platform, trace)
+                .await
+            {
+                Ok(image) => {
+                    trace.info(&format!(
+                        "Using docker image {} for {name} with digest {} ...",
+                        image.id, image.reference
+                    ));
+                    self.cache.insert(name.to_string(), image.clone());
+                    return Ok(image);
+                }
+                Err(ImageError::System(e)) => return Err(ImageError::System(e)),
+                Err(e) => {
+                    if let ImageError::Job(f) = &e {
+                        trace.warning(&format!(
+                            "Failed to pull image with policy \"{}\": {}",
+                            policy.as_str(),
+                            f.message
+                        ));
+                    }
+                    last_error = Some(e);
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| {
+            ImageError::Job(JobFailure::new(
+                FailureReason::RunnerConfigurationError,
+                format!("no pull policy to get image {name}"),
+            ))
+        }))
+    }
+
+    async fn try_policy(
+        &mut self,
+        name: &str,
+        policy: PullPolicy,
+        credentials: Option<DockerCredentials>,
+        platform: Option<&str>,
+        trace: &mut Trace<'_>,
+    ) -> Result<ResolvedImage, ImageError> {
+        let local = self.inspect(name).await.map_err(ImageError::System)?;
+        match (policy, local) {
+            (PullPolicy::Never, Some(img)) => return Ok(img),
+            (PullPolicy::Never, None) => {
+                return Err(ImageError::Job(JobFailure::new(
+                    FailureReason::ImagePullFailure,
+                    format!("image {name} not found locally and the pull policy is \"never\""),
+                )))
+            }
+            (_, Some(img)) if img.id == name || name.starts_with("sha256:") => return Ok(img),
+            (PullPolicy::IfNotPresent, Some(img)) => {
+                trace.info(
+                    "Using locally found image version due to \"if-not-present\" pull policy",
+                );
+                return Ok(img);
+            }
+            _ => {}
+        }
+        self.pull(name, credentials, platform, trace).await?;
+        self.inspect(name)
+            .await
+            .map_err(ImageError::System)?
+            .ok_or_else(|| {
+                ImageError::Job(JobFailure::new(
+                    FailureReason::ImagePullFailure,
+                    format!("image {name} is missing after a successful pull"),
+                ))
+            })
+    }
+
+    async fn pull(
+        &self,
+        name: &str,
+        credentials: Option<DockerCredentials>,
+        platform: Option<&str>,
+        trace: &mut Trace<'_>,
+    ) -> Result<(), ImageError> {
+        trace.info(&format!("Pulling docker image {name} ..."));
+        let (repo, tag) = split_reference(name);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let options = CreateImageOptions {
+                from_image: Some(repo.clone()),
+                tag: Some(tag.clone()),
+                platform: platform.unwrap_or_default().to_string(),
+                ..Default::default()
+            };
+            let mut stream = self
+                .docker
+                .create_image(Some(options), None, credentials.clone());
+            let mut failure = None;
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(info) => {
+                        if let Some(err) = info.error_detail.and_then(|d| d.message) {
+                            failure = Some((err, false));
+                        }
+                    }
+                    Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code,
+                        message,
+                    }) => {
+                        let permanent = matches!(status_code, 401 | 403 | 404);
+                        failure = Some((message, permanent));
+                        break;
+                    }
+                    Err(e) => {
+                        failure = Some((e.to_string(), false));
+                        break;
+                    }
+                }
+            }
+            match failure {
+                None => return Ok(()),
+                Some((message, permanent)) => {
+                    let lower = message.to_lowercase();
+                    let permanent = permanent
+                        || lower.contains("not found")
+                        || lower.contains("denied")
+                        || lower.contains("unauthorized");
+                    if permanent || attempt >= 3 {
+                        return Err(ImageError::Job(JobFailure::new(
+                            FailureReason::ImagePullFailure,
+                            format!("failed to pull image {name:?}: {message}"),
+                        )));
+                    }
+                    let backoff = 2 + u64::from(rand::random::<u8>() % 8);
+                    trace.warning(&format!(
+                        "Failed to pull image {name}: {message}; retrying in {backoff}s"
+                    ));
+                    tokio::time::sleep(std::time::Duration::from_secs(backoff)).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Upstream's labels on every container and volume the executor creates
+//! (`com.gitlab.gitlab-runner.*`), so `clear-docker-cache` and operators' filters keep working.
+//! Pure: builds maps from job facts.
+
+use std::collections::HashMap;
+
+/// The label prefix.
+pub const PREFIX: &str = "com.gitlab.gitlab-runner.";
+
+/// Facts every label set carries.
+#[derive(Debug, Clone, Default)]
+pub struct LabelFacts {
+    /// Job ID.
+    pub job_id: i64,
+    /// Job URL.
+    pub job_url: String,
+    /// Commit.
+    pub sha: String,
+    /// Previous commit.
+    pub before_sha: String,
+    /// Ref.
+    pub r#ref: String,
+    /// Job timeout in seconds.
+    pub timeout_secs: u64,
+    /// Project ID.
+    pub project_id: i64,
+    /// Pipeline ID.
+    pub pipeline_id: i64,
+    /// Short runner token.
+    pub runner_id: String,
+    /// Runner system ID.
+    pub system_id: String,
+}
+
+/// Formats seconds as a Go duration string (`3600` → `1h0m0s`).
+pub fn go_duration(secs: u64) -> String {
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    if h > 0 {
+        format!("{h}h{m}m{s}s")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+impl LabelFacts {
+    /// The default labels plus `type=<kind>` and any extra prefixed labels.
+    pub fn labels(&self, kind: &str, extra: &[(&str, &str)]) -> HashMap<String, String> {
+        let mut m = HashMap::new();
+        let mut put = |k: &str, v: String| {
+            m.insert(format!("{PREFIX}{k}"), v);
+        };
+        put("job.id", self.job_id.to_string());
+        put("job.url", self.job_url.clone());
+        put("job.sha", self.sha.clone());
+        put("job.before_sha", self.before_sha.clone());
+        put("job.ref", self.r#ref.clone());
+        put("job.timeout", go_duration(self.timeout_secs));
+        put("project.id", self.project_id.to_string());
+        put("project.runner_id", "0".to_string());
+        put("pipeline.id", self.pipeline_id.to_string());
+        put("runner.id", self.runner_id.clone());
+        put("runner.local_id", "0".to_string());
+        put("runner.system_id", self.system_id.clone());
+        put("managed", "true".to_string());
+        if !kind.is_empty() {
+            put("type", kind.to_string());
+        }
+        for (k, v) in extra {
+            put(k, (*v).to_string());
+        }
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(go_duration(3600), "1h0m0s");
+        assert_eq!(go_duration(90), "1m30s");
+        assert_eq!(go_duration(0), "0s");
+    }
+
+    #[test]
+    fn labels_have_prefix_and_type() {
+        let l = LabelFacts {
+            job_id: 7,
+            ..Default::default()
+        }
+        .labels("build", &[]);
+        assert_eq!(l["com.gitlab.gitlab-runner.job.id"], "7");
+        assert_eq!(l["com.gitlab.gitlab-runner.type"], "build");
+        assert_eq!(l["com.gitlab.gitlab-runner.managed"], "true");
+    }
+}

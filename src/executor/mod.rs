@@ -1,0 +1,120 @@
+//! In-machine execution: runs one GitLab job on a Docker Engine as upstream's Docker executor
+//! does (`docker+machine` without the machine part).
+//!
+//! The library API is narrow at both ends: a [`JobRequest`] (the job payload GitLab sent, the
+//! runner's settings and the Docker endpoint a provider returned) and a [`JobControl`]
+//! (graceful cancel and abort tokens; the job timeout comes from the payload) go in; the job
+//! log streams into a [`trace::TraceSink`], masked and size-limited, and a typed result comes
+//! out ([`error::JobError`] separates job failures from system failures).
+//!
+//! The executor never talks to GitLab: the manager (or `drover exec-job`) feeds it payloads and
+//! forwards the trace and the result. Flow decisions live in `run`; the other modules are
+//! the pieces (connect, images, volumes, labels, containers, stage execution, scripts, trace).
+//! Services, cache and artifacts are part 2 and slot in as further stages and helper commands.
+
+pub mod build_settings;
+pub mod connect;
+pub mod containers;
+pub mod error;
+pub mod image;
+pub mod labels;
+pub mod paths;
+mod run;
+pub mod script;
+pub mod settings;
+pub mod stages;
+pub mod trace;
+pub mod volumes;
+
+use tokio_util::sync::CancellationToken;
+
+pub use connect::DockerEndpoint;
+pub use error::{FailureReason, JobError, JobFailure, SystemError};
+pub use settings::{DockerSettings, RunnerSettings};
+pub use trace::{MemorySink, TraceSink, WriterSink};
+
+use crate::gitlab::job::JobPayload;
+
+/// One job to run.
+#[derive(Debug, Clone, Copy)]
+pub struct JobRequest<'a> {
+    /// The job payload as GitLab sent it.
+    pub payload: &'a JobPayload,
+    /// The runner's settings.
+    pub runner: &'a RunnerSettings,
+    /// The machine's Docker Engine.
+    pub endpoint: &'a DockerEndpoint,
+    /// The machine's name (shown as "Running on <container> via <machine>...").
+    pub machine_name: Option<&'a str>,
+}
+
+/// Cancellation of a running job.
+#[derive(Debug, Clone, Default)]
+pub struct JobControl {
+    /// Graceful cancel (GitLab's `canceling`): stops the user script; after_script still runs.
+    pub cancel: CancellationToken,
+    /// Abort (`canceled`/`failed`, a second Ctrl-C): stops everything at once; cleanup runs.
+    pub abort: CancellationToken,
+}
+
+/// Runs one job to its end, streaming the masked trace into `sink`, and cleans up every
+/// container and temporary volume it made. The trace ends with "Job succeeded" or
+/// "ERROR: Job failed: …".
+pub async fn run_job(
+    req: JobRequest<'_>,
+    sink: &mut dyn TraceSink,
+    control: JobControl,
+) -> Result<(), JobError> {
+    let payload = req.payload;
+    let mut phrases: Vec<String> = payload
+        .variables
+        .iter()
+        .filter(|v| v.masked && !v.value.is_empty())
+        .map(|v| v.value.clone())
+        .collect();
+    if !payload.token.is_empty() {
+        phrases.push(payload.token.clone());
+    }
+    let all_default_tokens = req
+        .runner
+        .feature_flags
+        .get("FF_MASK_ALL_DEFAULT_TOKENS")
+        .copied()
+        .or_else(|| {
+            payload
+                .variable("FF_MASK_ALL_DEFAULT_TOKENS")
+                .and_then(script::variables::parse_bool)
+        })
+        .unwrap_or(true);
+    let masker = trace::mask::Masker::with_default_tokens(
+        &phrases,
+        &payload.features.token_mask_prefixes,
+        all_default_tokens,
+    );
+    let mut trace = trace::Trace::new(
+        sink,
+        masker,
+        req.runner.output_limit_bytes(),
+        payload.features.trace_sections,
+    );
+    let short = paths::short_token(&req.runner.token);
+    trace.info(&format!(
+        "Running with drover {} (gitlab-runner {} compatible)",
+        script::variables::RUNNER_VERSION,
+        image::PINNED_HELPER_VERSION
+    ));
+    let system_id = if req.runner.system_id.is_empty() {
+        String::new()
+    } else {
+        format!(", system ID: {}", req.runner.system_id)
+    };
+    trace.info(&format!("  on {} {short}{system_id}", req.runner.name));
+    let result = run::JobRun::new(&req, &control).run(&mut trace).await;
+    match &result {
+        Ok(()) => trace.notice("Job succeeded"),
+        Err(JobError::Failed(f)) => trace.error(&format!("Job failed: {}", f.message)),
+        Err(JobError::System(e)) => trace.error(&format!("Job failed (system failure): {e}")),
+    }
+    trace.flush();
+    result
+}

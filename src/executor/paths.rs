@@ -1,0 +1,259 @@
+//! Names and paths of one job, as upstream computes them: the short token, the project's
+//! unique names (containers, volumes), the per-job random name and the builds, project,
+//! temporary and cache directories inside the containers. Pure functions; no Docker calls.
+
+use sha2::{Digest, Sha256};
+
+/// The runner token without its known prefixes, cut to 9 characters.
+pub fn short_token(token: &str) -> String {
+    let mut t = token;
+    for p in ["glrtr-", "glrt-", "glcbt-"] {
+        if let Some(rest) = t.strip_prefix(p) {
+            t = rest;
+            break;
+        }
+    }
+    for p in ["t1_", "t2_", "t3_"] {
+        if let Some(rest) = t.strip_prefix(p) {
+            t = rest;
+            break;
+        }
+    }
+    t.chars().take(9).collect()
+}
+
+/// Lowercases, drops characters outside `[-a-z0-9]` and cuts to 63 characters (RFC 1123).
+pub fn dns_clean(s: &str) -> String {
+    s.to_lowercase()
+        .chars()
+        .filter(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+        .take(63)
+        .collect()
+}
+
+/// `runner-<short>-project-<id>-concurrent-<project runner id>`, DNS-cleaned. docker+machine
+/// always uses project runner ID 0.
+pub fn project_unique_name(short: &str, project_id: i64) -> String {
+    dns_clean(&format!("runner-{short}-project-{project_id}-concurrent-0"))
+}
+
+/// `runner-` + the first 16 bytes (hex) of sha256 over `<token>-<system id>-<project>-0`; names
+/// reusable volumes.
+pub fn project_real_unique_name(token: &str, system_id: &str, project_id: i64) -> String {
+    let digest = Sha256::digest(format!("{token}-{system_id}-{project_id}-0").as_bytes());
+    format!("runner-{}", hex::encode(&digest[..16]))
+}
+
+/// The per-job random name: the unique name plus 16 random hex characters.
+pub fn random_name(unique: &str) -> String {
+    let bytes: [u8; 8] = rand::random();
+    format!("{unique}-{}", hex::encode(bytes))
+}
+
+/// The repository URL with any `user:password@` removed.
+pub fn url_without_credentials(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = match rest.find('/') {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            let host = authority
+                .rsplit_once('@')
+                .map(|(_, h)| h)
+                .unwrap_or(authority);
+            format!("{scheme}://{host}{path}")
+        }
+        None => url.to_string(),
+    }
+}
+
+/// `scheme://host[:port]` of a URL, without credentials.
+pub fn url_base(url: &str) -> Option<String> {
+    let clean = url_without_credentials(url);
+    let (scheme, rest) = clean.split_once("://")?;
+    let host = rest.split('/').next().unwrap_or_default();
+    if host.is_empty() {
+        return None;
+    }
+    Some(format!("{scheme}://{host}"))
+}
+
+/// The project slug: the repo URL's path without `.git` (`group/sub/project`), if any.
+pub fn repo_slug(repo_url: &str) -> Option<String> {
+    let (_, rest) = repo_url.split_once("://")?;
+    let path = rest.split_once('/').map(|(_, p)| p)?;
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let path = path.trim_matches('/');
+    let path = path.strip_suffix(".git").unwrap_or(path);
+    if path.is_empty()
+        || path
+            .split('/')
+            .any(|s| s == ".." || s == "." || s.is_empty())
+    {
+        return None;
+    }
+    Some(path.to_string())
+}
+
+/// Where a job's files live inside the containers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPaths {
+    /// The builds root (`CI_BUILDS_DIR`).
+    pub root_dir: String,
+    /// The project directory (`CI_PROJECT_DIR`).
+    pub build_dir: String,
+    /// `<build_dir>.tmp`: file variables, git template, external git config.
+    pub tmp_dir: String,
+    /// `<cache root>/<slug>`.
+    pub cache_dir: String,
+}
+
+/// Inputs of [`JobPaths::new`].
+#[derive(Debug, Clone, Default)]
+pub struct PathInputs<'a> {
+    /// Builds root.
+    pub root_dir: &'a str,
+    /// Cache root.
+    pub cache_root: &'a str,
+    /// Repository URL.
+    pub repo_url: &'a str,
+    /// Project ID (for the fallback slug).
+    pub project_id: i64,
+    /// Short token (for a host-mounted builds dir).
+    pub short_token: &'a str,
+    /// Whether the builds dir is host-mounted (shared).
+    pub shared_builds_dir: bool,
+    /// `GIT_STRATEGY` is `empty`.
+    pub empty_strategy: bool,
+    /// `GIT_CLONE_PATH`, when custom build dirs are enabled.
+    pub clone_path: Option<&'a str>,
+}
+
+/// A `GIT_CLONE_PATH` outside the builds root.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the GIT_CLONE_PATH {path:?} has to be within {root:?}")]
+pub struct ClonePathError {
+    /// The requested path.
+    pub path: String,
+    /// The builds root.
+    pub root: String,
+}
+
+impl JobPaths {
+    /// Computes the paths.
+    pub fn new(i: &PathInputs<'_>) -> Result<Self, ClonePathError> {
+        let root = i.root_dir.trim_end_matches('/');
+        let root = if root.is_empty() { "/" } else { root };
+        let slug = repo_slug(i.repo_url).unwrap_or_else(|| format!("project-{}", i.project_id));
+        let mut build_dir = match i.clone_path.filter(|p| !p.is_empty()) {
+            Some(p) => {
+                let p = normalize(p);
+                let inside = p.strip_prefix(root).is_some_and(|r| r.starts_with('/'));
+                if !inside {
+                    return Err(ClonePathError {
+                        path: p,
+                        root: root.to_string(),
+                    });
+                }
+                p
+            }
+            None if i.shared_builds_dir => format!("{root}/{}/0/{slug}", i.short_token),
+            None => format!("{root}/{slug}"),
+        };
+        if i.empty_strategy {
+            build_dir.push_str("-empty");
+        }
+        let cache_root = i.cache_root.trim_end_matches('/');
+        Ok(JobPaths {
+            root_dir: root.to_string(),
+            tmp_dir: format!("{build_dir}.tmp"),
+            build_dir,
+            cache_dir: format!("{cache_root}/{slug}"),
+        })
+    }
+}
+
+/// Resolves `.` and `..` in an absolute path (never above `/`).
+fn normalize(p: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in p.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            s => parts.push(s),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_tokens() {
+        assert_eq!(short_token("glrt-t1_abcdefghijkl"), "abcdefghi");
+        assert_eq!(short_token("glrt-abcdefghijkl"), "abcdefghi");
+        assert_eq!(short_token("abc"), "abc");
+    }
+
+    #[test]
+    fn unique_names() {
+        assert_eq!(
+            project_unique_name("AbC_d", 42),
+            "runner-abcd-project-42-concurrent-0"
+        );
+        assert!(project_real_unique_name("t", "s", 1).starts_with("runner-"));
+        assert_eq!(project_real_unique_name("t", "s", 1).len(), 7 + 32);
+        let r = random_name("x");
+        assert_eq!(r.len(), 2 + 16);
+    }
+
+    #[test]
+    fn urls() {
+        let u = "https://gitlab-ci-token:glcbt-x@gitlab.example.com/acme/webapp.git";
+        assert_eq!(
+            url_without_credentials(u),
+            "https://gitlab.example.com/acme/webapp.git"
+        );
+        assert_eq!(url_base(u).as_deref(), Some("https://gitlab.example.com"));
+        assert_eq!(repo_slug(u).as_deref(), Some("acme/webapp"));
+        assert_eq!(repo_slug("https://h/").as_deref(), None);
+        assert_eq!(repo_slug("https://h/a/../b.git").as_deref(), None);
+    }
+
+    #[test]
+    fn job_paths() {
+        let mut i = PathInputs {
+            root_dir: "/builds",
+            cache_root: "/cache",
+            repo_url: "https://h/acme/webapp.git",
+            project_id: 42,
+            short_token: "abc",
+            ..Default::default()
+        };
+        let p = JobPaths::new(&i).unwrap();
+        assert_eq!(p.build_dir, "/builds/acme/webapp");
+        assert_eq!(p.tmp_dir, "/builds/acme/webapp.tmp");
+        assert_eq!(p.cache_dir, "/cache/acme/webapp");
+        i.shared_builds_dir = true;
+        assert_eq!(
+            JobPaths::new(&i).unwrap().build_dir,
+            "/builds/abc/0/acme/webapp"
+        );
+        i.clone_path = Some("/builds/x/../custom");
+        assert_eq!(JobPaths::new(&i).unwrap().build_dir, "/builds/custom");
+        i.clone_path = Some("/elsewhere");
+        assert!(JobPaths::new(&i).is_err());
+        i.clone_path = None;
+        i.shared_builds_dir = false;
+        i.empty_strategy = true;
+        assert_eq!(
+            JobPaths::new(&i).unwrap().build_dir,
+            "/builds/acme/webapp-empty"
+        );
+    }
+}

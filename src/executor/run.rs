@@ -1,0 +1,537 @@
+//! One job, start to end: prepare (connect, images, volumes), the stages in upstream's order
+//! with their containers and stop rules, the final trace line, and cleanup on every path.
+//!
+//! Driven by [`super::run_job`]. This is the only place that decides job flow; stage bodies
+//! come from [`super::script`], containers from [`super::containers`], and stage execution from
+//! [`super::stages`].
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::executor::build_settings::BuildSettings;
+use crate::executor::connect::Engine;
+use crate::executor::containers::{ContainerInputs, Containers, JobOrSystem, Role};
+use crate::executor::error::{FailureReason, JobError, JobFailure};
+use crate::executor::paths::{self, JobPaths};
+use crate::executor::script::sources::{get_sources, SourcesInputs};
+use crate::executor::script::variables::VarList;
+use crate::executor::script::{user, ScriptBody};
+use crate::executor::stages::{run_stage, StageEnd, StopReason};
+use crate::executor::trace::Trace;
+use crate::executor::volumes::Volumes;
+use crate::executor::{JobControl, JobRequest};
+
+mod prepare;
+
+/// Cleanup gets its own budget, detached from the job's cancellation.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Everything prepared for the stages.
+struct Prepared {
+    engine: Engine,
+    vars: VarList,
+    paths: JobPaths,
+    settings: BuildSettings,
+    inputs: ContainerInputs,
+}
+
+/// The job's state, kept for cleanup.
+pub(crate) struct JobRun<'r> {
+    req: &'r JobRequest<'r>,
+    control: &'r JobControl,
+    deadline: Instant,
+    timeout_secs: u64,
+    engine: Option<Engine>,
+    containers: Containers,
+    volumes: Volumes,
+    cancel_consumed: bool,
+    started: Instant,
+}
+
+impl<'r> JobRun<'r> {
+    pub(crate) fn new(req: &'r JobRequest<'r>, control: &'r JobControl) -> Self {
+        let timeout_secs = req.payload.timeout_secs();
+        JobRun {
+            req,
+            control,
+            deadline: Instant::now() + Duration::from_secs(timeout_secs),
+            timeout_secs,
+            engine: None,
+            containers: Containers::default(),
+            volumes: Volumes::default(),
+            cancel_consumed: false,
+            started: Instant::now(),
+        }
+    }
+
+    /// Runs the job, then cleans up; returns the outcome.
+    pub(crate) async fn run(mut self, trace: &mut Trace<'_>) -> Result<(), JobError> {
+        let outcome = self.execute(trace).await;
+        self.cleanup(trace).await;
+        outcome
+    }
+
+    async fn execute(&mut self, trace: &mut Trace<'_>) -> Result<(), JobError> {
+        let executor = match self.req.runner.executor.as_str() {
+            "" => "docker",
+            e => e,
+        };
+        trace.section_start(
+            "prepare_executor",
+            &format!("Preparing the \"{executor}\" executor"),
+        );
+        // Preparation (pulls included) stops on abort, cancel or the job timeout too.
+        let stop = stop_signal(self.control.clone(), self.deadline, None, false, false);
+        let prepared = tokio::select! {
+            r = self.prepare(trace) => Prep::Done(Box::new(r)),
+            reason = stop => Prep::Stopped(reason),
+        };
+        let prepared = match prepared {
+            Prep::Done(r) => *r,
+            Prep::Stopped(reason) => Err(JobOrSystem::Job(self.stop_failure(reason, None))),
+        };
+        trace.section_end("prepare_executor");
+        let p = prepared.map_err(JobError::from)?;
+
+        // prepare_script: a failure ends the job here.
+        let body = user::prepare_script(&p.paths, self.req.machine_name);
+        self.stage(
+            trace,
+            &p,
+            "prepare_script",
+            "Preparing environment",
+            Role::Helper,
+            body,
+            None,
+            false,
+        )
+        .await?
+        .into_result()?;
+
+        // get_sources, with retries; a failure skips the user steps and after_script.
+        let mut result: Result<(), JobError> = Ok(());
+        let mut sources_ok = false;
+        for attempt in 1..=p.settings.get_sources_attempts {
+            if attempt > 1 {
+                // Exponential backoff (5 s doubling, at most 5 min), cut short by a stop.
+                let backoff = Duration::from_secs(5u64.saturating_mul(1 << (attempt - 2).min(6)))
+                    .min(Duration::from_secs(300));
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = self.control.abort.cancelled() => {}
+                    _ = self.control.cancel.cancelled() => {}
+                    _ = tokio::time::sleep_until(self.deadline) => {}
+                }
+            }
+            if attempt == 2 {
+                let body = user::clear_worktree(&p.paths);
+                let outcome = self
+                    .stage(
+                        trace,
+                        &p,
+                        "clear_worktree",
+                        "Deleting all tracked and untracked files due to source fetch failure",
+                        Role::Helper,
+                        body,
+                        None,
+                        false,
+                    )
+                    .await?;
+                if let StageOutcome::Stopped(f) = outcome {
+                    return Err(f.into());
+                }
+            }
+            let body = get_sources(
+                self.req.payload,
+                &SourcesInputs {
+                    vars: &p.vars,
+                    paths: &p.paths,
+                    settings: &p.settings,
+                    pre_get_sources: self.req.runner.pre_get_sources_script.as_deref(),
+                    post_get_sources: self.req.runner.post_get_sources_script.as_deref(),
+                    user_agent: &format!(
+                        "drover {}",
+                        crate::executor::script::variables::RUNNER_VERSION
+                    ),
+                },
+            );
+            let outcome = self
+                .stage(
+                    trace,
+                    &p,
+                    "get_sources",
+                    "Getting source from Git repository",
+                    Role::Helper,
+                    body,
+                    None,
+                    false,
+                )
+                .await?;
+            match outcome {
+                StageOutcome::Ok => {
+                    sources_ok = true;
+                    break;
+                }
+                StageOutcome::Stopped(f) => return Err(f.into()),
+                StageOutcome::Failed(f) => {
+                    if attempt < p.settings.get_sources_attempts {
+                        trace.warning(&format!("Retrying get_sources after: {}", f.message));
+                    }
+                    result = Err(f.into());
+                }
+            }
+        }
+
+        let mut job_status = "success";
+        if sources_ok {
+            // One `step_<name>` stage per step except after_script (normally just `script`),
+            // all bounded together by RUNNER_SCRIPT_TIMEOUT.
+            let script_deadline = p.settings.script_timeout.map(|t| Instant::now() + t);
+            let steps: Vec<_> = self
+                .req
+                .payload
+                .steps
+                .iter()
+                .filter(|s| s.name != "after_script" && !s.name.is_empty())
+                .cloned()
+                .collect();
+            for step in steps {
+                let body = user::step_script(
+                    &p.vars,
+                    &p.paths,
+                    self.req.runner.pre_build_script.as_deref(),
+                    &step.script,
+                    self.req.runner.post_build_script.as_deref(),
+                );
+                let stage_name = format!("step_{}", step.name);
+                let remaining =
+                    script_deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                let outcome = self
+                    .stage(
+                        trace,
+                        &p,
+                        &stage_name,
+                        &format!("Executing \"{stage_name}\" stage of the job script"),
+                        Role::Build,
+                        body,
+                        remaining,
+                        true,
+                    )
+                    .await?;
+                match outcome {
+                    StageOutcome::Ok => continue,
+                    StageOutcome::Failed(f) => {
+                        job_status = "failed";
+                        result = Err(f.into());
+                    }
+                    StageOutcome::Stopped(f) => {
+                        match f.reason {
+                            FailureReason::JobCanceled if self.cancel_consumed => {
+                                job_status = "canceled";
+                                trace.error("script canceled externally (UI, API)");
+                            }
+                            FailureReason::JobExecutionTimeout if self.cancel_consumed => {
+                                job_status = "timedout";
+                            }
+                            _ => return Err(f.into()),
+                        }
+                        result = Err(f.into());
+                    }
+                }
+                break;
+            }
+            self.after_script(trace, &p, job_status, &mut result)
+                .await?;
+        }
+
+        let body = user::cleanup_file_variables(
+            &p.vars,
+            &p.paths,
+            paths::url_base(&self.req.payload.git_info.repo_url).as_deref(),
+        );
+        match self
+            .stage(
+                trace,
+                &p,
+                "cleanup_file_variables",
+                "Cleaning up project directory and file based variables",
+                Role::Helper,
+                body,
+                None,
+                false,
+            )
+            .await?
+        {
+            StageOutcome::Stopped(f) => return Err(f.into()),
+            StageOutcome::Ok | StageOutcome::Failed(_) => {}
+        }
+        result
+    }
+
+    async fn after_script(
+        &mut self,
+        trace: &mut Trace<'_>,
+        p: &Prepared,
+        job_status: &str,
+        result: &mut Result<(), JobError>,
+    ) -> Result<(), JobError> {
+        let Some(step) = self
+            .req
+            .payload
+            .steps
+            .iter()
+            .find(|s| s.name == "after_script")
+        else {
+            return Ok(());
+        };
+        if step.script.iter().all(|l| l.trim().is_empty()) {
+            return Ok(());
+        }
+        let mut vars = p.vars.clone();
+        vars.vars.push(crate::executor::script::variables::Var {
+            key: "CI_JOB_STATUS".into(),
+            value: job_status.into(),
+            ..Default::default()
+        });
+        let body = user::after_script(&vars, &p.paths, &step.script);
+        let outcome = self
+            .stage(
+                trace,
+                p,
+                "after_script",
+                "Running after_script",
+                Role::Build,
+                body,
+                Some(p.settings.after_script_timeout),
+                false,
+            )
+            .await?;
+        let failure = match outcome {
+            StageOutcome::Ok => return Ok(()),
+            StageOutcome::Stopped(f)
+                if f.reason == FailureReason::JobCanceled || self.hard_stop() =>
+            {
+                return Err(f.into())
+            }
+            StageOutcome::Stopped(f) | StageOutcome::Failed(f) => f,
+        };
+        if p.settings.after_script_ignore_errors {
+            trace.warning(&format!(
+                "after_script failed, but job will continue unaffected: {}",
+                failure.message
+            ));
+        } else if result.is_ok() {
+            *result = Err(failure.into());
+        }
+        Ok(())
+    }
+
+    /// Logs how far into the job a step is (`RUST_LOG=drover=debug`).
+    fn mark(&self, what: &str) {
+        tracing::debug!(
+            job = self.req.payload.id,
+            ms = self.started.elapsed().as_millis() as u64,
+            "{what}"
+        );
+    }
+
+    fn hard_stop(&self) -> bool {
+        self.control.abort.is_cancelled() || Instant::now() >= self.deadline
+    }
+
+    /// Runs one stage in its section and classifies the result.
+    #[allow(clippy::too_many_arguments)]
+    async fn stage(
+        &mut self,
+        trace: &mut Trace<'_>,
+        p: &Prepared,
+        name: &str,
+        description: &str,
+        role: Role,
+        body: ScriptBody,
+        stage_timeout: Option<Duration>,
+        user_script: bool,
+    ) -> Result<StageOutcome, JobError> {
+        let docker = p.engine.docker.clone();
+        // Nothing more runs once the job is aborted or out of time.
+        if self.control.abort.is_cancelled() {
+            return Ok(StageOutcome::Stopped(
+                self.stop_failure(StopReason::Aborted, None),
+            ));
+        }
+        if Instant::now() >= self.deadline {
+            return Ok(StageOutcome::Stopped(
+                self.stop_failure(StopReason::JobTimeout, None),
+            ));
+        }
+        trace.section_start(name, description);
+        let result = async {
+            let id = self
+                .containers
+                .get(&docker, role, &p.inputs, &self.req.runner.docker)
+                .await?;
+            let script =
+                body.finish(p.settings.debug_trace && !self.req.runner.debug_trace_disabled);
+            let stop = stop_signal(
+                self.control.clone(),
+                self.deadline,
+                stage_timeout,
+                user_script,
+                self.cancel_consumed,
+            );
+            let end = run_stage(&docker, &id, &script, role == Role::Build, trace, stop).await?;
+            Ok::<_, JobOrSystem>(end)
+        }
+        .await;
+        let outcome = match result {
+            Ok(StageEnd::Exited(0)) => StageOutcome::Ok,
+            Ok(StageEnd::Exited(code)) => {
+                StageOutcome::Failed(JobFailure::script(i32::try_from(code).unwrap_or(i32::MAX)))
+            }
+            Ok(StageEnd::Stopped(reason)) => {
+                self.containers.discard(&docker, role).await;
+                if user_script && matches!(reason, StopReason::Canceled | StopReason::StageTimeout)
+                {
+                    self.cancel_consumed = true;
+                }
+                StageOutcome::Stopped(self.stop_failure(reason, stage_timeout))
+            }
+            Err(JobOrSystem::Job(f)) => StageOutcome::Failed(f),
+            Err(JobOrSystem::System(e)) => {
+                trace.section_end(name);
+                return Err(e.into());
+            }
+        };
+        trace.section_end(name);
+        self.mark(&format!("{name}: done"));
+        Ok(outcome)
+    }
+
+    fn stop_failure(&self, reason: StopReason, stage_timeout: Option<Duration>) -> JobFailure {
+        match reason {
+            StopReason::Aborted | StopReason::Canceled => {
+                JobFailure::new(FailureReason::JobCanceled, "canceled")
+            }
+            StopReason::JobTimeout => JobFailure::new(
+                FailureReason::JobExecutionTimeout,
+                format!(
+                    "execution took longer than {}",
+                    crate::executor::labels::go_duration(self.timeout_secs)
+                ),
+            ),
+            StopReason::StageTimeout => JobFailure::new(
+                FailureReason::JobExecutionTimeout,
+                format!(
+                    "script timeout: execution took longer than {}",
+                    crate::executor::labels::go_duration(
+                        stage_timeout.map(|d| d.as_secs()).unwrap_or(0)
+                    )
+                ),
+            ),
+        }
+    }
+
+    async fn cleanup(&mut self, trace: &mut Trace<'_>) {
+        let Some(engine) = self.engine.clone() else {
+            return;
+        };
+        let docker = engine.docker;
+        let work = async {
+            let mut problems = self.containers.remove_all(&docker).await;
+            let init: Vec<String> = match self.volumes.init_containers.lock() {
+                Ok(mut v) => std::mem::take(&mut *v),
+                Err(p) => std::mem::take(&mut *p.into_inner()),
+            };
+            for id in init {
+                let options = bollard::query_parameters::RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                };
+                match docker.remove_container(&id, Some(options)).await {
+                    Ok(()) => {}
+                    Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404,
+                        ..
+                    }) => {}
+                    Err(e) => problems.push(format!("removing container {id}: {e}")),
+                }
+            }
+            for v in std::mem::take(&mut self.volumes.temporary) {
+                let options = bollard::query_parameters::RemoveVolumeOptions { force: true };
+                match docker.remove_volume(&v, Some(options)).await {
+                    Ok(()) => {}
+                    Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404,
+                        ..
+                    }) => {}
+                    Err(e) => problems.push(format!("removing volume {v}: {e}")),
+                }
+            }
+            problems
+        };
+        match tokio::time::timeout(CLEANUP_TIMEOUT, work).await {
+            Ok(problems) => {
+                for p in problems {
+                    tracing::warn!("cleanup: {p}");
+                }
+            }
+            Err(_) => tracing::warn!("cleanup did not finish within {:?}", CLEANUP_TIMEOUT),
+        }
+        let _ = trace;
+    }
+}
+
+/// How preparation ended.
+enum Prep {
+    Done(Box<Result<Prepared, JobOrSystem>>),
+    Stopped(StopReason),
+}
+
+/// How a stage ended, for the flow above.
+enum StageOutcome {
+    Ok,
+    Failed(JobFailure),
+    Stopped(JobFailure),
+}
+
+impl StageOutcome {
+    fn into_result(self) -> Result<(), JobError> {
+        match self {
+            StageOutcome::Ok => Ok(()),
+            StageOutcome::Failed(f) | StageOutcome::Stopped(f) => Err(f.into()),
+        }
+    }
+}
+
+/// The stop signal of one stage: abort, the job deadline, the stage timeout, and the graceful
+/// cancel (for the user script it stops only the script; elsewhere, before it was consumed,
+/// it cancels the job).
+async fn stop_signal(
+    control: JobControl,
+    deadline: Instant,
+    stage_timeout: Option<Duration>,
+    user_script: bool,
+    cancel_consumed: bool,
+) -> StopReason {
+    let stage_deadline = stage_timeout.map(|t| Instant::now() + t);
+    let graceful = async {
+        if cancel_consumed {
+            std::future::pending::<()>().await;
+        }
+        control.cancel.cancelled().await;
+    };
+    let stage = async {
+        match stage_deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = control.abort.cancelled() => StopReason::Aborted,
+        _ = tokio::time::sleep_until(deadline) => StopReason::JobTimeout,
+        _ = stage => StopReason::StageTimeout,
+        _ = graceful => if user_script { StopReason::Canceled } else { StopReason::Aborted },
+    }
+}

@@ -1,0 +1,318 @@
+//! Preparation of one job (the `prepare_executor` section): the job's variables and paths,
+//! the connection (with upstream's retries), the helper image, the volumes with their
+//! permission fixes, and the job image, ending in the container inputs the stages use.
+//! A child of `run`, which decides when it runs and what happens after.
+
+use std::time::Duration;
+
+use super::{JobRun, Prepared};
+use crate::executor::build_settings::{BuildSettings, GitStrategy};
+use crate::executor::connect::{self, Engine};
+use crate::executor::containers::{build_user, ContainerInputs, JobOrSystem};
+use crate::executor::error::{FailureReason, JobFailure, SystemError};
+use crate::executor::image::{self, ImageError, Puller};
+use crate::executor::labels::LabelFacts;
+use crate::executor::paths::{self, JobPaths, PathInputs};
+use crate::executor::script::detect_shell_command;
+use crate::executor::script::variables::{job_variables, VarInputs, VarList};
+use crate::executor::trace::Trace;
+use crate::executor::volumes;
+
+fn map_image_error(e: ImageError) -> JobOrSystem {
+    match e {
+        ImageError::Job(f) => JobOrSystem::Job(f),
+        ImageError::System(s) => JobOrSystem::System(s),
+    }
+}
+
+impl JobRun<'_> {
+    pub(super) async fn prepare(&mut self, trace: &mut Trace<'_>) -> Result<Prepared, JobOrSystem> {
+        let req = self.req;
+        let payload = req.payload;
+        let runner = req.runner;
+        let ds = &runner.docker;
+        if let Some(image) = &payload.image {
+            let other: Vec<&String> = image
+                .executor_opts
+                .other
+                .keys()
+                .chain(image.executor_opts.docker.other.keys())
+                .collect();
+            if !other.is_empty() {
+                let keys: Vec<&str> = other.iter().map(|k| k.as_str()).collect();
+                return Err(JobFailure {
+                    reason: FailureReason::RunnerSystemFailure,
+                    exit_code: Some(3),
+                    message: format!(
+                        "unsupported executor_opts keys for the docker executor: {}",
+                        keys.join(", ")
+                    ),
+                }
+                .into());
+            }
+        }
+        let short = paths::short_token(&runner.token);
+        // Variables are needed to find the paths and the paths to finish the variables: a
+        // first pass with the default project dir reads the job-controlled settings.
+        let default_paths = JobPaths::new(&PathInputs {
+            root_dir: runner.builds_dir(),
+            cache_root: runner.cache_root(),
+            repo_url: &payload.git_info.repo_url,
+            project_id: payload.job_info.project_id,
+            short_token: &short,
+            ..Default::default()
+        })
+        .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
+        let job_image_raw = payload
+            .image
+            .as_ref()
+            .map(|i| i.name.as_str())
+            .filter(|n| !n.is_empty());
+        let first = job_variables(
+            payload,
+            runner,
+            &default_paths,
+            &VarInputs {
+                job_image: job_image_raw,
+                short_token: &short,
+                network_name: None,
+            },
+        )
+        .expanded();
+        let (settings, warnings) = BuildSettings::from_variables(&first, payload.allow_git_fetch);
+        for w in &warnings {
+            trace.warning(w);
+        }
+        let expanded_volumes: Vec<String> = ds.volumes.iter().map(|v| first.expand(v)).collect();
+        let shared = volumes::builds_dir_host_mounted(&expanded_volumes, runner.builds_dir());
+        let clone_path = if runner.custom_build_dir_enabled.unwrap_or(true) {
+            settings.clone_path.as_deref()
+        } else {
+            None
+        };
+        let paths = JobPaths::new(&PathInputs {
+            root_dir: runner.builds_dir(),
+            cache_root: runner.cache_root(),
+            repo_url: &payload.git_info.repo_url,
+            project_id: payload.job_info.project_id,
+            short_token: &short,
+            shared_builds_dir: shared,
+            empty_strategy: settings.git_strategy == GitStrategy::Empty,
+            clone_path,
+        })
+        .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
+        let job_image = job_image_raw.map(|n| first.expand(n));
+        let vars = job_variables(
+            payload,
+            runner,
+            &paths,
+            &VarInputs {
+                job_image: job_image.as_deref(),
+                short_token: &short,
+                network_name: None,
+            },
+        )
+        .expanded();
+
+        let image_name = image::resolve_job_image(
+            job_image.as_deref(),
+            &first.expand(&ds.image),
+            &ds.allowed_images,
+        )?;
+        trace.info(&format!(
+            "Using Docker executor with image {image_name} ..."
+        ));
+
+        let engine = self.connect(trace).await?;
+        self.mark("connected");
+        let docker = engine.docker.clone();
+        let mut puller = Puller::new(&docker);
+        let auth_configs = docker_auth_configs(&vars);
+
+        // Helper image: helper_image with the config policies, else the pinned upstream one.
+        let config_policies =
+            image::effective_pull_policies(&[], &ds.pull_policy, &ds.allowed_pull_policies)?;
+        let helper_name = match ds
+            .helper_image
+            .as_deref()
+            .map(|h| vars.expand(h))
+            .filter(|h| !h.is_empty())
+        {
+            Some(h) => h,
+            None => {
+                image::default_helper_image(&engine.architecture, ds.helper_image_flavor.as_deref())
+            }
+        };
+        let helper_policies = if ds.helper_image.is_some() {
+            config_policies.clone()
+        } else {
+            vec![image::PullPolicy::IfNotPresent]
+        };
+        let helper_creds =
+            image::credentials_for(&helper_name, &auth_configs, &payload.credentials);
+        let helper = puller
+            .get(&helper_name, &helper_policies, helper_creds, None, trace)
+            .await
+            .map_err(map_image_error)?;
+
+        self.mark("helper image ready");
+        // Volumes.
+        let random_name = paths::random_name(&paths::project_unique_name(
+            &short,
+            payload.job_info.project_id,
+        ));
+        let real_unique = paths::project_real_unique_name(
+            &runner.token,
+            &runner.system_id,
+            payload.job_info.project_id,
+        );
+        let protected = payload
+            .git_info
+            .protected
+            .unwrap_or_else(|| vars.bool("CI_COMMIT_REF_PROTECTED").unwrap_or(false))
+            || payload
+                .cache
+                .iter()
+                .any(|c| c.key.ends_with("-protected") && !c.key.ends_with("-non_protected"));
+        let plan = volumes::plan(&volumes::PlanInputs {
+            volumes: &expanded_volumes,
+            build_dir: &paths.build_dir,
+            root_dir: &paths.root_dir,
+            random_name: &random_name,
+            real_unique_name: &real_unique,
+            disable_cache: ds.disable_cache,
+            host_cache_dir: ds.cache_dir.as_deref(),
+            protected,
+            reusable_builds: settings.git_strategy == GitStrategy::Fetch,
+        })?;
+        let facts = self.label_facts(&short, &vars);
+        self.volumes
+            .create(
+                &docker,
+                &plan,
+                &facts,
+                protected,
+                ds.volume_driver.as_deref(),
+                &helper.id,
+            )
+            .await?;
+
+        self.mark("volumes ready");
+        // The job image.
+        let image_opts = payload.image.as_ref();
+        let requested: &[String] = image_opts
+            .map(|i| i.pull_policy.as_slice())
+            .unwrap_or_default();
+        let policies =
+            image::effective_pull_policies(requested, &ds.pull_policy, &ds.allowed_pull_policies)?;
+        trace.info(&format!(
+            "Using effective pull policy of [{}] for container {image_name}",
+            policies
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+        let platform = image_opts
+            .map(|i| i.executor_opts.docker.platform.clone())
+            .filter(|p| !p.is_empty());
+        let creds = image::credentials_for(&image_name, &auth_configs, &payload.credentials);
+        let build_image = puller
+            .get(&image_name, &policies, creds, platform.as_deref(), trace)
+            .await
+            .map_err(map_image_error)?;
+
+        let image_user = image_opts
+            .map(|i| i.executor_opts.docker.user.as_str())
+            .unwrap_or_default();
+        let mut labels = facts.labels("", &[]);
+        labels.retain(|k, _| !k.ends_with(".type"));
+        for (k, v) in &ds.container_labels {
+            labels.insert(k.clone(), vars.expand(v));
+        }
+        let inputs = ContainerInputs {
+            random_name,
+            hostname: ds
+                .hostname
+                .clone()
+                .unwrap_or_else(|| paths::project_unique_name(&short, payload.job_info.project_id)),
+            env: vars.env(),
+            binds: plan.binds(),
+            labels,
+            helper_image: helper.id.clone(),
+            build_image: build_image.reference.clone(),
+            build_image_name: image_name.clone(),
+            build_entrypoint: image_opts
+                .and_then(|i| i.entrypoint.clone())
+                .filter(|e| !e.is_empty()),
+            build_user: build_user(ds, image_user)?,
+            build_platform: platform,
+            build_cmd: detect_shell_command(),
+        };
+        Ok(Prepared {
+            engine,
+            vars,
+            paths,
+            settings,
+            inputs,
+        })
+    }
+
+    fn label_facts(&self, short: &str, vars: &VarList) -> LabelFacts {
+        let payload = self.req.payload;
+        let project_url = vars.value("CI_PROJECT_URL").unwrap_or_else(|| {
+            let u = paths::url_without_credentials(&payload.git_info.repo_url);
+            u.strip_suffix(".git").unwrap_or(&u).to_string()
+        });
+        LabelFacts {
+            job_id: payload.id,
+            job_url: format!("{project_url}/-/jobs/{}", payload.id),
+            sha: payload.git_info.sha.clone(),
+            before_sha: payload.git_info.before_sha.clone(),
+            r#ref: payload.git_info.r#ref.clone(),
+            timeout_secs: self.timeout_secs,
+            project_id: payload.job_info.project_id,
+            pipeline_id: payload.job_info.pipeline_id,
+            runner_id: short.to_string(),
+            system_id: self.req.runner.system_id.clone(),
+        }
+    }
+
+    /// Connects with upstream's preparation retries (3 attempts, 3 s apart).
+    async fn connect(&mut self, trace: &mut Trace<'_>) -> Result<Engine, JobOrSystem> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match connect::connect(self.req.endpoint).await {
+                Ok(engine) => {
+                    self.engine = Some(engine.clone());
+                    return Ok(engine);
+                }
+                Err(e) if attempt < 3 && !self.control.abort.is_cancelled() => {
+                    trace.warning(&format!("Preparation failed: {e}"));
+                    trace.info("Will be retried in 3s ...");
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                }
+                Err(e) => return Err(SystemError::from(e).into()),
+            }
+        }
+    }
+}
+
+/// Registry auth sources in upstream's precedence: the `DOCKER_AUTH_CONFIG` variable, then
+/// the runner user's `~/.docker/config.json`, else `~/.dockercfg`.
+fn docker_auth_configs(vars: &VarList) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(v) = vars.get("DOCKER_AUTH_CONFIG") {
+        out.push(v.value.clone());
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        let home = std::path::PathBuf::from(home);
+        let file = std::fs::read_to_string(home.join(".docker/config.json"))
+            .or_else(|_| std::fs::read_to_string(home.join(".dockercfg")));
+        if let Ok(text) = file {
+            out.push(text);
+        }
+    }
+    out
+}

@@ -1,0 +1,231 @@
+//! Stage bodies other than `get_sources`: the variable exports shared by most stages,
+//! `prepare_script`, `step_script`, `after_script` and `cleanup_file_variables`. Pure.
+
+use super::variables::VarList;
+use super::{quote, ScriptBody};
+use crate::executor::paths::JobPaths;
+
+fn valid_name(key: &str) -> bool {
+    let mut chars = key.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Writes the exports at the top of a stage: every variable (file variables written under the
+/// temporary dir and exported as their path), then `GITLAB_ENV` and the dotenv lines it holds.
+/// With `write_files` false (cleanup), file variables are exported as paths only.
+pub fn write_exports(b: &mut ScriptBody, vars: &VarList, write_files: bool) {
+    let tmp = quote(&vars.tmp_dir);
+    b.line(format!("mkdir -p {tmp}"));
+    for v in vars.unique() {
+        if !valid_name(&v.key) {
+            continue;
+        }
+        if v.file {
+            let path = quote(&vars.file_path(&v.key));
+            if write_files {
+                b.line(format!("printf '%s' {} > {path}", quote(&v.value)));
+            }
+            b.line(format!("export {}={path}", v.key));
+        } else {
+            b.line(format!("export {}={}", v.key, quote(&v.value)));
+        }
+    }
+    b.line(format!(
+        "export GITLAB_ENV={}",
+        quote(&format!("{}/gitlab_runner_env", vars.tmp_dir))
+    ));
+    b.line("touch \"$GITLAB_ENV\"");
+    b.line(
+        "while IFS= read -r __drover_env_line || [ -n \"$__drover_env_line\" ]; do if [ -n \"$__drover_env_line\" ]; then export \"$__drover_env_line\"; fi; done < \"$GITLAB_ENV\"",
+    );
+}
+
+/// `prepare_script` (helper container): says where the job runs and clears the dotenv and
+/// masking files of an earlier job.
+pub fn prepare_script(paths: &JobPaths, machine: Option<&str>) -> ScriptBody {
+    let mut b = ScriptBody::new();
+    let via = match machine.filter(|m| !m.is_empty()) {
+        Some(m) => format!(" via {}", quote(m)),
+        None => String::new(),
+    };
+    b.line(format!(
+        "echo \"Running on $(hostname 2>/dev/null || cat /etc/hostname){via}...\""
+    ));
+    b.line(format!(
+        "rm -f {} {}",
+        quote(&format!("{}/gitlab_runner_env", paths.tmp_dir)),
+        quote(&format!("{}/masking.db", paths.tmp_dir))
+    ));
+    b
+}
+
+/// `clear_worktree` (helper container), before the second `get_sources` attempt: removes
+/// every tracked and untracked file of the project dir. Errors are ignored.
+pub fn clear_worktree(paths: &JobPaths) -> ScriptBody {
+    let mut b = ScriptBody::new();
+    let dir = quote(&paths.build_dir);
+    b.line(format!(
+        "if [ -d {dir}/.git ]; then cd {dir} && {{ git rm -rf -q --ignore-unmatch . || true; git clean -ffdx || true; }}; fi"
+    ));
+    b
+}
+
+/// `step_script` (build container): exports, `cd`, `pre_build_script`, the job's
+/// before_script + script lines, `post_build_script`.
+pub fn step_script(
+    vars: &VarList,
+    paths: &JobPaths,
+    pre_build: Option<&str>,
+    script: &[String],
+    post_build: Option<&str>,
+) -> ScriptBody {
+    let mut b = ScriptBody::new();
+    write_exports(&mut b, vars, true);
+    b.line(format!("cd {}", quote(&paths.build_dir)));
+    if let Some(pre) = pre_build.filter(|s| !s.trim().is_empty()) {
+        b.user_commands(&[pre.to_string()]);
+    }
+    b.user_commands(script);
+    if let Some(post) = post_build.filter(|s| !s.trim().is_empty()) {
+        b.user_commands(&[post.to_string()]);
+    }
+    b
+}
+
+/// `after_script` (build container): exports (with `CI_JOB_STATUS` already overwritten by
+/// the caller), `cd`, "Running after script...", the lines.
+pub fn after_script(vars: &VarList, paths: &JobPaths, script: &[String]) -> ScriptBody {
+    let mut b = ScriptBody::new();
+    write_exports(&mut b, vars, true);
+    b.line(format!("cd {}", quote(&paths.build_dir)));
+    b.notice("Running after script...");
+    b.user_commands(script);
+    b
+}
+
+/// `cleanup_file_variables` (helper container): drops the job token from credential stores
+/// and deletes the dotenv file, the masking db, the external git config and every file
+/// variable's file. Errors are ignored.
+pub fn cleanup_file_variables(
+    vars: &VarList,
+    paths: &JobPaths,
+    repo_base: Option<&str>,
+) -> ScriptBody {
+    let mut b = ScriptBody::new();
+    write_exports(&mut b, vars, false);
+    if let Some(base) = repo_base {
+        let (scheme, host) = base.split_once("://").unwrap_or(("https", base));
+        b.line(format!(
+            "printf 'protocol=%s\\nhost=%s\\nusername=gitlab-ci-token\\n\\n' {} {} | git credential reject >/dev/null 2>&1 || true",
+            quote(scheme),
+            quote(host)
+        ));
+    }
+    let tmp = &paths.tmp_dir;
+    let mut files = vec![
+        format!("{tmp}/gitlab_runner_env"),
+        format!("{tmp}/masking.db"),
+        format!("{tmp}/.gitlab-runner.ext.conf"),
+    ];
+    for v in vars.unique() {
+        if v.file {
+            files.push(vars.file_path(&v.key));
+        }
+    }
+    let quoted: Vec<String> = files.iter().map(|f| quote(f)).collect();
+    b.line(format!("rm -f {} || true", quoted.join(" ")));
+    b.line(format!(
+        "rm -f {} || true",
+        quote(&format!("{}/.gitlab-build-uid-gid", paths.root_dir))
+    ));
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::script::variables::Var;
+
+    fn paths() -> JobPaths {
+        JobPaths {
+            root_dir: "/builds".into(),
+            build_dir: "/builds/g/p".into(),
+            tmp_dir: "/builds/g/p.tmp".into(),
+            cache_dir: "/cache/g/p".into(),
+        }
+    }
+
+    #[test]
+    fn exports_and_file_variables_run_in_bash() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("p.tmp").display().to_string();
+        let vars = VarList {
+            vars: vec![
+                Var {
+                    key: "GREETING".into(),
+                    value: "hello 'world'\nline2".into(),
+                    ..Default::default()
+                },
+                Var {
+                    key: "CONF".into(),
+                    value: "a=1\nb=$2".into(),
+                    file: true,
+                    ..Default::default()
+                },
+                Var {
+                    key: "bad-name".into(),
+                    value: "x".into(),
+                    ..Default::default()
+                },
+            ],
+            tmp_dir: tmp.clone(),
+        };
+        let mut b = ScriptBody::new();
+        write_exports(&mut b, &vars, true);
+        b.line("echo \"$GREETING\"; cat \"$CONF\"; echo; echo \"$CONF\"");
+        b.line("echo FROM_DOTENV=yes >> \"$GITLAB_ENV\"");
+        let script = b.finish(false);
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            text,
+            format!("hello 'world'\nline2\na=1\nb=$2\n{tmp}/CONF\n"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut b = ScriptBody::new();
+        write_exports(&mut b, &vars, false);
+        b.line("echo \"$FROM_DOTENV\"");
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(b.finish(false))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "yes\n");
+    }
+
+    #[test]
+    fn step_script_order() {
+        let vars = VarList::default();
+        let b = step_script(
+            &vars,
+            &paths(),
+            Some("echo pre"),
+            &["echo main".into()],
+            Some("echo post"),
+        );
+        let t = b.as_str();
+        let (pre, main, post) = (
+            t.find("\necho pre\n").unwrap(),
+            t.find("\necho main\n").unwrap(),
+            t.find("\necho post\n").unwrap(),
+        );
+        assert!(t.contains("cd /builds/g/p\n"));
+        assert!(pre < main && main < post);
+    }
+}

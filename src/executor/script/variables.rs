@@ -1,0 +1,392 @@
+//! The job's variable list in upstream's order and precedence, runner-side `$VAR` expansion,
+//! and the job-controlled settings read from variables (`GIT_STRATEGY`, timeouts, …).
+//!
+//! Pure functions over the payload and the runner settings; the stage runner and the
+//! container configuration consume the result.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::executor::paths::JobPaths;
+use crate::executor::settings::RunnerSettings;
+use crate::gitlab::job::JobPayload;
+
+/// drover's version, reported as `CI_RUNNER_VERSION`.
+pub const RUNNER_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Feature flags exported with their upstream defaults (config and job values override).
+pub const FEATURE_FLAG_DEFAULTS: &[(&str, bool)] = &[
+    ("FF_NETWORK_PER_BUILD", false),
+    ("FF_USE_FASTZIP", false),
+    ("FF_USE_DIRECT_DOWNLOAD", true),
+    ("FF_SCRIPT_SECTIONS", false),
+    ("FF_MASK_ALL_DEFAULT_TOKENS", true),
+    ("FF_ENABLE_JOB_CLEANUP", false),
+    ("FF_DISABLE_UMASK_FOR_DOCKER_EXECUTOR", false),
+    ("FF_USE_GIT_BUNDLE_URIS", true),
+];
+
+/// One variable.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Var {
+    /// Name.
+    pub key: String,
+    /// Value (for file variables, the file content).
+    pub value: String,
+    /// Whether the value goes to a file.
+    pub file: bool,
+    /// Whether the value is masked in the trace.
+    pub masked: bool,
+    /// Whether the value is exempt from expansion.
+    pub raw: bool,
+}
+
+impl Var {
+    fn plain(key: &str, value: impl Into<String>) -> Self {
+        Var {
+            key: key.to_string(),
+            value: value.into(),
+            ..Default::default()
+        }
+    }
+}
+
+/// An ordered variable list; the last definition of a key wins.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VarList {
+    /// The variables, in order.
+    pub vars: Vec<Var>,
+    /// Directory where file variables are written (`<BuildDir>.tmp`).
+    pub tmp_dir: String,
+}
+
+impl VarList {
+    /// The last definition of `key`.
+    pub fn get(&self, key: &str) -> Option<&Var> {
+        self.vars.iter().rev().find(|v| v.key == key)
+    }
+
+    /// The value of `key` as seen by other variables (file variables: their path).
+    pub fn value(&self, key: &str) -> Option<String> {
+        self.get(key).map(|v| {
+            if v.file {
+                self.file_path(&v.key)
+            } else {
+                v.value.clone()
+            }
+        })
+    }
+
+    /// The path a file variable is written to.
+    pub fn file_path(&self, key: &str) -> String {
+        format!("{}/{key}", self.tmp_dir)
+    }
+
+    /// The variables with duplicates removed (last wins, at its first position's order kept
+    /// as upstream's export order of the final list).
+    pub fn unique(&self) -> Vec<&Var> {
+        let mut last: HashMap<&str, usize> = HashMap::new();
+        for (i, v) in self.vars.iter().enumerate() {
+            last.insert(v.key.as_str(), i);
+        }
+        self.vars
+            .iter()
+            .enumerate()
+            .filter(|(i, v)| last.get(v.key.as_str()) == Some(i))
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    /// Expands `$VAR` / `${VAR}` in a string against this list (Go `os.Expand` rules; `$$` is
+    /// `$`; unknown names expand to nothing).
+    pub fn expand(&self, s: &str) -> String {
+        expand_with(s, |name| self.value(name))
+    }
+
+    /// Every value expanded once against the unexpanded list (`raw` values are kept).
+    pub fn expanded(&self) -> VarList {
+        let vars = self
+            .vars
+            .iter()
+            .map(|v| {
+                let mut v = v.clone();
+                if !v.raw {
+                    v.value = self.expand(&v.value);
+                }
+                v
+            })
+            .collect();
+        VarList {
+            vars,
+            tmp_dir: self.tmp_dir.clone(),
+        }
+    }
+
+    /// `KEY=VALUE` entries for a container's `Env` (file variables as their path).
+    pub fn env(&self) -> Vec<String> {
+        self.unique()
+            .into_iter()
+            .map(|v| {
+                let value = if v.file {
+                    self.file_path(&v.key)
+                } else {
+                    v.value.clone()
+                };
+                format!("{}={value}", v.key)
+            })
+            .collect()
+    }
+
+    /// Whether `key` is set to a true value (`1`, `t`, `true`, … as Go's `ParseBool`).
+    pub fn bool(&self, key: &str) -> Option<bool> {
+        self.get(key).and_then(|v| parse_bool(&v.value))
+    }
+}
+
+/// Go's `strconv.ParseBool`.
+pub fn parse_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Expands `$NAME`, `${NAME}` and `$$` in `s` using `lookup`.
+pub fn expand_with(s: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    let mut start = 0;
+    while i < b.len() {
+        if b[i] != b'$' || i + 1 >= b.len() {
+            i += 1;
+            continue;
+        }
+        out.push_str(&s[start..i]);
+        let next = b[i + 1];
+        if next == b'$' {
+            out.push('$');
+            i += 2;
+        } else if next == b'{' {
+            match s[i + 2..].find('}') {
+                Some(end) if end > 0 => {
+                    let name = &s[i + 2..i + 2 + end];
+                    out.push_str(&lookup(name).unwrap_or_default());
+                    i += end + 3;
+                }
+                // "${}" or an unclosed "${": bad syntax, dropped as Go does.
+                Some(_) => i += 3,
+                None => i = b.len(),
+            }
+        } else if next.is_ascii_alphanumeric() || next == b'_' {
+            let mut j = i + 1;
+            while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
+                j += 1;
+            }
+            out.push_str(&lookup(&s[i + 1..j]).unwrap_or_default());
+            i = j;
+        } else if b"*#@!?-".contains(&next) {
+            out.push_str(&lookup(&s[i + 1..i + 2]).unwrap_or_default());
+            i += 2;
+        } else {
+            out.push('$');
+            i += 1;
+        }
+        start = i;
+    }
+    out.push_str(&s[start.min(s.len())..]);
+    out
+}
+
+/// Inputs of [`job_variables`] that are not in the payload or the settings.
+#[derive(Debug, Clone, Default)]
+pub struct VarInputs<'a> {
+    /// The job image name, if the job has one.
+    pub job_image: Option<&'a str>,
+    /// `CI_RUNNER_SHORT_TOKEN`.
+    pub short_token: &'a str,
+    /// The per-build network name, if one was made.
+    pub network_name: Option<&'a str>,
+}
+
+/// The job's variables in upstream's order (feature flags; runner-added `CI_*`; the payload's;
+/// the late runner additions), unexpanded.
+pub fn job_variables(
+    payload: &JobPayload,
+    runner: &RunnerSettings,
+    paths: &JobPaths,
+    extra: &VarInputs<'_>,
+) -> VarList {
+    let mut vars = Vec::new();
+    for (name, default) in FEATURE_FLAG_DEFAULTS {
+        let from_job = payload
+            .variables
+            .iter()
+            .rev()
+            .find(|v| v.key == *name)
+            .and_then(|v| parse_bool(&v.value));
+        let value = runner
+            .feature_flags
+            .get(*name)
+            .copied()
+            .or(from_job)
+            .unwrap_or(*default);
+        vars.push(Var::plain(name, value.to_string()));
+    }
+    for (name, value) in &runner.feature_flags {
+        if !FEATURE_FLAG_DEFAULTS.iter().any(|(n, _)| n == name) {
+            vars.push(Var::plain(name, value.to_string()));
+        }
+    }
+    if let Some(image) = extra.job_image.filter(|i| !i.is_empty()) {
+        vars.push(Var::plain("CI_JOB_IMAGE", image));
+    }
+    vars.push(Var::plain("CI_RUNNER_SHORT_TOKEN", extra.short_token));
+    for entry in &runner.environment {
+        let (k, v) = entry.split_once('=').unwrap_or((entry.as_str(), ""));
+        if !k.is_empty() {
+            vars.push(Var::plain(k, v));
+        }
+    }
+    vars.push(Var::plain("CI_BUILDS_DIR", paths.root_dir.as_str()));
+    vars.push(Var::plain("CI_PROJECT_DIR", paths.build_dir.as_str()));
+    vars.push(Var::plain("CI_CONCURRENT_ID", "0"));
+    vars.push(Var::plain("CI_CONCURRENT_PROJECT_ID", "0"));
+    vars.push(Var::plain("CI_SERVER", "yes"));
+    vars.push(Var::plain("CI_JOB_STATUS", "running"));
+    vars.push(Var::plain(
+        "CI_JOB_TIMEOUT",
+        payload.timeout_secs().to_string(),
+    ));
+    for v in &payload.variables {
+        if v.key.is_empty() || v.key.starts_with("FF_") {
+            continue;
+        }
+        vars.push(Var {
+            key: v.key.clone(),
+            value: v.value.clone(),
+            file: v.file,
+            masked: v.masked,
+            raw: v.raw,
+        });
+    }
+    vars.push(Var::plain("CI_DISPOSABLE_ENVIRONMENT", "true"));
+    vars.push(Var::plain("CI_RUNNER_VERSION", RUNNER_VERSION));
+    vars.push(Var::plain("CI_RUNNER_REVISION", "drover"));
+    vars.push(Var::plain(
+        "CI_RUNNER_EXECUTABLE_ARCH",
+        format!("linux/{}", go_arch()),
+    ));
+    vars.push(Var::plain(
+        "RUNNER_TEMP_PROJECT_DIR",
+        paths.tmp_dir.as_str(),
+    ));
+    if let Some(net) = extra.network_name {
+        vars.push(Var::plain("CI_BUILD_NETWORK_NAME", net));
+    }
+    VarList {
+        vars,
+        tmp_dir: paths.tmp_dir.clone(),
+    }
+}
+
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    }
+}
+
+/// Parses a Go duration string (`1h30m`, `90s`, `1.5h`, `300ms`).
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    if s.is_empty() || s.starts_with('-') {
+        return None;
+    }
+    let s = s.strip_prefix('+').unwrap_or(s);
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return None;
+        }
+        let n: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let factor = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += n * factor;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(pairs: &[(&str, &str)]) -> VarList {
+        VarList {
+            vars: pairs.iter().map(|(k, v)| Var::plain(k, *v)).collect(),
+            tmp_dir: "/b/p.tmp".into(),
+        }
+    }
+
+    #[test]
+    fn expansion_follows_go_rules() {
+        let l = list(&[("A", "1"), ("B", "x$A"), ("A", "2")]);
+        assert_eq!(l.expand("$A-${A}-$$A-$-${}-$NOPE."), "2-2-$A--.");
+        assert_eq!(l.expanded().get("B").unwrap().value, "x2");
+    }
+
+    #[test]
+    fn file_variables_expand_to_their_path() {
+        let mut l = list(&[("REF", "see $CFG")]);
+        l.vars.push(Var {
+            key: "CFG".into(),
+            value: "content".into(),
+            file: true,
+            ..Default::default()
+        });
+        assert_eq!(l.expanded().get("REF").unwrap().value, "see /b/p.tmp/CFG");
+        assert!(l.env().contains(&"CFG=/b/p.tmp/CFG".to_string()));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_go_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration("10"), None);
+        assert_eq!(parse_go_duration("-1s"), None);
+        assert_eq!(parse_go_duration("5x"), None);
+    }
+
+    #[test]
+    fn unique_keeps_last() {
+        let l = list(&[("A", "1"), ("B", "2"), ("A", "3")]);
+        let u: Vec<(&str, &str)> = l
+            .unique()
+            .iter()
+            .map(|v| (v.key.as_str(), v.value.as_str()))
+            .collect();
+        assert_eq!(u, vec![("B", "2"), ("A", "3")]);
+    }
+}

@@ -1,0 +1,553 @@
+//! Executor on the real Docker Engine: git clone and fetch at a sha from a local HTTP git
+//! server, scripts with variables and file variables, exit codes and failure reasons,
+//! timeouts, graceful cancel and abort, a non-root image user, masking, and no leftovers.
+
+mod executor_common;
+
+use drover::executor::{FailureReason, JobError};
+use executor_common::*;
+use serde_json::json;
+
+macro_rules! engine_test {
+    () => {{
+        if !engine_available() {
+            return;
+        }
+        ensure_images();
+        ENGINE_LOCK.lock().await
+    }};
+}
+
+fn failure(r: &Result<(), JobError>) -> (FailureReason, Option<i32>) {
+    match r {
+        Err(JobError::Failed(f)) => (f.reason, f.exit_code),
+        other => panic!("expected a job failure, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clone_then_fetch_at_a_sha() {
+    let _guard = engine_test!();
+    let token = "glcbt-fetchtesttoken0001";
+    let server = GitServer::start(token);
+    let first = server.commit("README", "first\n");
+    let runner = settings("fetch");
+    let job = |sha: &str, strategy: &str, script: Vec<&str>| {
+        payload(json!({
+            "id": 11, "token": token,
+            "job_info": {"project_id": 501, "name": "fetch"},
+            "git_info": {"repo_url": server.repo_url(), "sha": sha, "ref": "main", "depth": 0,
+                         "refspecs": ["+refs/heads/main:refs/remotes/origin/main"]},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": strategy},
+                          {"key": "CI_JOB_TOKEN", "value": token, "masked": true}],
+            "steps": [{"name": "script", "script": script}]
+        }))
+    };
+    let check_config = "if grep -q gitlab-ci-token .git/config; then echo LEAKED-$((1+1)); fi";
+    // A clone at the first commit.
+    let ran = run_job(
+        &job(
+            &first,
+            "clone",
+            vec!["cat README", "git rev-parse HEAD", check_config],
+        ),
+        &runner,
+    )
+    .await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(
+        ran.trace.contains("Initialized empty Git repository"),
+        "{}",
+        ran.trace
+    );
+    assert!(ran.trace.contains(&format!(
+        "Checking out {} as detached HEAD (ref is main)...",
+        &first[..8]
+    )));
+    assert!(ran.trace.contains("\nfirst\n"), "{}", ran.trace);
+    assert!(ran.trace.contains(&first));
+    assert!(!ran.trace.contains("LEAKED-2"), "{}", ran.trace);
+    assert!(
+        !ran.trace.contains(token),
+        "the job token reached the trace"
+    );
+
+    // fetch: the first run makes the checkout in a reusable volume ...
+    let ran = run_job(
+        &job(&first, "fetch", vec!["touch untracked-file", "cat README"]),
+        &runner,
+    )
+    .await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    // ... the second fetches a new commit into it.
+    let second = server.commit("README", "second\n");
+    let ran = run_job(
+        &job(
+            &second,
+            "fetch",
+            vec![
+                "cat README",
+                "git rev-parse HEAD",
+                "ls untracked-file || echo cleaned",
+                check_config,
+            ],
+        ),
+        &runner,
+    )
+    .await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    // The checkout in the reusable volume is reused (its .git/config is rebuilt each time, as
+    // upstream's clean_git_config does, so "Created fresh repository." is printed again).
+    assert!(
+        ran.trace.contains("Reinitialized existing Git repository"),
+        "the checkout was not reused:\n{}",
+        ran.trace
+    );
+    assert!(ran.trace.contains("\nsecond\n"), "{}", ran.trace);
+    assert!(ran.trace.contains(&second));
+    assert!(ran.trace.contains("cleaned"));
+    assert!(!ran.trace.contains("LEAKED-2"), "{}", ran.trace);
+    // And back to the older sha by fetch.
+    let ran = run_job(&job(&first, "fetch", vec!["cat README"]), &runner).await;
+    assert!(ran.trace.contains("\nfirst\n"), "{}", ran.trace);
+    // GIT_DEPTH arrives as git_info.depth: a shallow clone of the tip.
+    let mut shallow = job(
+        &second,
+        "clone",
+        vec!["echo commits=$(git rev-list --count HEAD)"],
+    );
+    shallow.git_info.depth = 1;
+    let ran = run_job(&shallow, &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(
+        ran.trace
+            .contains("Fetching changes with git depth set to 1..."),
+        "{}",
+        ran.trace
+    );
+    assert!(ran.trace.contains("\ncommits=1\n"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_variables_and_file_variables() {
+    let _guard = engine_test!();
+    let runner = settings("vars");
+    let ran = run_job(
+        &payload(json!({
+            "id": 12, "token": "glcbt-varstoken",
+            "job_info": {"project_id": 502},
+            "git_info": {"repo_url": "http://127.0.0.1:9/g/p.git"},
+            "runner_info": {"timeout": 120},
+            "variables": [
+                {"key": "GIT_STRATEGY", "value": "none"},
+                {"key": "GREETING", "value": "hello world"},
+                {"key": "NESTED", "value": "[$GREETING]"},
+                {"key": "RAW", "value": "$GREETING", "raw": true},
+                {"key": "CONFIG_FILE", "value": "key: value\nquote: 'x'\n", "file": true},
+                {"key": "REFERS_FILE", "value": "path=$CONFIG_FILE"}
+            ],
+            "steps": [{"name": "script", "script": [
+                "echo \"greeting=$GREETING\"",
+                "echo \"nested=$NESTED raw=$RAW\"",
+                "if [ -f \"$CONFIG_FILE\" ]; then\n  echo \"file-content:\"\n  cat \"$CONFIG_FILE\"\nfi",
+                "echo \"$REFERS_FILE\"",
+                "echo FROM_ENV=passed >> \"$GITLAB_ENV\"",
+                "echo project=$CI_PROJECT_DIR builds=$CI_BUILDS_DIR status=$CI_JOB_STATUS"
+            ]}, {"name": "after_script", "script": ["echo \"after: $FROM_ENV $CI_JOB_STATUS\""]}],
+            "features": {"trace_sections": true}
+        })),
+        &runner,
+    )
+    .await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    let t = &ran.trace;
+    assert!(t.contains("greeting=hello world"), "{t}");
+    assert!(t.contains("nested=[hello world] raw=$GREETING"), "{t}");
+    assert!(
+        t.contains("$ if [ -f \"$CONFIG_FILE\" ]; then # collapsed multi-line command"),
+        "{t}"
+    );
+    assert!(t.contains("file-content:\nkey: value\nquote: 'x'\n"), "{t}");
+    assert!(t.contains("path=/builds/g/p.tmp/CONFIG_FILE"), "{t}");
+    assert!(
+        t.contains("project=/builds/g/p builds=/builds status=running"),
+        "{t}"
+    );
+    assert!(t.contains("after: passed success"), "{t}");
+    assert!(
+        t.contains("section_start:") && t.contains(":step_script\r\x1b[0K"),
+        "{t}"
+    );
+    assert!(
+        t.contains("Running on runner-dtevars-project-502-concurrent-0 via test-machine..."),
+        "{t}"
+    );
+    assert!(t.contains("Job succeeded"));
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_script_reports_exit_code() {
+    let _guard = engine_test!();
+    let runner = settings("fail");
+    let ran = run_job(
+        &payload(json!({
+            "id": 13, "job_info": {"project_id": 503},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "empty"}],
+            "steps": [{"name": "script", "script": ["echo before", "exit 42", "echo not-reached"]},
+                      {"name": "after_script", "script": ["echo \"after status=$CI_JOB_STATUS\"", "exit 7"]}]
+        })),
+        &runner,
+    )
+    .await;
+    assert_eq!(
+        failure(&ran.result),
+        (FailureReason::ScriptFailure, Some(42)),
+        "{}",
+        ran.trace
+    );
+    assert!(ran.trace.contains("before"));
+    assert!(!ran.trace.contains("\nnot-reached"));
+    assert!(ran.trace.contains("after status=failed"), "{}", ran.trace);
+    assert!(ran
+        .trace
+        .contains("after_script failed, but job will continue unaffected"));
+    assert!(ran.trace.contains("ERROR: Job failed: exit code 42"));
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_timeout_stops_everything() {
+    let _guard = engine_test!();
+    let runner = settings("timeout");
+    let started = std::time::Instant::now();
+    let ran = run_job(
+        &payload(json!({
+            "id": 14, "job_info": {"project_id": 504},
+            "runner_info": {"timeout": 8},
+            "variables": [{"key": "GIT_STRATEGY", "value": "none"}],
+            "steps": [{"name": "script", "script": ["echo sleeping", "sleep 120"]},
+                      {"name": "after_script", "script": ["echo after-script-ran"]}]
+        })),
+        &runner,
+    )
+    .await;
+    assert_eq!(
+        failure(&ran.result).0,
+        FailureReason::JobExecutionTimeout,
+        "{}",
+        ran.trace
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    assert!(!ran.trace.contains("after-script-ran"), "{}", ran.trace);
+    assert!(
+        ran.trace.contains("execution took longer than 8s"),
+        "{}",
+        ran.trace
+    );
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_timeout_still_runs_after_script() {
+    let _guard = engine_test!();
+    let runner = settings("stimeout");
+    let ran = run_job(
+        &payload(json!({
+            "id": 15, "job_info": {"project_id": 505},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "none"}, {"key": "RUNNER_SCRIPT_TIMEOUT", "value": "3s"}],
+            "steps": [{"name": "script", "script": ["sleep 120"]},
+                      {"name": "after_script", "script": ["echo \"after status=$CI_JOB_STATUS\""]}]
+        })),
+        &runner,
+    )
+    .await;
+    assert_eq!(
+        failure(&ran.result).0,
+        FailureReason::JobExecutionTimeout,
+        "{}",
+        ran.trace
+    );
+    assert!(ran.trace.contains("after status=timedout"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+fn cancel_job() -> drover::gitlab::job::JobPayload {
+    payload(json!({
+        "id": 16, "job_info": {"project_id": 506},
+        "runner_info": {"timeout": 300},
+        "variables": [{"key": "GIT_STRATEGY", "value": "none"}],
+        "steps": [{"name": "script", "script": ["echo script-started", "sleep 300", "echo script-finished"]},
+                  {"name": "after_script", "script": ["echo \"after status=$CI_JOB_STATUS\""]}]
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_cancel_runs_after_script() {
+    let _guard = engine_test!();
+    let runner = settings("cancel");
+    let started = std::time::Instant::now();
+    let labels_seen = std::sync::Mutex::new(None);
+    let ran = run_job_with(&cancel_job(), &runner, |trace, control| {
+        if trace.contains("\nscript-started") && !control.cancel.is_cancelled() {
+            // Upstream's labels on what the job made, looked up while it runs.
+            let list = |args: &[&str]| {
+                let out = std::process::Command::new("docker")
+                    .args(args)
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).trim().to_string()
+            };
+            let by = |kind: &str| format!("label=com.gitlab.gitlab-runner.type={kind}");
+            let runner_id = "label=com.gitlab.gitlab-runner.runner.id=dtecancel";
+            let build = list(&[
+                "ps",
+                "-a",
+                "-q",
+                "--filter",
+                runner_id,
+                "--filter",
+                &by("build"),
+                "--filter",
+                "label=com.gitlab.gitlab-runner.job.id=16",
+                "--filter",
+                "label=com.gitlab.gitlab-runner.managed=true",
+            ]);
+            let helper = list(&[
+                "ps",
+                "-a",
+                "-q",
+                "--filter",
+                runner_id,
+                "--filter",
+                &by("predefined"),
+            ]);
+            let volumes = list(&[
+                "volume",
+                "ls",
+                "-q",
+                "--filter",
+                runner_id,
+                "--filter",
+                &by("cache"),
+            ]);
+            *labels_seen.lock().unwrap() = Some((build, helper, volumes));
+            control.cancel.cancel();
+        }
+    })
+    .await;
+    let (build, helper, volumes) = labels_seen
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the script never started");
+    assert_eq!(
+        build.lines().count(),
+        1,
+        "build container by labels: {build:?}"
+    );
+    assert_eq!(
+        helper.lines().count(),
+        1,
+        "helper container by labels: {helper:?}"
+    );
+    assert_eq!(
+        volumes.lines().count(),
+        2,
+        "/cache and /builds volumes by labels: {volumes:?}"
+    );
+    assert_eq!(
+        failure(&ran.result).0,
+        FailureReason::JobCanceled,
+        "{}",
+        ran.trace
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    assert!(
+        ran.trace.contains("script canceled externally (UI, API)"),
+        "{}",
+        ran.trace
+    );
+    assert!(!ran.trace.contains("\nscript-finished"));
+    assert!(ran.trace.contains("after status=canceled"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_skips_after_script() {
+    let _guard = engine_test!();
+    let runner = settings("abort");
+    let ran = run_job_with(&cancel_job(), &runner, |trace, control| {
+        if trace.contains("\nscript-started") {
+            control.abort.cancel();
+        }
+    })
+    .await;
+    assert_eq!(
+        failure(&ran.result).0,
+        FailureReason::JobCanceled,
+        "{}",
+        ran.trace
+    );
+    assert!(!ran.trace.contains("after status="), "{}", ran.trace);
+    assert!(
+        !ran.trace.contains("Cleaning up project directory"),
+        "{}",
+        ran.trace
+    );
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_root_image_user_can_write_the_checkout() {
+    let _guard = engine_test!();
+    let token = "glcbt-usertesttoken";
+    let server = GitServer::start(token);
+    let sha = server.commit("file.txt", "content\n");
+    let runner = settings("user");
+    let ran = run_job(
+        &payload(json!({
+            "id": 17, "token": token, "job_info": {"project_id": 507},
+            "git_info": {"repo_url": server.repo_url(), "sha": sha, "ref": "main",
+                         "refspecs": ["+refs/heads/main:refs/remotes/origin/main"]},
+            "image": {"name": BUILD_IMAGE, "executor_opts": {"docker": {"user": 1000}}},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "clone"}],
+            "steps": [{"name": "script", "script": [
+                "echo uid=$(id -u)", "echo more >> file.txt", "mkdir -p out && touch out/x", "touch /cache/x", "echo wrote-ok"
+            ]}]
+        })),
+        &runner,
+    )
+    .await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(ran.trace.contains("uid=1000"), "{}", ran.trace);
+    assert!(ran.trace.contains("\nwrote-ok"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masked_variable_never_reaches_the_trace() {
+    let _guard = engine_test!();
+    let runner = settings("mask");
+    let secret = "S3cr3tValue_xyz";
+    let ran = run_job(
+        &payload(json!({
+            "id": 18, "token": "glcbt-masktesttoken9", "job_info": {"project_id": 508},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "none"},
+                          {"key": "MY_SECRET", "value": secret, "masked": true},
+                          {"key": "CI_JOB_TOKEN", "value": "glcbt-masktesttoken9", "masked": true}],
+            "steps": [{"name": "script", "script": [
+                "echo \"plain: $MY_SECRET\"",
+                "printf 'S3cr3t'; sleep 1; printf 'Value_xyz\\n'",
+                "echo \"$MY_SECRET\" >&2",
+                "echo \"token: $CI_JOB_TOKEN\"",
+                "echo glpat-abcdefABCDEF123456",
+                "echo 'https://example.invalid/x?X-Amz-Signature=deadbeef&a=1'"
+            ]}]
+        })),
+        &runner,
+    )
+    .await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(!ran.trace.contains(secret), "{}", ran.trace);
+    assert!(!ran.trace.contains("masktesttoken9"), "{}", ran.trace);
+    assert!(!ran.trace.contains("abcdefABCDEF123456"));
+    assert!(!ran.trace.contains("deadbeef"));
+    assert!(ran.trace.contains("plain: [MASKED]"), "{}", ran.trace);
+    assert!(ran.trace.matches("[MASKED]").count() >= 6, "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_image_is_an_image_pull_failure() {
+    let _guard = engine_test!();
+    let mut runner = settings("noimage");
+    runner.docker.pull_policy = vec!["never".into()];
+    let ran = run_job(
+        &payload(json!({
+            "id": 19, "job_info": {"project_id": 509},
+            "image": {"name": "drover-test-executor-does-not-exist:1"},
+            "steps": [{"name": "script", "script": ["true"]}]
+        })),
+        &runner,
+    )
+    .await;
+    assert_eq!(
+        failure(&ran.result).0,
+        FailureReason::ImagePullFailure,
+        "{}",
+        ran.trace
+    );
+    // A job asking for a policy the runner does not allow is a configuration error.
+    let ran = run_job(
+        &payload(json!({
+            "id": 20, "job_info": {"project_id": 509},
+            "image": {"name": BUILD_IMAGE, "pull_policy": ["always"]},
+            "steps": [{"name": "script", "script": ["true"]}]
+        })),
+        &runner,
+    )
+    .await;
+    assert_eq!(
+        failure(&ran.result).0,
+        FailureReason::RunnerConfigurationError,
+        "{}",
+        ran.trace
+    );
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_sources_are_retried_then_skip_the_script() {
+    let _guard = engine_test!();
+    let server = GitServer::start("glcbt-theservertoken");
+    let sha = server.commit("README", "x\n");
+    let runner = settings("srcfail");
+    // The job's token is not the one the server accepts: every fetch fails.
+    let url = server
+        .repo_url()
+        .replace("glcbt-theservertoken", "glcbt-awrongtoken");
+    let ran = run_job(
+        &payload(json!({
+            "id": 21, "token": "glcbt-awrongtoken", "job_info": {"project_id": 510},
+            "git_info": {"repo_url": url, "sha": sha, "ref": "main",
+                         "refspecs": ["+refs/heads/main:refs/remotes/origin/main"]},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "clone"}, {"key": "GET_SOURCES_ATTEMPTS", "value": "2"}],
+            "steps": [{"name": "script", "script": ["echo script-ran"]},
+                      {"name": "after_script", "script": ["echo after-script-ran"]}]
+        })),
+        &runner,
+    )
+    .await;
+    let (reason, code) = failure(&ran.result);
+    assert_eq!(reason, FailureReason::ScriptFailure, "{}", ran.trace);
+    assert!(code.is_some_and(|c| c != 0));
+    assert_eq!(
+        ran.trace
+            .matches("Getting source from Git repository")
+            .count(),
+        2,
+        "{}",
+        ran.trace
+    );
+    assert!(
+        ran.trace
+            .contains("Deleting all tracked and untracked files"),
+        "{}",
+        ran.trace
+    );
+    assert!(!ran.trace.contains("\nscript-ran"));
+    assert!(!ran.trace.contains("\nafter-script-ran"));
+    assert!(ran
+        .trace
+        .contains("Cleaning up project directory and file based variables"));
+    assert!(!ran.trace.contains("awrongtoken"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
