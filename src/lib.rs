@@ -17,7 +17,7 @@
 pub mod cli;
 pub mod config;
 pub mod engine;
-pub mod provider;
-pub mod sim;
 pub mod executor;
 pub mod gitlab;
+pub mod provider;
+pub mod sim;

@@ -156,3 +156,92 @@ fn a_waiting_session_takes_a_released_machine_and_its_own_creation_joins_the_poo
         "the pool creation and the session's own creation, both Idle"
     );
 }
+
+/// A woken session whose search comes back empty goes back to waiting for the creation it
+/// already started; it does not start another (spec §7). The simulator found machines piling
+/// up past `limit` with `IdleCount = 0` when it did.
+#[test]
+fn a_wake_up_that_finds_nothing_keeps_waiting_for_the_sessions_own_creation() {
+    let busy = name(1);
+    let mut w =
+        World::new(policy(idle(0, 600), limits(0, 0, 0))).with_disk(std::slice::from_ref(&busy));
+    w.create_latency = 100;
+    let taken = w.acquire(); // adopts `busy` and acquires it
+    assert_eq!(taken.result, AcquireResult::Machine(busy.clone()));
+    w.engine.use_machine(&busy, w.now).unwrap();
+
+    let id = w.engine.begin_use(R, None, w.now).unwrap();
+    let Some(UseStep::List { .. }) = w.engine.poll_use() else {
+        panic!("a listing first");
+    };
+    let names: Vec<String> = w.disk.iter().cloned().collect();
+    w.engine.use_listing(id, &names, w.now).unwrap();
+    w.drive();
+    assert_eq!(w.count(|c| matches!(c, Command::Create { .. })), 1);
+
+    // `busy` is released: the session is woken, but an Acquire pass takes the machine
+    // before the session's listing arrives, so its search finds nothing.
+    w.engine.release(R, &busy, w.now).unwrap();
+    let Some(UseStep::List { .. }) = w.engine.poll_use() else {
+        panic!("woken by the availability signal");
+    };
+    assert_eq!(
+        w.acquire().result,
+        AcquireResult::Machine(busy.clone()),
+        "the pass takes the released machine first"
+    );
+    w.engine.use_listing(id, &names, w.now).unwrap();
+    w.drive();
+    assert!(w.engine.poll_use().is_none(), "nothing free: waiting again");
+    assert_eq!(
+        w.count(|c| matches!(c, Command::Create { .. })),
+        1,
+        "no second creation for the same attempt"
+    );
+
+    // The session's own creation finishes: it takes that machine.
+    w.advance(100);
+    let own = w
+        .commands
+        .iter()
+        .find_map(|c| match c {
+            Command::Create { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let Some(UseStep::FetchCredentials { name, .. }) = w.engine.poll_use() else {
+        panic!("the own creation is taken");
+    };
+    assert_eq!(name, own);
+}
+
+/// The session's own creation finishes while the session is busy with a search: when the
+/// search comes back empty, the session takes its finished machine.
+#[test]
+fn an_own_creation_finishing_during_a_search_is_taken_when_the_search_ends_empty() {
+    let busy = name(1);
+    let mut w =
+        World::new(policy(idle(0, 600), limits(0, 0, 0))).with_disk(std::slice::from_ref(&busy));
+    w.create_latency = 100;
+    w.acquire(); // adopts `busy` and acquires it
+    w.engine.use_machine(&busy, w.now).unwrap();
+    let id = w.engine.begin_use(R, None, w.now).unwrap();
+    w.engine.poll_use();
+    let names: Vec<String> = w.disk.iter().cloned().collect();
+    w.engine.use_listing(id, &names, w.now).unwrap();
+    w.drive();
+
+    w.engine.release(R, &busy, w.now).unwrap();
+    let Some(UseStep::List { .. }) = w.engine.poll_use() else {
+        panic!("woken by the availability signal");
+    };
+    w.acquire(); // takes `busy` before the session's listing arrives
+    w.advance(100); // the own creation finishes while the session's listing is pending
+    assert!(w.engine.poll_use().is_none());
+    w.engine.use_listing(id, &names, w.now).unwrap();
+    w.drive();
+    let Some(UseStep::FetchCredentials { .. }) = w.engine.poll_use() else {
+        panic!("the finished own creation is taken");
+    };
+    assert_eq!(w.count(|c| matches!(c, Command::Create { .. })), 1);
+}

@@ -123,11 +123,10 @@ fn machines_never_exceed_limit() {
 }
 
 /// With `IdleCount = 0` every job goes through the engine's on-demand `Use`. A `Use` session
-/// woken by an availability signal that finds no free machine starts *another* creation
-/// instead of waiting on its own (spec §7: it keeps waiting), so machines pile up past
-/// `limit` (peak 45 with `limit = 1`). Un-ignore when the engine's `use_flow` is fixed.
+/// woken by an availability signal that finds no free machine keeps waiting for its own
+/// creation (spec §7); it once started another one, and machines piled up past `limit`
+/// (peak 45 with `limit = 1`).
 #[test]
-#[ignore = "engine bug: an availability wake-up in Use starts a new creation (see docs)"]
 fn machines_never_exceed_limit_on_demand() {
     assert_limit_holds(&[
         (1, "IdleCount = 0\nIdleTime = 60"),

@@ -4,9 +4,9 @@
 //! Library modules return typed errors; this module turns them into one message on stderr,
 //! prefixed `drover: `, and an exit code. Nothing here decides anything about scaling.
 
-pub mod provider;
 pub mod exec_job;
 pub mod helper;
+pub mod provider;
 
 use std::process::ExitCode;
 

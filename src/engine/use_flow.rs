@@ -93,6 +93,12 @@ pub(crate) struct UseSession {
     data: Option<Id>,
     attempt: u32,
     phase: Phase,
+    /// The creation this attempt started. A wake-up (availability signal or poll) searches
+    /// the pool; when that finds nothing the session goes back to waiting for this creation
+    /// instead of starting another one.
+    own: Option<Id>,
+    /// The result of `own`, when it finished while the session was searching.
+    own_result: Option<bool>,
 }
 
 impl Engine {
@@ -121,6 +127,8 @@ impl Engine {
                 data,
                 attempt: 1,
                 phase,
+                own: None,
+                own_result: None,
             },
         );
         match phase {
@@ -258,16 +266,31 @@ impl Engine {
                 }
             }
             FindStep::NotFound => {
-                let runner = match self.uses.get(&id.0) {
-                    Some(s) => s.runner,
-                    None => return,
+                let Some(s) = self.uses.get_mut(&id.0) else {
+                    return;
                 };
-                let (own, _) = self.start_creation(runner, Reason::OnDemand, now);
-                if let Ok(s) = self.session(id) {
-                    s.phase = Phase::Waiting(own);
+                match (s.own, s.own_result.take()) {
+                    // This attempt's creation is still running: keep waiting for it.
+                    (Some(own), None) => {
+                        s.phase = Phase::Waiting(own);
+                        self.arm_use_poll(id, now);
+                    }
+                    // It finished while the session was searching: act on it now.
+                    (Some(own), Some(ok)) => {
+                        s.phase = Phase::Waiting(own);
+                        self.use_own_created(id.0, own, ok, now);
+                    }
+                    // The attempt has no creation yet: start one and wait for it.
+                    (None, _) => {
+                        let runner = s.runner;
+                        let (own, _) = self.start_creation(runner, Reason::OnDemand, now);
+                        if let Ok(s) = self.session(id) {
+                            s.own = Some(own);
+                            s.phase = Phase::Waiting(own);
+                        }
+                        self.arm_use_poll(id, now);
+                    }
                 }
-                self.arm_use_poll(id, now);
-                // The creation may already be settled (e.g. an instant fake provider later).
             }
         }
     }
@@ -279,29 +302,49 @@ impl Engine {
         );
     }
 
-    /// A creation finished: the session waiting for it takes it, or fails its attempt.
+    /// A creation finished: the session that started it takes it (or fails its attempt); a
+    /// session busy searching the pool keeps the result for when its search comes back empty.
     pub(crate) fn use_on_created(&mut self, machine: Id, ok: bool, now: Time) {
-        let waiting: Vec<u64> = self
+        let mut owners: Vec<u64> = self
             .uses
             .iter()
-            .filter(|(_, s)| s.phase == Phase::Waiting(machine))
+            .filter(|(_, s)| s.own == Some(machine))
             .map(|(k, _)| *k)
             .collect();
-        for k in waiting {
-            let id = UseId(k);
-            if ok {
-                let got = self
-                    .ledger
-                    .get_mut(machine)
-                    .is_some_and(|m| m.try_acquire());
-                if got {
-                    self.use_credentials(id, machine);
-                }
-                continue;
-            }
+        owners.sort_unstable();
+        for k in owners {
             let Some(s) = self.uses.get_mut(&k) else {
                 continue;
             };
+            if s.phase == Phase::Waiting(machine) {
+                self.use_own_created(k, machine, ok, now);
+            } else {
+                s.own_result = Some(ok);
+            }
+        }
+    }
+
+    /// The creation session `k` waits for finished with `ok`.
+    fn use_own_created(&mut self, k: u64, machine: Id, ok: bool, now: Time) {
+        let id = UseId(k);
+        if ok {
+            let got = self
+                .ledger
+                .get_mut(machine)
+                .is_some_and(|m| m.try_acquire());
+            if got {
+                self.use_credentials(id, machine);
+            } else {
+                // Someone else took it first; keep waiting for an availability signal.
+                self.arm_use_poll(id, now);
+            }
+            return;
+        }
+        {
+            let Some(s) = self.uses.get_mut(&k) else {
+                return;
+            };
+            s.own = None;
             if s.attempt >= USE_ATTEMPTS {
                 self.uses.remove(&k);
                 let name = self.name_of(machine);
