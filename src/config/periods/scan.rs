@@ -92,7 +92,7 @@ fn jump(
     let tz = p.zone();
     let step = add(s, 1)?;
     let off = offset(tz, s);
-    let beyond = add(limit, 1)?;
+    let beyond = add(limit, 1).unwrap_or(limit);
     let mut target = if active {
         let wall = step
             .naive_utc()
@@ -107,13 +107,15 @@ fn jump(
         let local = s.with_timezone(&tz);
         match p.expressions().iter().filter_map(|e| e.next(&local)).min() {
             Some(n) => add(n.with_timezone(&Utc), -1)?,
-            None => beyond,
+            // No expression has a next time any more (year lists exhausted), and that only
+            // gets truer later: the period stays inactive for good.
+            None => return Some(beyond),
         }
     };
     target = target.max(step).min(beyond);
     // Keep clear of DST changes: step by the second within a window around each.
-    let mut from = add(s, -MARGIN)?;
-    let to = add(target, MARGIN)?;
+    let mut from = add(s, -MARGIN).unwrap_or(s);
+    let to = add(target, MARGIN).unwrap_or(target);
     while let Some((t, shift)) = first_transition(tz, from, to) {
         let w = shift + 60;
         let (start, end) = (add(t, -w)?, add(t, w)?);
@@ -145,7 +147,11 @@ pub(super) fn next_change(
         if p.in_period(s) != current {
             return Some(s);
         }
-        s = jump(p, s, current, limit)?;
+        let next = jump(p, s, current, limit)?;
+        if next <= s {
+            return None;
+        }
+        s = next;
     }
     None
 }

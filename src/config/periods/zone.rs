@@ -51,12 +51,23 @@ pub(super) fn parse_zone(name: &str) -> Result<Tz, PeriodError> {
     if let Ok(tz) = Tz::from_str(name) {
         return Ok(tz);
     }
+    // Go reads `posix/Area/City` from the zoneinfo tree's `posix` copy: the same data.
+    if let Some(tz) = name
+        .strip_prefix("posix/")
+        .and_then(|n| Tz::from_str(n).ok())
+    {
+        return Ok(tz);
+    }
     let lower = name.to_ascii_lowercase();
     let close = chrono_tz::TZ_VARIANTS
         .iter()
         .find(|z| z.name().to_ascii_lowercase() == lower)
         .map(|z| z.name());
+    let trimmed = name.trim();
     let hint = match close {
+        _ if trimmed != name && Tz::from_str(trimmed).is_ok() => {
+            format!("remove the surrounding spaces: \"{trimmed}\"")
+        }
         Some(n) => format!("names are case-sensitive; write \"{n}\""),
         None => "use an IANA zone name such as \"Europe/Berlin\" or \"UTC\", or leave it empty \
                  (or \"Local\") for the host's zone"
