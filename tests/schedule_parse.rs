@@ -233,3 +233,33 @@ fn lint_findings_show_fixes() {
     assert!(lint_periods(&["* * * * * sat,sun *".to_string()]).is_empty());
     assert_eq!(lint_periods(&[]).len(), 1);
 }
+
+#[test]
+fn long_input_gives_short_message() {
+    let long = format!("{} * * *", "1,".repeat(500));
+    let err = TimePeriod::compile(&[long.clone()], "UTC")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        !err.is_empty() && err.len() < 400,
+        "{} chars: {err}",
+        err.len()
+    );
+    let junk = "x".repeat(10_000);
+    let err = CronExpr::parse(&format!("{junk} * * * *"))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(!err.is_empty() && err.len() < 400, "{} chars", err.len());
+    let zone = TimePeriod::compile(&["* * * * * * *".to_string()], &junk)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(!zone.is_empty() && zone.len() < 400, "{} chars", zone.len());
+    let spaced = TimePeriod::compile(&["* * * * * * *".to_string()], " Europe/Berlin")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(spaced.contains("surrounding spaces"), "{spaced}");
+}
