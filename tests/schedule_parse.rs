@@ -166,7 +166,10 @@ fn period_errors_name_the_entry_and_zone() {
 
     let ok = vec!["* * * * * * *".to_string()];
     match TimePeriod::compile(&ok, "Europe/Berln") {
-        Err(PeriodError::UnknownZone { name, .. }) => assert_eq!(name, "Europe/Berln"),
+        Err(PeriodError::UnknownZone { name, hint }) => {
+            assert_eq!(name, "Europe/Berln");
+            assert!(hint.contains("did you mean \"Europe/Berlin\""), "{hint}");
+        }
         other => panic!("expected unknown zone, got {other:?}"),
     }
     let msg = TimePeriod::compile(&ok, "europe/berlin")
@@ -237,7 +240,7 @@ fn lint_findings_show_fixes() {
 #[test]
 fn long_input_gives_short_message() {
     let long = format!("{} * * *", "1,".repeat(500));
-    let err = TimePeriod::compile(&[long.clone()], "UTC")
+    let err = TimePeriod::compile(std::slice::from_ref(&long), "UTC")
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();

@@ -135,7 +135,7 @@ pub enum CronError {
         "invalid interval `{}` in {field} field: the step must be between 1 and {}{}",
         clip(entry),
         field.max(),
-        if *field == Field::DayOfWeek { " (so `*/7` is invalid; use `0` or `sun` for Sundays)" } else { "" }
+        if *field == Field::DayOfWeek { " (so `*/7` is invalid: write `*` for every day, or `sun` for Sundays)" } else { "" }
     )]
     InvalidStep {
         /// The field.
