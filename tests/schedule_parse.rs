@@ -166,7 +166,10 @@ fn period_errors_name_the_entry_and_zone() {
 
     let ok = vec!["* * * * * * *".to_string()];
     match TimePeriod::compile(&ok, "Europe/Berln") {
-        Err(PeriodError::UnknownZone { name, .. }) => assert_eq!(name, "Europe/Berln"),
+        Err(PeriodError::UnknownZone { name, hint }) => {
+            assert_eq!(name, "Europe/Berln");
+            assert!(hint.contains("did you mean \"Europe/Berlin\""), "{hint}");
+        }
         other => panic!("expected unknown zone, got {other:?}"),
     }
     let msg = TimePeriod::compile(&ok, "europe/berlin")
@@ -232,4 +235,34 @@ fn lint_findings_show_fixes() {
     assert!(lint_periods(&["* * 9-17 * * mon-fri *".to_string()]).is_empty());
     assert!(lint_periods(&["* * * * * sat,sun *".to_string()]).is_empty());
     assert_eq!(lint_periods(&[]).len(), 1);
+}
+
+#[test]
+fn long_input_gives_short_message() {
+    let long = format!("{} * * *", "1,".repeat(500));
+    let err = TimePeriod::compile(std::slice::from_ref(&long), "UTC")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        !err.is_empty() && err.len() < 400,
+        "{} chars: {err}",
+        err.len()
+    );
+    let junk = "x".repeat(10_000);
+    let err = CronExpr::parse(&format!("{junk} * * * *"))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(!err.is_empty() && err.len() < 400, "{} chars", err.len());
+    let zone = TimePeriod::compile(&["* * * * * * *".to_string()], &junk)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(!zone.is_empty() && zone.len() < 400, "{} chars", zone.len());
+    let spaced = TimePeriod::compile(&["* * * * * * *".to_string()], " Europe/Berlin")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(spaced.contains("surrounding spaces"), "{spaced}");
 }

@@ -86,14 +86,25 @@ impl fmt::Display for Field {
     }
 }
 
+/// Shortens user text quoted in a message so an error always fits on one screen.
+pub(crate) fn clip(s: &str) -> String {
+    const MAX: usize = 60;
+    if s.chars().count() <= MAX {
+        return s.to_string();
+    }
+    let head: String = s.chars().take(MAX - 1).collect();
+    format!("{head}…")
+}
+
 /// Why a cron expression was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CronError {
     /// Fewer than 5 whitespace-separated fields (after expanding `@daily` and friends).
     #[error(
-        "missing field(s): `{expr}` has {found} field(s) but at least 5 are needed; \
-         write 7 fields `sec min hour dom month dow year`, e.g. `* * 9-17 * * mon-fri *`"
+        "missing field(s): `{}` has {found} field(s) but at least 5 are needed; \
+         write 7 fields `sec min hour dom month dow year`, e.g. `* * 9-17 * * mon-fri *`",
+        clip(expr)
     )]
     MissingFields {
         /// The expression as written.
@@ -102,7 +113,7 @@ pub enum CronError {
         found: usize,
     },
     /// A field holds only commas, so it has no entry at all.
-    #[error("{field} field `{text}`: missing directive; it takes {}", field.accepts())]
+    #[error("{field} field `{}`: missing directive; it takes {}", clip(text), field.accepts())]
     MissingDirective {
         /// The field.
         field: Field,
@@ -110,7 +121,7 @@ pub enum CronError {
         text: String,
     },
     /// An entry that is not valid in its field (unknown name, value out of range, bad syntax).
-    #[error("syntax error in {field} field: `{entry}`: {hint}")]
+    #[error("syntax error in {field} field: `{}`: {hint}", clip(entry))]
     Syntax {
         /// The field.
         field: Field,
@@ -121,9 +132,10 @@ pub enum CronError {
     },
     /// A step (`/n`) below 1 or above the field's maximum.
     #[error(
-        "invalid interval `{entry}` in {field} field: the step must be between 1 and {}{}",
+        "invalid interval `{}` in {field} field: the step must be between 1 and {}{}",
+        clip(entry),
         field.max(),
-        if *field == Field::DayOfWeek { " (so `*/7` is invalid; use `0` or `sun` for Sundays)" } else { "" }
+        if *field == Field::DayOfWeek { " (so `*/7` is invalid: write `*` for every day, or `sun` for Sundays)" } else { "" }
     )]
     InvalidStep {
         /// The field.

@@ -38,6 +38,8 @@ use chrono::{DateTime, NaiveDate, Offset, TimeZone};
 
 pub use error::{CronError, Field};
 
+pub(crate) use error::clip;
+
 pub(crate) use field::Descending;
 
 use field::{generic, Bits};

@@ -27,7 +27,7 @@ pub fn lint_periods(periods: &[String]) -> Vec<String> {
         let Ok(expr) = CronExpr::parse(p) else {
             continue;
         };
-        let at = format!("Periods[{i}] = {p:?}");
+        let at = format!("Periods[{i}] = {:?}", crate::config::cron::clip(p));
         lint_one(&at, p, &expr, &mut out);
     }
     out

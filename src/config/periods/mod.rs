@@ -29,7 +29,7 @@ pub use zone::{detect_host_zone, HostZone};
 #[non_exhaustive]
 pub enum PeriodError {
     /// One of the `Periods` entries is not a valid cron expression.
-    #[error("Periods[{index}] = {expr:?}: {cause}")]
+    #[error("Periods[{index}] = {:?}: {cause}", crate::config::cron::clip(expr))]
     Cron {
         /// Index in the `Periods` list.
         index: usize,
@@ -39,7 +39,10 @@ pub enum PeriodError {
         cause: CronError,
     },
     /// `Timezone` names no zone in the IANA database.
-    #[error("unknown time zone {name:?} in Timezone: {hint}")]
+    #[error(
+        "unknown time zone {:?} in Timezone: {hint}",
+        crate::config::cron::clip(name)
+    )]
     UnknownZone {
         /// The value as written.
         name: String,

@@ -82,6 +82,12 @@ fn union_run_end(
     cap
 }
 
+/// The window around a DST change in which the scan steps second by second.
+fn window(t: DateTime<Utc>, shift: i64) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    let w = (shift + 60).min(MARGIN - 60);
+    Some((add(t, -w)?, add(t, w)?))
+}
+
 /// The first whole second after `s` at which the value might differ from `in_period(s)`.
 fn jump(
     p: &TimePeriod,
@@ -91,9 +97,19 @@ fn jump(
 ) -> Option<DateTime<Utc>> {
     let tz = p.zone();
     let step = add(s, 1)?;
+    // Inside the window of a nearby DST change: one second at a time.
+    let mut from = add(s, -MARGIN).unwrap_or(s);
+    let near = add(s, MARGIN).unwrap_or(s);
+    while let Some((t, shift)) = first_transition(tz, from, near) {
+        let (start, end) = window(t, shift)?;
+        if s >= start && s <= end {
+            return Some(step);
+        }
+        from = t;
+    }
     let off = offset(tz, s);
-    let beyond = add(limit, 1)?;
-    let mut target = if active {
+    let beyond = add(limit, 1).unwrap_or(limit);
+    let target = if active {
         let wall = step
             .naive_utc()
             .checked_add_signed(TimeDelta::seconds(off))?;
@@ -107,23 +123,17 @@ fn jump(
         let local = s.with_timezone(&tz);
         match p.expressions().iter().filter_map(|e| e.next(&local)).min() {
             Some(n) => add(n.with_timezone(&Utc), -1)?,
-            None => beyond,
+            // No expression has a next time any more (year lists exhausted), and that only
+            // gets truer later: the period stays inactive for good.
+            None => return Some(beyond),
         }
     };
-    target = target.max(step).min(beyond);
-    // Keep clear of DST changes: step by the second within a window around each.
-    let mut from = add(s, -MARGIN)?;
-    let to = add(target, MARGIN)?;
-    while let Some((t, shift)) = first_transition(tz, from, to) {
-        let w = shift + 60;
-        let (start, end) = (add(t, -w)?, add(t, w)?);
-        if s >= start && s <= end {
-            return Some(step);
-        }
-        if s < start {
-            return Some(target.min(start).max(step));
-        }
-        from = t;
+    let target = target.max(step).min(beyond);
+    // Stop at the window of the next DST change (s itself is outside every window).
+    let to = add(target, MARGIN).unwrap_or(target);
+    if let Some((t, shift)) = first_transition(tz, s, to) {
+        let (start, _) = window(t, shift)?;
+        return Some(target.min(start).max(step));
     }
     Some(target)
 }
@@ -145,7 +155,11 @@ pub(super) fn next_change(
         if p.in_period(s) != current {
             return Some(s);
         }
-        s = jump(p, s, current, limit)?;
+        let next = jump(p, s, current, limit)?;
+        if next <= s {
+            return None;
+        }
+        s = next;
     }
     None
 }

@@ -51,13 +51,30 @@ pub(super) fn parse_zone(name: &str) -> Result<Tz, PeriodError> {
     if let Ok(tz) = Tz::from_str(name) {
         return Ok(tz);
     }
+    // Go reads `posix/Area/City` from the zoneinfo tree's `posix` copy: the same data.
+    if let Some(tz) = name
+        .strip_prefix("posix/")
+        .and_then(|n| Tz::from_str(n).ok())
+    {
+        return Ok(tz);
+    }
     let lower = name.to_ascii_lowercase();
     let close = chrono_tz::TZ_VARIANTS
         .iter()
         .find(|z| z.name().to_ascii_lowercase() == lower)
         .map(|z| z.name());
+    let close = close.or_else(|| nearest_zone(name));
+    let trimmed = name.trim();
     let hint = match close {
-        Some(n) => format!("names are case-sensitive; write \"{n}\""),
+        _ if trimmed != name && Tz::from_str(trimmed).is_ok() => {
+            format!("remove the surrounding spaces: \"{trimmed}\"")
+        }
+        Some(n) if n.eq_ignore_ascii_case(name) => {
+            format!("names are case-sensitive; write \"{n}\"")
+        }
+        Some(n) => {
+            format!("did you mean \"{n}\"? (IANA zone names, e.g. \"Europe/Berlin\", \"UTC\")")
+        }
         None => "use an IANA zone name such as \"Europe/Berlin\" or \"UTC\", or leave it empty \
                  (or \"Local\") for the host's zone"
             .to_string(),
@@ -66,6 +83,43 @@ pub(super) fn parse_zone(name: &str) -> Result<Tz, PeriodError> {
         name: name.to_string(),
         hint,
     })
+}
+
+/// The zone name within edit distance 2 of `name`, if there is exactly one best candidate.
+fn nearest_zone(name: &str) -> Option<&'static str> {
+    if name.chars().count() > 64 {
+        return None;
+    }
+    let target: Vec<char> = name.to_ascii_lowercase().chars().collect();
+    let mut best: Option<(usize, &'static str)> = None;
+    for z in chrono_tz::TZ_VARIANTS.iter() {
+        let cand: Vec<char> = z.name().to_ascii_lowercase().chars().collect();
+        if cand.len().abs_diff(target.len()) > 2 {
+            continue;
+        }
+        let d = edit_distance(&target, &cand);
+        if d <= 2 && best.is_none_or(|(bd, _)| d < bd) {
+            best = Some((d, z.name()));
+        }
+    }
+    best.map(|(_, n)| n)
+}
+
+fn edit_distance(a: &[char], b: &[char]) -> usize {
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev.get(j).copied().unwrap_or(0) + usize::from(ca != cb);
+            let del = prev.get(j + 1).copied().unwrap_or(0) + 1;
+            let ins = cur.get(j).copied().unwrap_or(0) + 1;
+            if let Some(slot) = cur.get_mut(j + 1) {
+                *slot = sub.min(del).min(ins);
+            }
+        }
+        prev = cur;
+    }
+    prev.last().copied().unwrap_or(0)
 }
 
 /// The zone name implied by a path inside a zoneinfo tree (`…/zoneinfo/Europe/Berlin`).
