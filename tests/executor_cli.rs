@@ -1,6 +1,7 @@
 //! `drover exec-job` end to end: exit codes 0 / 1 / 2, the trace on stdout, the failure reason
 //! on stderr, bad input, and Ctrl-C as a graceful cancel (after_script still runs).
 
+mod docker_engine;
 mod executor_common;
 
 use std::io::{BufRead, BufReader, Read};

@@ -2,6 +2,7 @@
 //! server, scripts with variables and file variables, exit codes and failure reasons,
 //! timeouts, graceful cancel and abort, a non-root image user, masking, and no leftovers.
 
+mod docker_engine;
 mod executor_common;
 
 use drover::executor::{FailureReason, JobError};

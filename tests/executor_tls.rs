@@ -3,6 +3,7 @@
 //! through it (attach, script on stdin with a TLS half-close, wait), and a certificate
 //! directory whose `ca.pem` is another CA is refused (only `ca.pem` is trusted).
 
+mod docker_engine;
 mod executor_common;
 
 use std::path::Path;

@@ -6,6 +6,7 @@
 //! client cert), runs a container from a locally built image, and the machine is removed.
 //! Fails (never skips) when Docker or stunnel is missing while `CI` is set.
 
+mod docker_engine;
 mod provider_support;
 
 use std::net::TcpStream;
@@ -18,6 +19,7 @@ use bollard::query_parameters::{
     RemoveContainerOptionsBuilder,
 };
 use bollard::{Docker, API_DEFAULT_VERSION};
+use docker_engine::SOCKET;
 use drover::provider::plugin::Plugin;
 use drover::provider::protocol::CreateParams;
 use drover::provider::{Call, Endpoint, Provider};
@@ -26,7 +28,6 @@ use provider_support::*;
 use serde_json::json;
 
 const IMAGE: &str = "drover-test-provider-busybox";
-const SOCKET: &str = "/var/run/docker.sock";
 
 fn unavailable(what: &str) {
     if std::env::var_os("CI").is_some() {
@@ -36,23 +37,11 @@ fn unavailable(what: &str) {
 }
 
 async fn local_docker() -> Option<Docker> {
-    for attempt in 0..2 {
-        if let Ok(d) = Docker::connect_with_socket(SOCKET, 30, API_DEFAULT_VERSION) {
-            if d.ping().await.is_ok() {
-                return Some(d);
-            }
-        }
-        if attempt == 0 {
-            // Installed but not running: try to start it once.
-            let _ = Command::new("service")
-                .args(["docker", "start"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-            tokio::time::sleep(Duration::from_secs(3)).await;
-        }
+    if !docker_engine::engine_available() {
+        return None;
     }
-    None
+    let d = Docker::connect_with_socket(docker_engine::SOCKET, 30, API_DEFAULT_VERSION).ok()?;
+    d.ping().await.ok().map(|_| d)
 }
 
 fn stunnel() -> Option<&'static str> {

@@ -25,34 +25,7 @@ static IMAGES: Mutex<bool> = Mutex::new(false);
 pub const BUILD_IMAGE: &str = "drover-test-executor-build:latest";
 pub const HELPER_IMAGE: &str = "drover-test-executor-helper:latest";
 
-fn docker_ok() -> bool {
-    Command::new("docker")
-        .args(["version", "--format", "{{.Server.Version}}"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
-/// Whether the Engine is usable. Tries to start it if installed; panics when it cannot be
-/// reached and `CI` is set, returns false (skip) otherwise.
-pub fn engine_available() -> bool {
-    if docker_ok() {
-        return true;
-    }
-    let _ = Command::new("sh")
-        .args(["-c", "(service docker start || systemctl start docker || (dockerd >/tmp/dockerd.log 2>&1 &)) >/dev/null 2>&1; sleep 3"])
-        .status();
-    if docker_ok() {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("the Docker Engine at /var/run/docker.sock cannot be reached and CI is set");
-    }
-    eprintln!("skipping: no Docker Engine at /var/run/docker.sock");
-    false
-}
+pub use crate::docker_engine::engine_available;
 
 /// Builds (or refreshes) the test images once per test process.
 pub fn ensure_images() {
