@@ -5,12 +5,15 @@
 //! | module | concern | driven by |
 //! |---|---|---|
 //! | [`config`] | machine shape: `config.toml` model, loader, schedules | everything reads it |
+//! | [`provider`] | machine lifecycle: the provider plugin protocol, its client, credentials cache, conformance suite | the manager, `drover provider test` |
 //! | [`engine`] | autoscaling, sans-IO: docker+machine's decisions as a pure state machine | the manager, the simulator, `drover autoscale decide` |
+//! | [`executor`] | in-machine execution: one job on a Docker Engine, trace and result out | the manager, `drover exec-job` |
+//! | [`gitlab`] | GitLab I/O: the job payload's wire types (the API client comes with `drover run`) | the executor's callers |
+//! | [`sim`] | the discrete-event simulator that drives [`engine`] in virtual time | `drover simulate`, `drover compare` |
 //! | [`cli`] | the `drover` command line: parsing, output, exit codes | `main.rs` |
 //!
-//! Further concerns (the provider plugin boundary, the sans-IO autoscaling engine, the job
-//! manager, the Docker executor, the GitLab API client and the simulator) each get their own
-//! module as they land; see `docs/architecture.md`.
+//! The job manager (`drover run`), which routes facts between GitLab, the engine, the providers
+//! and the executor, is the next concern to land; see `docs/architecture.md`.
 
 #![warn(missing_docs)]
 
