@@ -6,6 +6,7 @@
 
 pub mod exec_job;
 pub mod helper;
+pub mod logging;
 pub mod provider;
 
 use std::process::ExitCode;
@@ -81,6 +82,24 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // Results go to stdout; logs to stderr, quiet unless something is wrong, except where a
+    // command's own verbosity flag asks for its log lines.
+    let default_level = match &cli.command {
+        Command::Provider(p) if p.verbose() => tracing_subscriber::filter::LevelFilter::INFO,
+        _ => tracing_subscriber::filter::LevelFilter::WARN,
+    };
+    match logging::settings(
+        cli.debug,
+        cli.log_level.as_deref(),
+        cli.log_format.as_deref(),
+        default_level,
+    ) {
+        Ok(s) => logging::install(s),
+        Err(e) => {
+            eprintln!("drover: {e}");
+            return ExitCode::from(2);
+        }
+    }
     match cli.command {
         Command::Provider(args) => provider::run(args),
         Command::Simulate(args) => simulate::run(&args),

@@ -57,6 +57,15 @@ pub struct TestArgs {
     pub verbose: bool,
 }
 
+impl ProviderArgs {
+    /// Whether the command asked for the plugin's log lines (`-v`).
+    pub fn verbose(&self) -> bool {
+        match &self.command {
+            ProviderCommand::Test(t) => t.verbose,
+        }
+    }
+}
+
 /// Runs `drover provider …`.
 pub fn run(args: ProviderArgs) -> ExitCode {
     match args.command {
@@ -65,13 +74,6 @@ pub fn run(args: ProviderArgs) -> ExitCode {
 }
 
 fn test(t: TestArgs) -> ExitCode {
-    if t.verbose {
-        let _ = tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_ansi(false)
-            .with_target(false)
-            .try_init();
-    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
