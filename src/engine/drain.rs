@@ -217,7 +217,7 @@ impl Engine {
         m.state = MachineState::Removing;
         m.reason = Some(Reason::ShutdownDrain);
         m.removal = Some(RemovalPhase::DrainCheck(1));
-        let name = m.name.to_string();
+        let name = String::from(&*m.name);
         self.notices.push_back(Notice::Removing {
             name: name.clone(),
             reason: Reason::ShutdownDrain,
@@ -231,7 +231,7 @@ impl Engine {
     fn drain_delete(&mut self, id: Id) {
         if let Some(m) = self.ledger.delete(id) {
             self.notices.push_back(Notice::Removed {
-                name: m.name.to_string(),
+                name: String::from(&*m.name),
                 reason: Reason::ShutdownDrain,
                 gave_up: false,
                 labels: *m.labels,
@@ -256,7 +256,7 @@ impl Engine {
             return;
         };
         m.removal = Some(RemovalPhase::DrainForce(n));
-        let name = m.name.to_string();
+        let name = String::from(&*m.name);
         self.commands.push_back(Command::ForceRemove {
             name,
             reason: Reason::ShutdownDrain,
@@ -297,7 +297,7 @@ impl Engine {
             return;
         };
         m.removal = Some(RemovalPhase::DrainCheck(n + 1));
-        let name = m.name.to_string();
+        let name = String::from(&*m.name);
         self.commands.push_back(Command::CheckExists {
             name,
             reason: Reason::ShutdownDrain,

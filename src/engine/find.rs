@@ -112,7 +112,7 @@ impl Engine {
             if let Some(m) = self.ledger.get_mut(machine) {
                 m.connect_ok_until =
                     now.checked_add_signed(TimeDelta::seconds(CONNECTIVITY_CACHE_SECS));
-                let name = m.name.to_string();
+                let name = String::from(&*m.name);
                 self.finds.remove(&id.0);
                 return Ok(FindStep::Found(name));
             }
@@ -144,7 +144,7 @@ impl Engine {
             state.pending = Some(mid);
             return FindStep::CheckConnectivity {
                 id,
-                name: m.name.to_string(),
+                name: String::from(&*m.name),
             };
         }
     }

@@ -100,7 +100,7 @@ impl Engine {
                 continue;
             }
             coordinator.running += 1;
-            let name = m.name.to_string();
+            let name = String::from(&*m.name);
             let (driver, options) = match self.runners.get(runner) {
                 Some(s) => {
                     let p = &s.policy;

@@ -17,8 +17,6 @@
 //!
 //! No I/O, no clock: times are given by the caller.
 
-use std::collections::HashMap;
-
 use chrono::{NaiveDate, TimeZone, Utc};
 
 use super::command::Reason;
@@ -238,48 +236,10 @@ struct Slot {
     machine: Option<Machine>,
 }
 
-/// A small, fast, deterministic string hasher for the name index (FxHash's multiply-rotate
-/// scheme over 8-byte words). Names come from the provider, not from an adversary that could
-/// aim for collisions, and SipHash's cost dominated the pass over 10,000 machines.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct NameHasher(u64);
-
-const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl NameHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
-    }
-}
-
-impl std::hash::Hasher for NameHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.add(u64::from_le_bytes(w));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type NameIndex = HashMap<Box<str>, u32, std::hash::BuildHasherDefault<NameHasher>>;
+/// The name index. FxHash (`rustc-hash`): names come from the provider, not from an adversary
+/// aiming for collisions, SipHash's cost dominated a pass over 10,000 machines, and its
+/// iteration order is deterministic, which the simulator's reproducibility relies on.
+type NameIndex = rustc_hash::FxHashMap<Box<str>, u32>;
 
 /// The in-memory machine table: a slab plus a name index.
 #[derive(Debug, Default)]

@@ -294,7 +294,7 @@ impl Engine {
             Some(v) => {
                 let reason = verdict_reason(v);
                 report.removals.push(RemovalDecision {
-                    name: m.name.to_string(),
+                    name: String::from(&*m.name),
                     reason,
                     counts_before: *counts,
                     used_count: m.used_count,
@@ -368,10 +368,10 @@ impl Engine {
                 continue;
             }
             if m.connect_ok_until.is_some_and(|until| now < until) {
-                let name = m.name.to_string();
+                let name = String::from(&*m.name);
                 return self.finish_pass(AcquireResult::Machine(name), now);
             }
-            let name = m.name.to_string();
+            let name = String::from(&*m.name);
             p.pending = Some(id);
             return AcquireStep::CheckConnectivity { name };
         }

@@ -34,7 +34,7 @@ impl Engine {
         m.state = MachineState::Removing;
         m.retry_count = 0;
         m.used = now;
-        let name = m.name.to_string();
+        let name = String::from(&*m.name);
         let running = m.removal.is_some();
         self.notices.push_back(Notice::Removing {
             name: name.clone(),
@@ -55,7 +55,7 @@ impl Engine {
         m.removal_attempts += 1;
         m.removal = Some(RemovalPhase::CheckExists);
         let cmd = Command::CheckExists {
-            name: m.name.to_string(),
+            name: String::from(&*m.name),
             reason: m.reason.unwrap_or(Reason::TooManyIdleMachines),
         };
         self.commands.push_back(cmd);
@@ -65,7 +65,7 @@ impl Engine {
         if let Some(m) = self.ledger.get_mut(id) {
             m.removal = Some(RemovalPhase::Stop);
             let cmd = Command::Stop {
-                name: m.name.to_string(),
+                name: String::from(&*m.name),
                 reason: m.reason.unwrap_or(Reason::TooManyIdleMachines),
             };
             self.commands.push_back(cmd);
@@ -114,7 +114,7 @@ impl Engine {
         }
         m.removal = Some(RemovalPhase::Remove);
         let cmd = Command::Remove {
-            name: m.name.to_string(),
+            name: String::from(&*m.name),
             reason: m.reason.unwrap_or(Reason::TooManyIdleMachines),
             attempt: m.removal_attempts,
         };
@@ -163,7 +163,7 @@ impl Engine {
             return;
         }
         m.removal = Some(RemovalPhase::ForceRemove);
-        let name = m.name.to_string();
+        let name = String::from(&*m.name);
         let reason = m.reason.unwrap_or(Reason::TooManyIdleMachines);
         self.notices.push_back(Notice::Warning(format!(
             "giving up removing {name} after {} attempts; the VM may be orphaned, check the \
@@ -213,7 +213,7 @@ impl Engine {
     pub(crate) fn finish_removal(&mut self, id: Id, gave_up: bool) {
         if let Some(m) = self.ledger.delete(id) {
             self.notices.push_back(Notice::Removed {
-                name: m.name.to_string(),
+                name: String::from(&*m.name),
                 reason: m.reason.unwrap_or(Reason::TooManyIdleMachines),
                 gave_up,
                 labels: *m.labels,

@@ -151,7 +151,7 @@ impl Engine {
     fn name_of(&self, id: Id) -> String {
         self.ledger
             .get(id)
-            .map(|m| m.name.to_string())
+            .map(|m| String::from(&*m.name))
             .unwrap_or_default()
     }
 
