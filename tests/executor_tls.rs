@@ -5,96 +5,33 @@
 
 mod docker_engine;
 mod executor_common;
+mod test_certs;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use drover::executor::{self, connect, DockerEndpoint, JobControl, JobRequest, MemorySink};
 use executor_common::*;
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use test_certs::{leaf, make_ca};
 
 /// Makes `ca.pem`, `server-cert.pem`/`server-key.pem` (IP SAN 127.0.0.1) and the client's
 /// `cert.pem`/`key.pem` in `dir`.
 fn make_certs(dir: &Path) {
-    openssl(
+    make_ca(dir, "ca");
+    leaf(
         dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca-key.pem",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=drover-test-ca",
-        ],
-    );
-    std::fs::write(
-        dir.join("server.ext"),
+        "ca",
+        "server-key.pem",
+        "server-cert.pem",
         "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-    for (name, ext) in [("server", "server.ext"), ("client", "client.ext")] {
-        let key = format!("{name}-key.pem");
-        let csr = format!("{name}.csr");
-        let cert = format!("{name}-cert.pem");
-        openssl(
-            dir,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-                "-subj",
-                &format!("/CN={name}"),
-            ],
-        );
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca-key.pem",
-                "-CAcreateserial",
-                "-out",
-                &cert,
-                "-days",
-                "2",
-                "-extfile",
-                ext,
-            ],
-        );
-    }
-    std::fs::copy(dir.join("client-cert.pem"), dir.join("cert.pem")).unwrap();
-    std::fs::copy(dir.join("client-key.pem"), dir.join("key.pem")).unwrap();
+    );
+    leaf(
+        dir,
+        "ca",
+        "key.pem",
+        "cert.pem",
+        "extendedKeyUsage=clientAuth\n",
+    );
 }
 
 fn certs(path: &Path) -> Vec<rustls::pki_types::CertificateDer<'static>> {

@@ -8,9 +8,10 @@
 
 mod docker_engine;
 mod provider_support;
+mod test_certs;
 
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,7 @@ use drover::provider::{Call, Endpoint, Provider};
 use futures_util::StreamExt;
 use provider_support::*;
 use serde_json::json;
+use test_certs::{leaf, make_ca};
 
 const IMAGE: &str = "drover-test-provider-busybox";
 
@@ -52,85 +54,6 @@ fn stunnel() -> Option<&'static str> {
             .status()
             .is_ok_and(|s| s.success())
     })
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Signs `name`-key.pem/`name`.pem with `ca` (ca.pem + ca-key.pem in `dir`).
-fn leaf(dir: &Path, ca: &str, key: &str, cert: &str, ext: &str) {
-    std::fs::write(dir.join("ext.cnf"), ext).expect("ext");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            key,
-            "-out",
-            "leaf.csr",
-            "-subj",
-            "/O=drover-test",
-        ],
-    );
-    let (ca_cert, ca_key) = (format!("{ca}.pem"), format!("{ca}-key.pem"));
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "leaf.csr",
-            "-CA",
-            &ca_cert,
-            "-CAkey",
-            &ca_key,
-            "-CAcreateserial",
-            "-out",
-            cert,
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ],
-    );
-}
-
-fn make_ca(dir: &Path, name: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            &format!("{name}-key.pem"),
-            "-out",
-            &format!("{name}.pem"),
-            "-days",
-            "2",
-            "-subj",
-            &format!("/O={name}"),
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ],
-    );
 }
 
 struct Killed(Child);

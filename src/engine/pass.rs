@@ -124,6 +124,34 @@ pub(crate) struct PassState {
     report: PassReport,
 }
 
+impl PassReport {
+    /// A report with nothing decided yet.
+    fn empty(
+        runner: RunnerId,
+        filter: String,
+        started: Time,
+        idle: IdleSettings,
+        limits: Limits,
+    ) -> PassReport {
+        PassReport {
+            runner,
+            filter,
+            started,
+            idle,
+            limits,
+            input_counts: Counts::default(),
+            can_create_idle: false,
+            can_create_on_demand: false,
+            adopted: Vec::new(),
+            removals: Vec::new(),
+            created: Vec::new(),
+            unavailable: Vec::new(),
+            counts: Counts::default(),
+            ignored: 0,
+        }
+    }
+}
+
 fn verdict_reason(v: RemoveVerdict) -> Reason {
     match v {
         RemoveVerdict::TooManyBuilds => Reason::TooManyBuilds,
@@ -153,22 +181,7 @@ impl Engine {
         let idle = slot.policy.idle.idle_at(now);
         let filter = slot.filter.clone();
         let missing = slot.policy.machine_name.is_empty();
-        let mut report = PassReport {
-            runner,
-            filter,
-            started: now,
-            idle,
-            limits,
-            input_counts: Counts::default(),
-            can_create_idle: false,
-            can_create_on_demand: false,
-            adopted: Vec::new(),
-            removals: Vec::new(),
-            created: Vec::new(),
-            unavailable: Vec::new(),
-            counts: Counts::default(),
-            ignored: 0,
-        };
+        let mut report = PassReport::empty(runner, filter, now, idle, limits);
         if missing {
             return Ok(AcquireStep::Done(Box::new(AcquireOutcome {
                 result: AcquireResult::MissingMachineOptions,
@@ -394,7 +407,7 @@ impl Engine {
         self.finish_pass(result, now)
     }
 
-    fn finish_pass(&mut self, result: AcquireResult, _now: Time) -> AcquireStep {
+    fn finish_pass(&mut self, result: AcquireResult, now: Time) -> AcquireStep {
         match self.pass.take() {
             Some(p) => AcquireStep::Done(Box::new(AcquireOutcome {
                 result,
@@ -402,22 +415,13 @@ impl Engine {
             })),
             None => AcquireStep::Done(Box::new(AcquireOutcome {
                 result,
-                report: PassReport {
-                    runner: RunnerId(usize::MAX),
-                    filter: String::new(),
-                    started: _now,
-                    idle: IdleSettings::default(),
-                    limits: Limits::default(),
-                    input_counts: Counts::default(),
-                    can_create_idle: false,
-                    can_create_on_demand: false,
-                    adopted: Vec::new(),
-                    removals: Vec::new(),
-                    created: Vec::new(),
-                    unavailable: Vec::new(),
-                    counts: Counts::default(),
-                    ignored: 0,
-                },
+                report: PassReport::empty(
+                    RunnerId(usize::MAX),
+                    String::new(),
+                    now,
+                    IdleSettings::default(),
+                    Limits::default(),
+                ),
             })),
         }
     }

@@ -1,0 +1,87 @@
+//! Test certificates made with the openssl CLI: a CA and leaf certificates signed by it, as
+//! docker-machine's store and a machine's TLS Engine endpoint use them.
+
+use std::path::Path;
+use std::process::Command;
+
+/// Runs `openssl ARGS` in `dir`; panics with its stderr when it fails.
+pub fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Makes the key `key` and the certificate `cert` in `dir`, signed by the CA `ca` (`<ca>.pem` and
+/// `<ca>-key.pem` in `dir`), with the OpenSSL extension lines `ext`.
+pub fn leaf(dir: &Path, ca: &str, key: &str, cert: &str, ext: &str) {
+    std::fs::write(dir.join("ext.cnf"), ext).expect("ext");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            key,
+            "-out",
+            "leaf.csr",
+            "-subj",
+            "/O=drover-test",
+        ],
+    );
+    let (ca_cert, ca_key) = (format!("{ca}.pem"), format!("{ca}-key.pem"));
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            &ca_cert,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            cert,
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+}
+
+/// Makes a self-signed CA `<name>.pem` / `<name>-key.pem` in `dir`.
+pub fn make_ca(dir: &Path, name: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &format!("{name}-key.pem"),
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "2",
+            "-subj",
+            &format!("/O={name}"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+}
