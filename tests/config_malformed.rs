@@ -155,7 +155,7 @@ fn unknown_time_zone() {
 
 #[test]
 fn machine_option_with_name_needs_percent_s() {
-    expect_error("missing_percent_s.toml", 13, 49, "runners[0] \"first\", key machine.MachineOptionsWithName[1]: machine option with name \"google-disk-name=disk\" must contain the %s placeholder");
+    expect_error("missing_percent_s.toml", 13, 49, "runners[0] \"first\", key machine.MachineOptionsWithName[1]: machine option with name \"google-disk-name=disk\" must contain %s, where the machine name goes");
 }
 
 #[test]

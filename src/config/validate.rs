@@ -53,7 +53,7 @@ pub(crate) fn validate(config: &mut Config, w: &mut Walker<'_>) {
                     &base,
                     "slot_cgroup_template",
                     &label,
-                    "template has no ${slot} placeholder, so every job shares one cgroup".into(),
+                    "template has no ${slot}, so every job shares one cgroup".into(),
                     Some("use a template like \"gitlab-runner/slot-${slot}\"".into()),
                 );
             }
@@ -242,7 +242,7 @@ fn check_machine(runner: &mut RunnerConfig, base: &str, label: &str, w: &mut Wal
                 &mbase,
                 &format!("MachineOptionsWithName[{i}]"),
                 label,
-                format!("machine option with name {opt:?} must contain the %s placeholder"),
+                format!("machine option with name {opt:?} must contain %s, where the machine name goes"),
                 Some(
                     "put %s where the machine name should appear; options that do not need the name belong in MachineOptions"
                         .into(),
