@@ -100,7 +100,11 @@ impl VarList {
     /// Expands `$VAR` / `${VAR}` in a string against this list (Go `os.Expand` rules; `$$` is
     /// `$`; unknown names expand to nothing).
     pub fn expand(&self, s: &str) -> String {
-        expand_with(s, |name| self.value(name))
+        // `$$` reaches the lookup as the variable `$`, which stands for itself.
+        crate::config::expand::expand_with(s, |name| match name {
+            "$" => Some("$".to_string()),
+            _ => self.value(name),
+        })
     }
 
     /// Every value expanded once against the unexpanded list (`raw` values are kept).
@@ -150,53 +154,6 @@ pub fn parse_bool(s: &str) -> Option<bool> {
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
         _ => None,
     }
-}
-
-/// Expands `$NAME`, `${NAME}` and `$$` in `s` using `lookup`.
-pub fn expand_with(s: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
-    let b = s.as_bytes();
-    let mut out = String::with_capacity(s.len());
-    let mut i = 0;
-    let mut start = 0;
-    while i < b.len() {
-        if b[i] != b'$' || i + 1 >= b.len() {
-            i += 1;
-            continue;
-        }
-        out.push_str(&s[start..i]);
-        let next = b[i + 1];
-        if next == b'$' {
-            out.push('$');
-            i += 2;
-        } else if next == b'{' {
-            match s[i + 2..].find('}') {
-                Some(end) if end > 0 => {
-                    let name = &s[i + 2..i + 2 + end];
-                    out.push_str(&lookup(name).unwrap_or_default());
-                    i += end + 3;
-                }
-                // "${}" or an unclosed "${": bad syntax, dropped as Go does.
-                Some(_) => i += 3,
-                None => i = b.len(),
-            }
-        } else if next.is_ascii_alphanumeric() || next == b'_' {
-            let mut j = i + 1;
-            while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
-                j += 1;
-            }
-            out.push_str(&lookup(&s[i + 1..j]).unwrap_or_default());
-            i = j;
-        } else if b"*#@!?-".contains(&next) {
-            out.push_str(&lookup(&s[i + 1..i + 2]).unwrap_or_default());
-            i += 2;
-        } else {
-            out.push('$');
-            i += 1;
-        }
-        start = i;
-    }
-    out.push_str(&s[start.min(s.len())..]);
-    out
 }
 
 /// Inputs of [`job_variables`] that are not in the payload or the settings.
@@ -354,6 +311,9 @@ mod tests {
     fn expansion_follows_go_rules() {
         let l = list(&[("A", "1"), ("B", "x$A"), ("A", "2")]);
         assert_eq!(l.expand("$A-${A}-$$A-$-${}-$NOPE."), "2-2-$A--.");
+        // Go's os.Expand: a digit names one character, and an unclosed `${` eats only `${`.
+        assert_eq!(l.expand("$1A"), "A");
+        assert_eq!(l.expand("x${A"), "xA");
         assert_eq!(l.expanded().get("B").unwrap().value, "x2");
     }
 
