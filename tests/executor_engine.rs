@@ -410,6 +410,7 @@ async fn non_root_image_user_can_write_the_checkout() {
     let server = GitServer::start(token);
     let sha = server.commit("file.txt", "content\n");
     let runner = settings("user");
+    let since = unix_now();
     let ran = run_job(
         &payload(json!({
             "id": 17, "token": token, "job_info": {"project_id": 507},
@@ -419,7 +420,8 @@ async fn non_root_image_user_can_write_the_checkout() {
             "runner_info": {"timeout": 120},
             "variables": [{"key": "GIT_STRATEGY", "value": "clone"}],
             "steps": [{"name": "script", "script": [
-                "echo uid=$(id -u)", "echo more >> file.txt", "mkdir -p out && touch out/x", "touch /cache/x", "echo wrote-ok"
+                "echo uid=$(id -u)", "echo more >> file.txt", "mkdir -p out && touch out/x",
+                "touch /cache/x /builds/x", "stat -c 'mode %a %n' /builds /cache", "echo wrote-ok"
             ]}]
         })),
         &runner,
@@ -427,8 +429,49 @@ async fn non_root_image_user_can_write_the_checkout() {
     .await;
     assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
     assert!(ran.trace.contains("uid=1000"), "{}", ran.trace);
+    assert!(ran.trace.contains("\nmode 777 /builds"), "{}", ran.trace);
+    assert!(ran.trace.contains("\nmode 777 /cache"), "{}", ran.trace);
     assert!(ran.trace.contains("\nwrote-ok"), "{}", ran.trace);
-    assert_clean_and_remove_reusable(&short_token(&runner));
+    // Without services, both fixes ran at the top of prepare_script, not in containers.
+    let short = short_token(&runner);
+    assert_eq!(permission_containers_since(&short, since), 0);
+    assert_clean_and_remove_reusable(&short);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_volume_keeps_its_permission_container() {
+    let _guard = engine_test!();
+    let mut runner = settings("rovol");
+    runner.docker.volumes = vec!["/cache".into(), "/data:ro".into()];
+    let since = unix_now();
+    let ran = run_job(
+        &payload(json!({
+            "id": 18, "job_info": {"project_id": 508},
+            "git_info": {"repo_url": "http://127.0.0.1:9/group/project.git"},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "none"}],
+            "steps": [{"name": "script", "script": [
+                "stat -c 'mode %a %n' /builds /cache /data",
+                "touch /data/x 2>/dev/null || echo data-is-read-only"
+            ]}]
+        })),
+        &runner,
+    )
+    .await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    for dir in ["/builds", "/cache", "/data"] {
+        assert!(
+            ran.trace.contains(&format!("\nmode 777 {dir}")),
+            "{dir}: {}",
+            ran.trace
+        );
+    }
+    assert!(ran.trace.contains("\ndata-is-read-only"), "{}", ran.trace);
+    // The read-only volume cannot be fixed through its own mount: it keeps upstream's
+    // container; the other two are fixed in prepare_script.
+    let short = short_token(&runner);
+    assert_eq!(permission_containers_since(&short, since), 1);
+    assert_clean_and_remove_reusable(&short);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -550,5 +593,86 @@ async fn failed_sources_are_retried_then_skip_the_script() {
         .trace
         .contains("Cleaning up project directory and file based variables"));
     assert!(!ran.trace.contains("awrongtoken"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+/// Replaces the test helper's `gitlab-runner-helper` with one whose `cache-init` fails.
+const BREAK_CACHE_INIT: &str = concat!(
+    "printf '#!/bin/sh\\n",
+    "if [ \"$1\" = cache-init ]; then echo \"cache-init: operation not permitted\" >&2; exit 9; fi\\n",
+    "exec /usr/libexec/drover helper \"$@\"\\n' > /usr/bin/gitlab-runner-helper",
+    " && chmod 0755 /usr/bin/gitlab-runner-helper"
+);
+
+/// A helper image whose `cache-init` fails, derived from the test helper with `docker commit`.
+fn helper_with_failing_cache_init() -> String {
+    let tag = "drover-test-executor-helper-badinit:latest";
+    let work = format!("drover-test-badinit-{}", std::process::id());
+    let docker = |args: &[&str]| {
+        std::process::Command::new("docker")
+            .args(args)
+            .output()
+            .expect("docker")
+    };
+    let made = docker(&[
+        "run",
+        "--name",
+        &work,
+        "--network",
+        "none",
+        HELPER_IMAGE,
+        "sh",
+        "-c",
+        BREAK_CACHE_INIT,
+    ]);
+    let commit = docker(&["commit", &work, tag]);
+    // Remove the work container whatever happened, then report.
+    let _ = docker(&["rm", "-f", &work]);
+    for out in [made, commit] {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    tag.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_permission_fix_in_prepare_script_is_a_system_failure() {
+    let _guard = engine_test!();
+    let mut runner = settings("badinit");
+    runner.docker.helper_image = Some(helper_with_failing_cache_init());
+    let ran = run_job(
+        &payload(json!({
+            "id": 19, "job_info": {"project_id": 509},
+            "git_info": {"repo_url": "http://127.0.0.1:9/group/project.git"},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "none"}],
+            "steps": [{"name": "script", "script": ["echo never-runs"]}]
+        })),
+        &runner,
+    )
+    .await;
+    match &ran.result {
+        Err(JobError::System(e)) => assert!(
+            e.to_string()
+                .contains("setting permissions on the job's volumes"),
+            "{e}"
+        ),
+        other => panic!("expected a system failure, got {other:?}\n{}", ran.trace),
+    }
+    assert!(
+        ran.trace.contains("cache-init: operation not permitted"),
+        "{}",
+        ran.trace
+    );
+    assert!(
+        ran.trace
+            .contains("setting permissions on /cache failed: cache-init exited with 9"),
+        "{}",
+        ran.trace
+    );
+    assert!(!ran.trace.contains("\nnever-runs"), "{}", ran.trace);
     assert_clean_and_remove_reusable(&short_token(&runner));
 }

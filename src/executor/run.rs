@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::executor::build_settings::BuildSettings;
 use crate::executor::connect::Engine;
 use crate::executor::containers::{ContainerInputs, Containers, JobOrSystem, Role};
-use crate::executor::error::{FailureReason, JobError, JobFailure};
+use crate::executor::error::{FailureReason, JobError, JobFailure, SystemError};
 use crate::executor::paths::{self, JobPaths};
 use crate::executor::script::sources::{get_sources, SourcesInputs};
 use crate::executor::script::variables::VarList;
@@ -34,6 +34,8 @@ struct Prepared {
     paths: JobPaths,
     settings: BuildSettings,
     inputs: ContainerInputs,
+    /// Volume roots whose permission fix runs at the top of `prepare_script`.
+    permission_fix: Vec<String>,
 }
 
 /// The job's state, kept for cleanup.
@@ -94,20 +96,31 @@ impl<'r> JobRun<'r> {
         trace.section_end("prepare_executor");
         let p = prepared.map_err(JobError::from)?;
 
-        // prepare_script: a failure ends the job here.
-        let body = user::prepare_script(&p.paths, self.req.machine_name);
-        self.stage(
-            trace,
-            &p,
-            "prepare_script",
-            "Preparing environment",
-            Role::Helper,
-            body,
-            None,
-            false,
-        )
-        .await?
-        .into_result()?;
+        // prepare_script: a failure ends the job here. A failed deferred permission fix is the
+        // system failure it would have been in its own container.
+        let body = user::prepare_script(&p.paths, self.req.machine_name, &p.permission_fix);
+        let outcome = self
+            .stage(
+                trace,
+                &p,
+                "prepare_script",
+                "Preparing environment",
+                Role::Helper,
+                body,
+                None,
+                false,
+            )
+            .await?;
+        if let StageOutcome::Failed(f) = &outcome {
+            if !p.permission_fix.is_empty() && f.exit_code == Some(user::PERMISSION_FIX_FAILED) {
+                return Err(SystemError::Engine(format!(
+                    "setting permissions on the job's volumes ({}) failed in the helper container",
+                    p.permission_fix.join(", ")
+                ))
+                .into());
+            }
+        }
+        outcome.into_result()?;
 
         // get_sources, with retries; a failure skips the user steps and after_script.
         let mut result: Result<(), JobError> = Ok(());

@@ -6,6 +6,14 @@
 //!
 //! [`plan`] is pure; [`Volumes::create`] applies a plan on the Engine and remembers the
 //! temporary volumes for cleanup.
+//!
+//! **Deliberate difference:** upstream runs the permission fix in one short-lived helper
+//! container per volume. When nothing but the helper container mounts the volumes before
+//! `prepare_script` (no services), drover defers the fix of every read-write volume to the top
+//! of `prepare_script`, which runs in that helper container as the same user with the same
+//! binds: the same `cache-init` on the same volume roots, before any build container exists,
+//! without starting one container per volume (about half a second per job). Read-only volumes
+//! cannot be fixed through their own mount and keep the container.
 
 use std::collections::HashMap;
 
@@ -103,6 +111,8 @@ pub struct VolumePlan {
     pub host_binds: Vec<String>,
     /// Docker volumes to create, in order.
     pub volumes: Vec<PlannedVolume>,
+    /// Whether the ref is protected (the volumes' `protected` label).
+    pub protected: bool,
 }
 
 impl VolumePlan {
@@ -160,7 +170,10 @@ pub fn builds_dir_host_mounted(volumes: &[String], root_dir: &str) -> bool {
 
 /// Plans the job's volumes.
 pub fn plan(i: &PlanInputs<'_>) -> Result<VolumePlan, JobFailure> {
-    let mut out = VolumePlan::default();
+    let mut out = VolumePlan {
+        protected: i.protected,
+        ..Default::default()
+    };
     let mut destinations: Vec<String> = Vec::new();
     fn add_cache(
         i: &PlanInputs<'_>,
@@ -263,20 +276,38 @@ pub struct Volumes {
     pub init_containers: std::sync::Mutex<Vec<String>>,
 }
 
+/// Where the permission fix of fresh volumes runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermissionFix {
+    /// One `cache-init` container per volume, as upstream does.
+    Containers,
+    /// In the helper container's first stage, for every volume mounted read-write there.
+    DeferToHelper,
+}
+
+/// Whether a volume's permission fix can run through its own mount in the helper container.
+pub fn fixable_in_helper(v: &PlannedVolume) -> bool {
+    !v.mode
+        .as_deref()
+        .is_some_and(|m| m.split(',').any(|part| part == "ro"))
+}
+
 impl Volumes {
     /// Creates the plan's volumes with labels, then runs the permission fix for each (in
-    /// parallel).
+    /// parallel). With [`PermissionFix::DeferToHelper`], the volumes that
+    /// [`fixable_in_helper`] accepts are left out, and their container paths are returned for
+    /// the helper's first stage to fix.
     pub async fn create(
         &mut self,
         docker: &Docker,
         plan: &VolumePlan,
         facts: &LabelFacts,
-        protected: bool,
         driver: Option<&str>,
         helper_image: &str,
-    ) -> Result<(), SystemError> {
+        fix: PermissionFix,
+    ) -> Result<Vec<String>, SystemError> {
         for v in &plan.volumes {
-            let protected = if protected { "true" } else { "false" };
+            let protected = if plan.protected { "true" } else { "false" };
             let reusable = if v.temporary { "false" } else { "true" };
             let labels = facts.labels(
                 "cache",
@@ -300,15 +331,18 @@ impl Volumes {
                 .await
                 .map_err(|e| SystemError::docker(format!("create volume {}", v.name), e))?;
         }
-        // The permission fixes are independent: run them side by side.
-        let fixes = plan
+        let (deferred, now): (Vec<&PlannedVolume>, Vec<&PlannedVolume>) = plan
             .volumes
+            .iter()
+            .partition(|v| fix == PermissionFix::DeferToHelper && fixable_in_helper(v));
+        // The permission fixes are independent: run them side by side.
+        let fixes = now
             .iter()
             .map(|v| set_permissions(docker, &v.name, facts, helper_image, &self.init_containers));
         for result in futures_util::future::join_all(fixes).await {
             result?;
         }
-        Ok(())
+        Ok(deferred.iter().map(|v| v.destination.clone()).collect())
     }
 }
 
@@ -456,6 +490,32 @@ mod tests {
                 "/srv/cache/runner-aaaa/{}-protected:/cache",
                 md5_hex("/cache")
             )
+        );
+    }
+
+    #[test]
+    fn only_read_write_volumes_are_fixed_in_the_helper() {
+        let vols = vec![
+            "/cache".to_string(),
+            "/data:ro".to_string(),
+            "/logs:ro,z".to_string(),
+            "/work:rw".to_string(),
+        ];
+        let p = plan(&inputs(&vols)).unwrap();
+        let fixable: Vec<(&str, bool)> = p
+            .volumes
+            .iter()
+            .map(|v| (v.destination.as_str(), fixable_in_helper(v)))
+            .collect();
+        assert_eq!(
+            fixable,
+            [
+                ("/cache", true),
+                ("/data", false),
+                ("/logs", false),
+                ("/work", true),
+                ("/builds", true)
+            ]
         );
     }
 

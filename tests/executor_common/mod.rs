@@ -130,6 +130,50 @@ pub fn leftovers(short: &str) -> (Vec<String>, Vec<String>) {
     (containers, volumes)
 }
 
+/// Runs `cmd` and returns its stdout; panics with its stderr when it fails.
+pub fn output_of(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Seconds since the epoch, as `docker events --since` takes them.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// How many permission-fix (`cache-init`) containers this runner created since `since`
+/// (seconds since the epoch), from the Engine's event log.
+pub fn permission_containers_since(short: &str, since: u64) -> usize {
+    let out = output_of(Command::new("docker").args([
+        "events",
+        "--since",
+        &since.to_string(),
+        "--until",
+        &(unix_now() + 1).to_string(),
+        "--filter",
+        "type=container",
+        "--filter",
+        "event=create",
+        "--filter",
+        &format!("label=com.gitlab.gitlab-runner.runner.id={short}"),
+        "--filter",
+        "label=com.gitlab.gitlab-runner.type=cache-init",
+        "--format",
+        "{{.Actor.Attributes.name}}",
+    ]));
+    out.lines()
+        .filter(|l| l.contains("-set-permission-"))
+        .count()
+}
+
 /// Asserts nothing temporary is left, then removes this runner's reusable volumes.
 pub fn assert_clean_and_remove_reusable(short: &str) {
     let (containers, volumes) = leftovers(short);
@@ -170,21 +214,17 @@ pub struct GitServer {
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    output_of(
+        Command::new("git")
+            .current_dir(dir)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid"),
+    )
+    .trim()
+    .to_string()
 }
 
 impl GitServer {

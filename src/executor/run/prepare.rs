@@ -186,14 +186,22 @@ impl JobRun<'_> {
             reusable_builds: settings.git_strategy == GitStrategy::Fetch,
         })?;
         let facts = self.label_facts(&short, &vars);
-        self.volumes
+        // Services mount the volumes and start before the helper container, so with services
+        // the fix must come first, in its own containers, as upstream does.
+        let fix = if payload.services.is_empty() {
+            volumes::PermissionFix::DeferToHelper
+        } else {
+            volumes::PermissionFix::Containers
+        };
+        let permission_fix = self
+            .volumes
             .create(
                 &docker,
                 &plan,
                 &facts,
-                protected,
                 ds.volume_driver.as_deref(),
                 &helper.id,
+                fix,
             )
             .await?;
 
@@ -255,6 +263,7 @@ impl JobRun<'_> {
             paths,
             settings,
             inputs,
+            permission_fix,
         })
     }
 

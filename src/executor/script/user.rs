@@ -41,10 +41,25 @@ pub fn write_exports(b: &mut ScriptBody, vars: &VarList, write_files: bool) {
     );
 }
 
-/// `prepare_script` (helper container): says where the job runs and clears the dotenv and
-/// masking files of an earlier job.
-pub fn prepare_script(paths: &JobPaths, machine: Option<&str>) -> ScriptBody {
+/// The exit code of `prepare_script` when a deferred permission fix failed. Nothing else in
+/// that stage exits with it: its other lines are `echo` and `rm -f`.
+pub const PERMISSION_FIX_FAILED: i32 = 75;
+
+/// `prepare_script` (helper container): first the deferred permission fix of fresh volumes
+/// (`gitlab-runner-helper cache-init` on each volume root, silent unless it fails), then says
+/// where the job runs and clears the dotenv and masking files of an earlier job.
+pub fn prepare_script(
+    paths: &JobPaths,
+    machine: Option<&str>,
+    permission_fix: &[String],
+) -> ScriptBody {
     let mut b = ScriptBody::new();
+    for dir in permission_fix {
+        let dir = quote(dir);
+        b.line(format!(
+            "__drover_out=$(gitlab-runner-helper cache-init {dir} 2>&1) || {{ __drover_rc=$?; printf '%s\\n' \"$__drover_out\"; printf 'setting permissions on %s failed: cache-init exited with %s\\n' {dir} \"$__drover_rc\"; exit {PERMISSION_FIX_FAILED}; }}"
+        ));
+    }
     let via = match machine.filter(|m| !m.is_empty()) {
         Some(m) => format!(" via {}", quote(m)),
         None => String::new(),
@@ -207,6 +222,68 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "yes\n");
+    }
+
+    /// Runs `prepare_script` in bash with a fake `gitlab-runner-helper` on PATH that records
+    /// its arguments and fails for a dir named `bad`.
+    fn run_prepare(fix: &[String]) -> (Option<i32>, String, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let log = dir.path().join("calls");
+        let fake = bin.join("gitlab-runner-helper");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$2\" in */bad) echo 'chmod: denied' >&2; exit 4;; esac\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut p = paths();
+        p.tmp_dir = dir.path().join("p.tmp").display().to_string();
+        let script = prepare_script(&p, Some("machine-1"), fix).finish(false);
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .output()
+            .unwrap();
+        let calls = std::fs::read_to_string(&log).unwrap_or_default();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            calls,
+        )
+    }
+
+    #[test]
+    fn prepare_script_fixes_permissions_first_and_silently() {
+        let (code, out, calls) = run_prepare(&["/builds".into(), "/my cache".into()]);
+        assert_eq!(code, Some(0));
+        assert!(out.starts_with("Running on "), "{out}");
+        assert!(out.trim_end().ends_with(" via machine-1..."), "{out}");
+        assert_eq!(calls, "cache-init /builds\ncache-init /my cache\n");
+        let (code, _, calls) = run_prepare(&[]);
+        assert_eq!(code, Some(0));
+        assert_eq!(calls, "");
+    }
+
+    #[test]
+    fn a_failed_permission_fix_stops_prepare_script_with_its_code() {
+        let (code, out, calls) =
+            run_prepare(&["/builds".into(), "/srv/bad".into(), "/cache".into()]);
+        assert_eq!(code, Some(PERMISSION_FIX_FAILED));
+        assert_eq!(calls, "cache-init /builds\ncache-init /srv/bad\n");
+        assert_eq!(
+            out,
+            "chmod: denied\nsetting permissions on /srv/bad failed: cache-init exited with 4\n"
+        );
     }
 
     #[test]
