@@ -107,7 +107,8 @@ fn main() {
     }
     // Baseline on the same Engine at the same time: one bare container run (create, attach,
     // start, wait, remove) of the helper image, which the executor's structure repeats per
-    // stage (two permission fixes in parallel, prepare_script, get_sources, step_script).
+    // stage before the first script line (prepare_script with the permission fixes,
+    // get_sources, step_script).
     let mut baseline = Vec::new();
     for _ in 0..runs.max(1) {
         let start = Instant::now();
