@@ -41,18 +41,29 @@ pub enum StageEnd {
     Stopped(StopReason),
 }
 
-/// A shell script that sends SIGTERM to every process but PID 1 and itself, highest PID first
-/// (the TERM trap of the stage script then ends the shell).
-const SIGTERM_SCRIPT: &str = r#"pids=""
-for d in /proc/[0-9]*; do
-  p="${d#/proc/}"
+/// A POSIX shell script that sends SIGTERM to every process of the container but PID 1 and
+/// itself, highest PID first, waiting up to 6 s for each to go (a zombie counts as gone), like
+/// upstream's `ContainerSigTermScriptForLinux`. `proc` is the proc filesystem to read (`/proc`;
+/// tests pass a fake one). Without `sort` the PIDs go in directory order; without fractional
+/// `sleep` the wait polls once a second.
+fn sigterm_script(proc: &str) -> String {
+    format!(
+        r#"proc='{proc}'
+pids=$(for d in "$proc"/[0-9]*; do echo "${{d##*/}}"; done | {{ sort -rn 2>/dev/null || cat; }})
+for p in $pids; do
   [ "$p" = 1 ] && continue
   [ "$p" = "$$" ] && continue
-  pids="$p $pids"
+  kill -TERM "$p" 2>/dev/null || continue
+  n=0
+  while [ "$n" -lt 60 ] && kill -0 "$p" 2>/dev/null; do
+    case "$(cat "$proc/$p/stat" 2>/dev/null)" in *") Z "*) break ;; esac
+    if sleep 0.1 2>/dev/null; then n=$((n + 1)); else sleep 1; n=$((n + 10)); fi
+  done
 done
-for p in $pids; do kill -TERM "$p" 2>/dev/null; done
 exit 0
-"#;
+"#
+    )
+}
 
 /// Runs `script` in container `id`, streaming its output into `trace`, until it exits or
 /// `stop` resolves.
@@ -186,7 +197,7 @@ async fn sigterm_processes(docker: &Docker, id: &str) {
         .create_exec(
             id,
             CreateExecOptions {
-                cmd: Some(vec!["sh", "-c", SIGTERM_SCRIPT]),
+                cmd: Some(vec!["sh".to_string(), "-c".into(), sigterm_script("/proc")]),
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
                 ..Default::default()
@@ -198,5 +209,74 @@ async fn sigterm_processes(docker: &Docker, id: &str) {
         docker.start_exec(&exec.id, None).await
     {
         while output.next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sigterm_script;
+
+    /// Runs the script against a fake proc dir, with `kill` replaced by a function that logs
+    /// each SIGTERM and each `kill -0` probe, and answers the first `alive_for` probes after a
+    /// SIGTERM with "still running".
+    fn run(pids: &[&str], zombies: &[&str], alive_for: u32) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let proc = dir.path().join("proc");
+        for p in pids {
+            std::fs::create_dir_all(proc.join(p)).unwrap();
+            let state = if zombies.contains(p) { "Z" } else { "S" };
+            std::fs::write(
+                proc.join(p).join("stat"),
+                format!("{p} (a b) {state} 1 1\n"),
+            )
+            .unwrap();
+        }
+        let log = dir.path().join("log");
+        let harness = format!(
+            r#"probes=0
+kill() {{
+  if [ "$1" = -0 ]; then
+    probes=$((probes + 1)); echo "probe $2" >> '{log}'; [ "$probes" -le {alive_for} ]; return
+  fi
+  probes=0
+  echo "term $2" >> '{log}'
+}}
+"#,
+            log = log.display()
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(harness + &sigterm_script(&proc.display().to_string()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(&log).unwrap_or_default()
+    }
+
+    #[test]
+    fn terminates_highest_pid_first_and_spares_pid_1() {
+        let log = run(&["1", "2", "9", "10", "123", "31"], &[], 0);
+        let terms: Vec<&str> = log.lines().filter(|l| l.starts_with("term ")).collect();
+        assert_eq!(
+            terms,
+            ["term 123", "term 31", "term 10", "term 9", "term 2"]
+        );
+    }
+
+    #[test]
+    fn waits_for_each_process_but_not_for_zombies() {
+        // Each process answers two probes with "running", then is gone.
+        let log = run(&["5", "7"], &[], 2);
+        assert_eq!(
+            log,
+            "term 7\nprobe 7\nprobe 7\nprobe 7\nterm 5\nprobe 5\nprobe 5\nprobe 5\n"
+        );
+        // A zombie stays in /proc and answers every probe, but is not waited for.
+        let log = run(&["5"], &["5"], 1000);
+        assert_eq!(log, "term 5\nprobe 5\n");
     }
 }
