@@ -676,3 +676,84 @@ async fn failed_permission_fix_in_prepare_script_is_a_system_failure() {
     assert!(!ran.trace.contains("\nnever-runs"), "{}", ran.trace);
     assert_clean_and_remove_reusable(&short_token(&runner));
 }
+
+/// A job whose build container is force-removed from outside once, when the script has
+/// printed its first line.
+async fn run_with_build_container_removed_once(test: &str, attempts: Option<&str>) -> Ran {
+    let runner = settings(test);
+    let short = short_token(&runner);
+    let mut variables = vec![json!({"key": "GIT_STRATEGY", "value": "none"})];
+    if let Some(n) = attempts {
+        variables.push(json!({"key": "EXECUTOR_JOB_SECTION_ATTEMPTS", "value": n}));
+    }
+    let removed = std::sync::atomic::AtomicBool::new(false);
+    let ran = run_job_with(
+        &payload(json!({
+            "id": 20, "job_info": {"project_id": 510},
+            "git_info": {"repo_url": "http://127.0.0.1:9/group/project.git"},
+            "runner_info": {"timeout": 120},
+            "variables": variables,
+            "steps": [{"name": "script", "script": ["echo script-started", "sleep 2", "echo script-finished"]}]
+        })),
+        &runner,
+        |trace, _| {
+            if trace.contains("\nscript-started") && !removed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let ids = output_of(std::process::Command::new("docker").args([
+                    "ps",
+                    "-q",
+                    "--filter",
+                    &format!("label=com.gitlab.gitlab-runner.runner.id={short}"),
+                    "--filter",
+                    "label=com.gitlab.gitlab-runner.type=build",
+                ]));
+                for id in ids.lines() {
+                    output_of(std::process::Command::new("docker").args(["rm", "-f", id]));
+                }
+            }
+        },
+    )
+    .await;
+    assert_clean_and_remove_reusable(&short);
+    ran
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vanished_build_container_is_recreated_within_section_attempts() {
+    let _guard = engine_test!();
+    let ran = run_with_build_container_removed_once("vanish2", Some("2")).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert_eq!(
+        ran.trace.matches("\nscript-started").count(),
+        2,
+        "{}",
+        ran.trace
+    );
+    assert_eq!(
+        ran.trace.matches("\nscript-finished").count(),
+        1,
+        "{}",
+        ran.trace
+    );
+    assert!(
+        ran.trace
+            .contains("running the step_script stage again (attempt 2 of 2)"),
+        "{}",
+        ran.trace
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vanished_build_container_is_a_system_failure_by_default() {
+    let _guard = engine_test!();
+    let ran = run_with_build_container_removed_once("vanish1", None).await;
+    match &ran.result {
+        Err(JobError::System(e)) => {
+            assert!(
+                e.to_string().contains("was not found or was removed"),
+                "{e}"
+            )
+        }
+        other => panic!("expected a system failure, got {other:?}\n{}", ran.trace),
+    }
+    assert!(!ran.trace.contains("\nscript-finished"), "{}", ran.trace);
+}

@@ -67,6 +67,9 @@ pub struct BuildSettings {
     pub clone_path: Option<String>,
     /// `GET_SOURCES_ATTEMPTS` (1–10).
     pub get_sources_attempts: u32,
+    /// `EXECUTOR_JOB_SECTION_ATTEMPTS` (1–10): how often a stage runs when its container
+    /// vanished.
+    pub section_attempts: u32,
     /// `AFTER_SCRIPT_IGNORE_ERRORS`.
     pub after_script_ignore_errors: bool,
     /// `RUNNER_SCRIPT_TIMEOUT`.
@@ -165,6 +168,7 @@ impl BuildSettings {
             },
         };
         let get_sources_attempts = attempts("GET_SOURCES_ATTEMPTS");
+        let section_attempts = attempts("EXECUTOR_JOB_SECTION_ATTEMPTS");
         let mut duration = |key: &str| match get(key) {
             None => None,
             Some(v) => {
@@ -192,6 +196,7 @@ impl BuildSettings {
             lfs_skip_smudge_set: vars.get("GIT_LFS_SKIP_SMUDGE").is_some(),
             clone_path: get("GIT_CLONE_PATH").map(str::to_string),
             get_sources_attempts,
+            section_attempts,
             after_script_ignore_errors,
             script_timeout,
             after_script_timeout,
@@ -239,12 +244,18 @@ mod tests {
                 ("RUNNER_SCRIPT_TIMEOUT", "10"),
                 ("GIT_CLEAN_FLAGS", "none"),
                 ("GET_SOURCES_ATTEMPTS", "11"),
+                ("EXECUTOR_JOB_SECTION_ATTEMPTS", "0"),
             ]),
             false,
         );
         assert_eq!(s.git_strategy, GitStrategy::Clone);
         assert_eq!(s.script_timeout, None);
         assert!(s.git_clean_flags.is_empty());
-        assert_eq!(w.len(), 3);
+        assert_eq!((s.get_sources_attempts, s.section_attempts), (1, 1));
+        assert_eq!(w.len(), 4, "{w:?}");
+        let (s, w) =
+            BuildSettings::from_variables(&vars(&[("EXECUTOR_JOB_SECTION_ATTEMPTS", "3")]), false);
+        assert_eq!(s.section_attempts, 3);
+        assert!(w.is_empty());
     }
 }

@@ -311,6 +311,15 @@ impl Containers {
         Ok(created.id)
     }
 
+    /// Forgets the container of `role` without removing it (it vanished), so the next stage
+    /// of that role creates a new one. Cleanup still removes it if it is still there.
+    pub fn forget(&mut self, role: Role) {
+        match role {
+            Role::Helper => self.helper = None,
+            Role::Build => self.build = None,
+        }
+    }
+
     /// Forgets and force-removes the container of `role` (after a stopped stage).
     pub async fn discard(&mut self, docker: &Docker, role: Role) {
         let slot = match role {

@@ -124,6 +124,14 @@ pub enum SystemError {
     /// The Engine answered something drover cannot use.
     #[error("docker: {0}")]
     Engine(String),
+    /// A stage's container was removed from outside while drover used it.
+    #[error("docker: container {container} was not found or was removed while {action}")]
+    ContainerVanished {
+        /// The container ID.
+        container: String,
+        /// What drover was doing.
+        action: String,
+    },
 }
 
 impl SystemError {

@@ -379,24 +379,42 @@ impl<'r> JobRun<'r> {
             ));
         }
         trace.section_start(name, description);
-        let result = async {
-            let id = self
-                .containers
-                .get(&docker, role, &p.inputs, &self.req.runner.docker)
-                .await?;
-            let script =
-                body.finish(p.settings.debug_trace && !self.req.runner.debug_trace_disabled);
-            let stop = stop_signal(
-                self.control.clone(),
-                self.deadline,
-                stage_timeout,
-                user_script,
-                self.cancel_consumed,
-            );
-            let end = run_stage(&docker, &id, &script, role == Role::Build, trace, stop).await?;
-            Ok::<_, JobOrSystem>(end)
-        }
-        .await;
+        let script = body.finish(p.settings.debug_trace && !self.req.runner.debug_trace_disabled);
+        // A container that vanished (removed from outside) is recreated and the stage run
+        // again, up to EXECUTOR_JOB_SECTION_ATTEMPTS times in all.
+        let mut attempt = 1;
+        let result = loop {
+            let result = async {
+                let id = self
+                    .containers
+                    .get(&docker, role, &p.inputs, &self.req.runner.docker)
+                    .await?;
+                let stop = stop_signal(
+                    self.control.clone(),
+                    self.deadline,
+                    stage_timeout,
+                    user_script,
+                    self.cancel_consumed,
+                );
+                let end =
+                    run_stage(&docker, &id, &script, role == Role::Build, trace, stop).await?;
+                Ok::<_, JobOrSystem>(end)
+            }
+            .await;
+            match result {
+                Err(JobOrSystem::System(e @ SystemError::ContainerVanished { .. }))
+                    if attempt < p.settings.section_attempts =>
+                {
+                    attempt += 1;
+                    self.containers.forget(role);
+                    trace.warning(&format!(
+                        "{e}; running the {name} stage again (attempt {attempt} of {})",
+                        p.settings.section_attempts
+                    ));
+                }
+                result => break result,
+            }
+        };
         let outcome = match result {
             Ok(StageEnd::Exited(0)) => StageOutcome::Ok,
             Ok(StageEnd::Exited(code)) => {

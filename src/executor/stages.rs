@@ -88,13 +88,13 @@ pub async fn run_stage(
             }),
         )
         .await
-        .map_err(|e| SystemError::docker(format!("attach to container {id}"), e))?;
+        .map_err(|e| docker_error(id, "attaching to it", e))?;
     let mut output = attach.output;
     let mut input = attach.input;
     docker
         .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
         .await
-        .map_err(|e| SystemError::docker(format!("start container {id}"), e))?;
+        .map_err(|e| docker_error(id, "starting it", e))?;
     let script = script.as_bytes().to_vec();
     let write = async {
         input.write_all(&script).await?;
@@ -138,7 +138,56 @@ pub async fn run_stage(
     }
     let code = wait_exit(docker, id).await?;
     trace.flush();
+    // A container removed from outside (`docker rm -f`) dies with 137 and may still answer
+    // the wait; it is gone or marked for removal by now.
+    if code != 0 && removed_from_outside(docker, id).await {
+        return Err(SystemError::ContainerVanished {
+            container: id.to_string(),
+            action: "the stage ran".into(),
+        });
+    }
     Ok(StageEnd::Exited(code))
+}
+
+/// A bollard error about container `id`, as a vanished container when the Engine says 404.
+fn docker_error(id: &str, action: &str, e: bollard::errors::Error) -> SystemError {
+    if matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    ) {
+        SystemError::ContainerVanished {
+            container: id.to_string(),
+            action: action.to_string(),
+        }
+    } else {
+        SystemError::docker(format!("{action}: container {id}"), e)
+    }
+}
+
+/// Whether container `id` is gone or being removed.
+async fn removed_from_outside(docker: &Docker, id: &str) -> bool {
+    match docker
+        .inspect_container(
+            id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+    {
+        Ok(c) => c
+            .state
+            .and_then(|s| s.status)
+            .is_some_and(|s| s == bollard::models::ContainerStateStatusEnum::REMOVING),
+        Err(e) => matches!(
+            e,
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            }
+        ),
+    }
 }
 
 async fn wait_exit(docker: &Docker, id: &str) -> Result<i64, SystemError> {
@@ -156,13 +205,18 @@ async fn wait_exit(docker: &Docker, id: &str) -> Result<i64, SystemError> {
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
                 return Ok(code)
             }
+            Some(Err(
+                e @ bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                },
+            )) => return Err(docker_error(id, "waiting for it", e)),
             Some(Err(e)) => last = Some(e),
             None => {}
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     match last {
-        Some(e) => Err(SystemError::docker(format!("wait for container {id}"), e)),
+        Some(e) => Err(docker_error(id, "waiting for it", e)),
         None => Err(SystemError::Engine(format!(
             "wait for container {id}: the Engine gave no exit status"
         ))),
