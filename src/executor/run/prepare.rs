@@ -17,6 +17,7 @@ use crate::executor::script::detect_shell_command;
 use crate::executor::script::variables::{job_variables, VarInputs, VarList};
 use crate::executor::trace::Trace;
 use crate::executor::volumes;
+use crate::gitlab::job::JobPayload;
 
 fn map_image_error(e: ImageError) -> JobOrSystem {
     match e {
@@ -122,6 +123,9 @@ impl JobRun<'_> {
         trace.info(&format!(
             "Using Docker executor with image {image_name} ..."
         ));
+        for w in not_yet_supported(payload) {
+            trace.warning(&w);
+        }
 
         let engine = self.connect(trace).await?;
         self.mark("connected");
@@ -324,4 +328,90 @@ fn docker_auth_configs(vars: &VarList) -> Vec<String> {
         }
     }
     out
+}
+
+/// What the job asks for that this executor does not do yet (services, caches, artifacts),
+/// one warning each, so that a job log says why a service, cache or artifact is missing.
+fn not_yet_supported(payload: &JobPayload) -> Vec<String> {
+    let mut out = Vec::new();
+    let names = |v: Vec<&str>| v.join(", ");
+    if !payload.services.is_empty() {
+        out.push(format!(
+            "drover does not start services yet; this job runs without: {}",
+            names(payload.services.iter().map(|s| s.name.as_str()).collect())
+        ));
+    }
+    let caches: Vec<&str> = payload
+        .cache
+        .iter()
+        .filter(|c| !c.paths.is_empty() || c.untracked)
+        .map(|c| c.key.as_str())
+        .collect();
+    if !caches.is_empty() {
+        out.push(format!(
+            "drover does not restore or save caches yet; skipped cache keys: {}",
+            names(caches)
+        ));
+    }
+    let artifacts: Vec<&str> = payload
+        .artifacts
+        .iter()
+        .filter(|a| !a.paths.is_empty() || a.untracked)
+        .map(|a| match (a.name.as_str(), a.artifact_type.as_str()) {
+            ("", "") => "archive",
+            ("", t) => t,
+            (n, _) => n,
+        })
+        .collect();
+    if !artifacts.is_empty() {
+        out.push(format!(
+            "drover does not upload artifacts yet; skipped: {}",
+            names(artifacts)
+        ));
+    }
+    let dependencies: Vec<&str> = payload
+        .dependencies
+        .iter()
+        .filter(|d| d.artifacts_file.is_some())
+        .map(|d| d.name.as_str())
+        .collect();
+    if !dependencies.is_empty() {
+        out.push(format!(
+            "drover does not download artifacts yet; skipped the artifacts of: {}",
+            names(dependencies)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_yet_supported;
+    use crate::gitlab::job::JobPayload;
+
+    #[test]
+    fn warns_about_services_caches_and_artifacts() {
+        let plain =
+            JobPayload::from_json(r#"{"id": 1, "cache": [{"key": "k", "paths": []}]}"#).unwrap();
+        assert!(not_yet_supported(&plain).is_empty());
+        let p = JobPayload::from_json(
+            r#"{"id": 1,
+                "services": [{"name": "postgres:15"}, {"name": "redis"}],
+                "cache": [{"key": "deps", "paths": ["vendor/"]}],
+                "artifacts": [{"name": "", "paths": ["out/"]},
+                              {"artifact_type": "junit", "paths": ["report.xml"]}],
+                "dependencies": [{"id": 3, "name": "build", "artifacts_file": {"filename": "a.zip", "size": 10}},
+                                 {"id": 4, "name": "lint"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            not_yet_supported(&p),
+            [
+                "drover does not start services yet; this job runs without: postgres:15, redis",
+                "drover does not restore or save caches yet; skipped cache keys: deps",
+                "drover does not upload artifacts yet; skipped: archive, junit",
+                "drover does not download artifacts yet; skipped the artifacts of: build",
+            ]
+        );
+    }
 }
