@@ -12,7 +12,7 @@ use bollard::models::{
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use bollard::Docker;
 
-use crate::executor::error::{FailureReason, JobFailure, SystemError};
+use crate::executor::error::{not_found, FailureReason, JobFailure, SystemError};
 use crate::executor::image::glob_match;
 use crate::executor::settings::DockerSettings;
 
@@ -226,16 +226,6 @@ pub struct Containers {
     build: Option<String>,
     /// Every container ID created for the job, for cleanup.
     pub created: Vec<String>,
-}
-
-fn not_found(e: &bollard::errors::Error) -> bool {
-    matches!(
-        e,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    )
 }
 
 impl Containers {

@@ -134,6 +134,17 @@ pub enum SystemError {
     },
 }
 
+/// Whether the Engine answered 404 (no such container, image or volume).
+pub(crate) fn not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
 impl SystemError {
     /// Wraps a bollard error with what drover was doing.
     pub fn docker(action: impl Into<String>, source: bollard::errors::Error) -> Self {

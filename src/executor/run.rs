@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::executor::build_settings::BuildSettings;
 use crate::executor::connect::Engine;
 use crate::executor::containers::{ContainerInputs, Containers, JobOrSystem, Role};
-use crate::executor::error::{FailureReason, JobError, JobFailure, SystemError};
+use crate::executor::error::{not_found, FailureReason, JobError, JobFailure, SystemError};
 use crate::executor::paths::{self, JobPaths};
 use crate::executor::script::sources::{get_sources, SourcesInputs};
 use crate::executor::script::variables::VarList;
@@ -482,10 +482,7 @@ impl<'r> JobRun<'r> {
                 };
                 match docker.remove_container(&id, Some(options)).await {
                     Ok(()) => {}
-                    Err(bollard::errors::Error::DockerResponseServerError {
-                        status_code: 404,
-                        ..
-                    }) => {}
+                    Err(e) if not_found(&e) => {}
                     Err(e) => problems.push(format!("removing container {id}: {e}")),
                 }
             }
@@ -493,10 +490,7 @@ impl<'r> JobRun<'r> {
                 let options = bollard::query_parameters::RemoveVolumeOptions { force: true };
                 match docker.remove_volume(&v, Some(options)).await {
                     Ok(()) => {}
-                    Err(bollard::errors::Error::DockerResponseServerError {
-                        status_code: 404,
-                        ..
-                    }) => {}
+                    Err(e) if not_found(&e) => {}
                     Err(e) => problems.push(format!("removing volume {v}: {e}")),
                 }
             }

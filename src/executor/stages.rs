@@ -16,7 +16,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 
-use crate::executor::error::SystemError;
+use crate::executor::error::{not_found, SystemError};
 use crate::executor::trace::Trace;
 
 /// Why a stage was stopped from outside.
@@ -88,13 +88,13 @@ pub async fn run_stage(
             }),
         )
         .await
-        .map_err(|e| docker_error(id, "attaching to it", e))?;
+        .map_err(|e| docker_error(id, "attach to", "attaching to it", e))?;
     let mut output = attach.output;
     let mut input = attach.input;
     docker
         .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
         .await
-        .map_err(|e| docker_error(id, "starting it", e))?;
+        .map_err(|e| docker_error(id, "start", "starting it", e))?;
     let script = script.as_bytes().to_vec();
     let write = async {
         input.write_all(&script).await?;
@@ -149,21 +149,16 @@ pub async fn run_stage(
     Ok(StageEnd::Exited(code))
 }
 
-/// A bollard error about container `id`, as a vanished container when the Engine says 404.
-fn docker_error(id: &str, action: &str, e: bollard::errors::Error) -> SystemError {
-    if matches!(
-        e,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    ) {
+/// A bollard error of `<verb> container <id>`, as a vanished container (found gone while
+/// `doing`) when the Engine says 404.
+fn docker_error(id: &str, verb: &str, doing: &str, e: bollard::errors::Error) -> SystemError {
+    if not_found(&e) {
         SystemError::ContainerVanished {
             container: id.to_string(),
-            action: action.to_string(),
+            action: doing.to_string(),
         }
     } else {
-        SystemError::docker(format!("{action}: container {id}"), e)
+        SystemError::docker(format!("{verb} container {id}"), e)
     }
 }
 
@@ -180,13 +175,7 @@ async fn removed_from_outside(docker: &Docker, id: &str) -> bool {
             .state
             .and_then(|s| s.status)
             .is_some_and(|s| s == bollard::models::ContainerStateStatusEnum::REMOVING),
-        Err(e) => matches!(
-            e,
-            bollard::errors::Error::DockerResponseServerError {
-                status_code: 404,
-                ..
-            }
-        ),
+        Err(e) => not_found(&e),
     }
 }
 
@@ -205,18 +194,16 @@ async fn wait_exit(docker: &Docker, id: &str) -> Result<i64, SystemError> {
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
                 return Ok(code)
             }
-            Some(Err(
-                e @ bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                },
-            )) => return Err(docker_error(id, "waiting for it", e)),
+            Some(Err(e)) if not_found(&e) => {
+                return Err(docker_error(id, "wait for", "waiting for it", e))
+            }
             Some(Err(e)) => last = Some(e),
             None => {}
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     match last {
-        Some(e) => Err(docker_error(id, "waiting for it", e)),
+        Some(e) => Err(docker_error(id, "wait for", "waiting for it", e)),
         None => Err(SystemError::Engine(format!(
             "wait for container {id}: the Engine gave no exit status"
         ))),

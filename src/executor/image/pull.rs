@@ -10,7 +10,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 
 use super::{split_reference, PullPolicy};
-use crate::executor::error::{FailureReason, JobFailure, SystemError};
+use crate::executor::error::{not_found, FailureReason, JobFailure, SystemError};
 use crate::executor::trace::Trace;
 
 /// A resolved image.
@@ -62,9 +62,7 @@ impl<'d> Puller<'d> {
                     reference,
                 }))
             }
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => Ok(None),
+            Err(e) if not_found(&e) => Ok(None),
             Err(e) => Err(SystemError::docker(format!("inspect image {name}"), e)),
         }
     }
