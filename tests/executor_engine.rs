@@ -26,6 +26,14 @@ fn failure(r: &Result<(), JobError>) -> (FailureReason, Option<i32>) {
     }
 }
 
+/// The message of a system failure; panics with the trace on any other outcome.
+fn system_failure(ran: &Ran) -> String {
+    match &ran.result {
+        Err(JobError::System(e)) => e.to_string(),
+        other => panic!("expected a system failure, got {other:?}\n{}", ran.trace),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clone_then_fetch_at_a_sha() {
     let _guard = engine_test!();
@@ -654,14 +662,11 @@ async fn failed_permission_fix_in_prepare_script_is_a_system_failure() {
         &runner,
     )
     .await;
-    match &ran.result {
-        Err(JobError::System(e)) => assert!(
-            e.to_string()
-                .contains("setting permissions on the job's volumes"),
-            "{e}"
-        ),
-        other => panic!("expected a system failure, got {other:?}\n{}", ran.trace),
-    }
+    let e = system_failure(&ran);
+    assert!(
+        e.contains("setting permissions on the job's volumes"),
+        "{e}"
+    );
     assert!(
         ran.trace.contains("cache-init: operation not permitted"),
         "{}",
@@ -746,14 +751,7 @@ async fn vanished_build_container_is_recreated_within_section_attempts() {
 async fn vanished_build_container_is_a_system_failure_by_default() {
     let _guard = engine_test!();
     let ran = run_with_build_container_removed_once("vanish1", None).await;
-    match &ran.result {
-        Err(JobError::System(e)) => {
-            assert!(
-                e.to_string().contains("was not found or was removed"),
-                "{e}"
-            )
-        }
-        other => panic!("expected a system failure, got {other:?}\n{}", ran.trace),
-    }
+    let e = system_failure(&ran);
+    assert!(e.contains("was not found or was removed"), "{e}");
     assert!(!ran.trace.contains("\nscript-finished"), "{}", ran.trace);
 }
