@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use drover::executor::{self, DockerEndpoint, JobControl, JobRequest, RunnerSettings, TraceSink};
-use drover::gitlab::job::JobPayload;
+use drover::job::JobPayload;
 
 const MARKER: &str = "$ echo drover-bench-first-line";
 

@@ -8,7 +8,8 @@
 //! | [`provider`] | machine lifecycle: the provider plugin protocol, its client, credentials cache, conformance suite | the manager, `drover provider test` |
 //! | [`engine`] | autoscaling, sans-IO: docker+machine's decisions as a pure state machine | the manager, the simulator, `drover autoscale decide` |
 //! | [`executor`] | in-machine execution: one job on a Docker Engine, trace and result out | the manager, `drover exec-job` |
-//! | [`gitlab`] | GitLab I/O: the job payload's wire types (the API client comes with `drover run`) | the executor's callers |
+//! | [`job`] | the job model: the payload GitLab sends, shared by the GitLab client and the executor | both |
+//! | [`gitlab`] | GitLab I/O (the API client comes with `drover run`) | the manager |
 //! | [`sim`] | the discrete-event simulator that drives [`engine`] in virtual time | `drover simulate`, `drover compare` |
 //! | [`cli`] | the `drover` command line: parsing, output, exit codes | `main.rs` |
 //!
@@ -22,5 +23,6 @@ pub mod config;
 pub mod engine;
 pub mod executor;
 pub mod gitlab;
+pub mod job;
 pub mod provider;
 pub mod sim;

@@ -1,29 +1,46 @@
-//! Keeps the engine sans-IO: no runtime, processes, files or clock reads in `src/engine/`.
+//! Keeps the boundaries visible: no runtime, processes, files or clock reads in `src/engine/`,
+//! and no GitLab client or manager in `src/executor/`.
 
 use std::path::Path;
 
-fn scan(dir: &Path, hits: &mut Vec<String>) {
-    let entries = std::fs::read_dir(dir).expect("src/engine exists");
+#[test]
+fn engine_has_no_io_and_no_clock() {
+    let mut hits = Vec::new();
+    // Docs may mention the drivers; code may not use them.
+    mentions(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine"),
+        &[
+            "tokio",
+            "std::process",
+            "std::fs",
+            "::now(",
+            "SystemTime",
+            "Instant",
+        ],
+        &mut hits,
+    );
+    assert!(
+        hits.is_empty(),
+        "the engine must stay sans-IO:\n{}",
+        hits.join("\n")
+    );
+}
+
+/// Lines of `dir`'s Rust files whose code (not comments) mentions any of `banned`.
+fn mentions(dir: &Path, banned: &[&str], hits: &mut Vec<String>) {
+    let entries = std::fs::read_dir(dir).expect("source dir exists");
     for entry in entries {
         let path = entry.expect("readable dir entry").path();
         if path.is_dir() {
-            scan(&path, hits);
+            mentions(&path, banned, hits);
             continue;
         }
         let text = std::fs::read_to_string(&path).expect("readable source file");
         for (n, line) in text.lines().enumerate() {
-            // Docs may mention the drivers; code may not use them.
             let code = line.split("//").next().unwrap_or("");
-            for banned in [
-                "tokio",
-                "std::process",
-                "std::fs",
-                "::now(",
-                "SystemTime",
-                "Instant",
-            ] {
-                if code.contains(banned) {
-                    hits.push(format!("{}:{}: {banned}: {line}", path.display(), n + 1));
+            for b in banned {
+                if code.contains(b) {
+                    hits.push(format!("{}:{}: {b}: {line}", path.display(), n + 1));
                 }
             }
         }
@@ -31,15 +48,16 @@ fn scan(dir: &Path, hits: &mut Vec<String>) {
 }
 
 #[test]
-fn engine_has_no_io_and_no_clock() {
+fn executor_never_speaks_gitlab() {
     let mut hits = Vec::new();
-    scan(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine"),
+    mentions(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/executor"),
+        &["crate::gitlab", "gitlab::", "crate::manager"],
         &mut hits,
     );
     assert!(
         hits.is_empty(),
-        "the engine must stay sans-IO:\n{}",
+        "the executor must not import the GitLab client or the manager:\n{}",
         hits.join("\n")
     );
 }

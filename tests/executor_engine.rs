@@ -285,7 +285,7 @@ async fn script_timeout_still_runs_after_script() {
     assert_clean_and_remove_reusable(&short_token(&runner));
 }
 
-fn cancel_job() -> drover::gitlab::job::JobPayload {
+fn cancel_job() -> drover::job::JobPayload {
     payload(json!({
         "id": 16, "job_info": {"project_id": 506},
         "runner_info": {"timeout": 300},

@@ -16,7 +16,7 @@ use crate::config;
 use crate::executor::{
     self, DockerEndpoint, JobControl, JobError, JobRequest, RunnerSettings, WriterSink,
 };
-use crate::gitlab::job::JobPayload;
+use crate::job::JobPayload;
 
 /// Arguments of `drover exec-job`.
 #[derive(Debug, Args)]

@@ -10,7 +10,7 @@ use base64::Engine as _;
 use bollard::auth::DockerCredentials;
 
 use crate::executor::error::{FailureReason, JobFailure};
-use crate::gitlab::job::Credentials;
+use crate::job::Credentials;
 
 mod pull;
 

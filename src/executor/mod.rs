@@ -33,7 +33,7 @@ pub use error::{FailureReason, JobError, JobFailure, SystemError};
 pub use settings::{DockerSettings, RunnerSettings};
 pub use trace::{MemorySink, TraceSink, WriterSink};
 
-use crate::gitlab::job::JobPayload;
+use crate::job::JobPayload;
 
 /// One job to run.
 #[derive(Debug, Clone, Copy)]

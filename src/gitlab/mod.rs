@@ -1,7 +1,8 @@
-//! GitLab I/O: the wire types of the runner ⇄ GitLab job API.
+//! GitLab I/O: the runner ⇄ GitLab job API.
 //!
-//! This module only models what GitLab sends and expects; it does not run jobs (that is
-//! [`crate::executor`]) and, for now, does no HTTP (the API client lands in its own issue).
-//! The executor and `drover exec-job` read [`job::JobPayload`] from here.
+//! The job payload's wire types live in [`crate::job`], the one job model that both this
+//! module (which receives it) and the executor (which runs it) use; it is re-exported here as
+//! `gitlab::job` for callers that think of it as GitLab's wire format. This module knows
+//! nothing about machines, and the executor never imports it.
 
-pub mod job;
+pub use crate::job;

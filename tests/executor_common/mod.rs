@@ -15,7 +15,7 @@ use base64::Engine as _;
 use drover::executor::{
     self, DockerEndpoint, JobControl, JobError, JobRequest, MemorySink, RunnerSettings,
 };
-use drover::gitlab::job::JobPayload;
+use drover::job::JobPayload;
 
 /// Serialises the Engine tests (the machine's CPUs are shared).
 pub static ENGINE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

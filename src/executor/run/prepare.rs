@@ -17,7 +17,7 @@ use crate::executor::script::detect_shell_command;
 use crate::executor::script::variables::{job_variables, VarInputs, VarList};
 use crate::executor::trace::Trace;
 use crate::executor::volumes;
-use crate::gitlab::job::JobPayload;
+use crate::job::JobPayload;
 
 fn map_image_error(e: ImageError) -> JobOrSystem {
     match e {
@@ -387,7 +387,7 @@ fn not_yet_supported(payload: &JobPayload) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::not_yet_supported;
-    use crate::gitlab::job::JobPayload;
+    use crate::job::JobPayload;
 
     #[test]
     fn warns_about_services_caches_and_artifacts() {

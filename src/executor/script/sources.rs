@@ -7,7 +7,7 @@ use super::variables::VarList;
 use super::{quote, ScriptBody};
 use crate::executor::build_settings::{BuildSettings, GitStrategy, SubmoduleStrategy};
 use crate::executor::paths::{url_base, url_without_credentials, JobPaths};
-use crate::gitlab::job::JobPayload;
+use crate::job::JobPayload;
 
 /// What `get_sources` needs besides the payload.
 #[derive(Debug, Clone, Copy)]

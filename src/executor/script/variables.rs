@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::executor::paths::JobPaths;
 use crate::executor::settings::RunnerSettings;
-use crate::gitlab::job::JobPayload;
+use crate::job::JobPayload;
 
 /// drover's version, reported as `CI_RUNNER_VERSION`.
 pub const RUNNER_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,4 +1,7 @@
-//! The job payload: the JSON body GitLab returns from `POST /api/v4/jobs/request` (201).
+//! The job model: the JSON body GitLab returns from `POST /api/v4/jobs/request` (201).
+//!
+//! It has a module of its own because two sides use it: the GitLab client receives it and the
+//! executor runs it, and neither imports the other.
 //!
 //! Modelled leniently, as GitLab evolves it constantly: every field may be missing or `null`
 //! (both read as the field's default), and unknown fields are ignored. Nothing here interprets
@@ -426,7 +429,7 @@ mod tests {
 
     #[test]
     fn realistic_example_parses() {
-        let text = include_str!("../../fixtures/jobs/realistic.json");
+        let text = include_str!("../fixtures/jobs/realistic.json");
         let p = JobPayload::from_json(text).unwrap();
         assert_eq!(p.id, 4711);
         assert_eq!(p.timeout_secs(), 3600);
