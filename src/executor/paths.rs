@@ -96,6 +96,14 @@ pub fn repo_slug(repo_url: &str) -> Option<String> {
     Some(path.to_string())
 }
 
+/// `<dir>/<name>` when `name` (a payload value: a file variable's key, …) names one entry
+/// directly inside `dir`: not empty, not `.` or `..`, no `/` and no NUL. `None` otherwise, so
+/// that no stage (write, export, clean-up) can build a path that leaves `dir`.
+pub fn child_path(dir: &str, name: &str) -> Option<String> {
+    let single = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0']);
+    single.then(|| format!("{}/{name}", dir.trim_end_matches('/')))
+}
+
 /// Where a job's files live inside the containers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobPaths {
@@ -192,6 +200,14 @@ fn normalize(p: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn child_paths_stay_in_their_folder() {
+        assert_eq!(child_path("/b/p.tmp/", "K").as_deref(), Some("/b/p.tmp/K"));
+        for bad in ["", ".", "..", "../x", "a/b", "/abs", "nul\0"] {
+            assert_eq!(child_path("/b/p.tmp", bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn short_tokens() {

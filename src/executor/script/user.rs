@@ -1,15 +1,9 @@
 //! Stage bodies other than `get_sources`: the variable exports shared by most stages,
 //! `prepare_script`, `step_script`, `after_script` and `cleanup_file_variables`. Pure.
 
-use super::variables::VarList;
+use super::variables::{valid_name, VarList};
 use super::{quote, ScriptBody};
 use crate::executor::paths::JobPaths;
-
-fn valid_name(key: &str) -> bool {
-    let mut chars = key.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
 
 /// Writes the exports at the top of a stage: every variable (file variables written under the
 /// temporary dir and exported as their path), then `GITLAB_ENV` and the dotenv lines it holds.
@@ -22,7 +16,10 @@ pub fn write_exports(b: &mut ScriptBody, vars: &VarList, write_files: bool) {
             continue;
         }
         if v.file {
-            let path = quote(&vars.file_path(&v.key));
+            let Some(path) = vars.file_path(&v.key) else {
+                continue;
+            };
+            let path = quote(&path);
             if write_files {
                 b.line(format!("printf '%s' {} > {path}", quote(&v.value)));
             }
@@ -143,11 +140,12 @@ pub fn cleanup_file_variables(
         format!("{tmp}/masking.db"),
         format!("{tmp}/.gitlab-runner.ext.conf"),
     ];
-    for v in vars.unique() {
-        if v.file {
-            files.push(vars.file_path(&v.key));
-        }
-    }
+    files.extend(
+        vars.unique()
+            .into_iter()
+            .filter(|v| v.file)
+            .filter_map(|v| vars.file_path(&v.key)),
+    );
     let quoted: Vec<String> = files.iter().map(|f| quote(f)).collect();
     b.line(format!("rm -f {} || true", quoted.join(" ")));
     b.line(format!(
@@ -304,5 +302,90 @@ mod tests {
         );
         assert!(t.contains("cd /builds/g/p\n"));
         assert!(pre < main && main < post);
+    }
+}
+
+#[cfg(test)]
+mod containment_tests {
+    use super::*;
+    use crate::executor::script::variables::Var;
+
+    /// Every stage that touches file variables (write, export, clean-up) runs in bash with a
+    /// hostile key pointing at a file outside the temporary dir; that file must survive and
+    /// nothing may be written next to it.
+    #[test]
+    fn a_file_variable_key_never_reaches_outside_the_temporary_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("builds");
+        let tmp = root.join("g/p.tmp");
+        let victim_dir = dir.path().join("cache");
+        std::fs::create_dir_all(&victim_dir).unwrap();
+        let victim = victim_dir.join("x");
+        std::fs::write(&victim, "keep me").unwrap();
+        let hostile = [
+            "../../../cache/x",
+            "../../../cache/y",
+            "/etc/../../cache/x",
+            "..",
+            ".",
+            "a/../../../../cache/x",
+        ];
+        let mut vars: Vec<Var> = hostile
+            .iter()
+            .map(|k| Var {
+                key: k.to_string(),
+                value: "overwritten".into(),
+                file: true,
+                ..Default::default()
+            })
+            .collect();
+        vars.push(Var {
+            key: "GOOD".into(),
+            value: "fine".into(),
+            file: true,
+            ..Default::default()
+        });
+        let vars = VarList {
+            vars,
+            tmp_dir: tmp.display().to_string(),
+        };
+        for k in hostile {
+            assert_eq!(vars.file_path(k), None, "{k}");
+            assert_eq!(vars.value(k), None, "{k}");
+        }
+        let paths = JobPaths {
+            root_dir: root.display().to_string(),
+            build_dir: root.join("g/p").display().to_string(),
+            tmp_dir: tmp.display().to_string(),
+            cache_dir: victim_dir.display().to_string(),
+        };
+        let run = |script: String| {
+            let out = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(script)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        };
+        let step = step_script(&vars, &paths, None, &["cat \"$GOOD\"".into()], None);
+        std::fs::create_dir_all(&paths.build_dir).unwrap();
+        let err = run(step.finish(false));
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "keep me",
+            "{err}"
+        );
+        assert!(!victim_dir.join("y").exists());
+        assert!(tmp.join("GOOD").exists());
+        let cleanup = cleanup_file_variables(&vars, &paths, None);
+        let err = run(cleanup.finish(false));
+        assert!(
+            victim.exists(),
+            "clean-up deleted a file outside the tmp dir: {err}"
+        );
+        assert!(!tmp.join("GOOD").exists(), "{err}");
+        for env in vars.env() {
+            assert!(!env.contains("cache/"), "{env}");
+        }
     }
 }

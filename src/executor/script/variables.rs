@@ -26,6 +26,14 @@ pub const FEATURE_FLAG_DEFAULTS: &[(&str, bool)] = &[
     ("FF_USE_GIT_BUNDLE_URIS", true),
 ];
 
+/// Whether `key` is a shell variable name (`[A-Za-z_][A-Za-z0-9_]*`): only those are exported,
+/// and only those name a file variable's file.
+pub fn valid_name(key: &str) -> bool {
+    let mut chars = key.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// One variable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Var {
@@ -68,18 +76,21 @@ impl VarList {
 
     /// The value of `key` as seen by other variables (file variables: their path).
     pub fn value(&self, key: &str) -> Option<String> {
-        self.get(key).map(|v| {
-            if v.file {
-                self.file_path(&v.key)
-            } else {
-                v.value.clone()
-            }
-        })
+        let v = self.get(key)?;
+        if v.file {
+            self.file_path(&v.key)
+        } else {
+            Some(v.value.clone())
+        }
     }
 
-    /// The path a file variable is written to.
-    pub fn file_path(&self, key: &str) -> String {
-        format!("{}/{key}", self.tmp_dir)
+    /// The path a file variable is written to; `None` for a key that is not a variable name
+    /// (`../../cache/x`): such a file is never written, exported or deleted.
+    pub fn file_path(&self, key: &str) -> Option<String> {
+        if !valid_name(key) {
+            return None;
+        }
+        crate::executor::paths::child_path(&self.tmp_dir, key)
     }
 
     /// The variables with duplicates removed (last wins, at its first position's order kept
@@ -130,13 +141,13 @@ impl VarList {
     pub fn env(&self) -> Vec<String> {
         self.unique()
             .into_iter()
-            .map(|v| {
+            .filter_map(|v| {
                 let value = if v.file {
-                    self.file_path(&v.key)
+                    self.file_path(&v.key)?
                 } else {
                     v.value.clone()
                 };
-                format!("{}={value}", v.key)
+                Some(format!("{}={value}", v.key))
             })
             .collect()
     }
