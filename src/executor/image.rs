@@ -13,8 +13,10 @@ use crate::executor::error::{FailureReason, JobFailure};
 use crate::job::Credentials;
 
 mod pull;
+pub mod reference;
 
 pub use pull::{ImageError, Puller, ResolvedImage};
+pub use reference::{ImageRef, ReferenceError};
 
 /// The upstream helper version drover's emitted helper commands are written for. The default
 /// helper image is `registry.gitlab.com/gitlab-org/gitlab-runner/gitlab-runner-helper` at
@@ -153,30 +155,81 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
     go(pattern.as_bytes(), name.as_bytes())
 }
 
+/// Which list a reference is checked against (named in the error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllowList {
+    /// `allowed_images`.
+    Images,
+    /// `allowed_services`.
+    Services,
+}
+
+/// Checks a job-chosen image reference against an allow list, the way the Engine will see
+/// it: `reference` is parsed and normalised ([`ImageRef::parse`]; a reference a registry would
+/// refuse fails here), and a rule (upstream's doublestar glob) allows it when it matches any
+/// spelling of the normalised reference ([`ImageRef::spellings`]). `always_allowed` (the
+/// config's own image) is compared after normalisation too. An empty list allows every valid
+/// reference. Returns the normalised reference: run exactly that.
+pub fn check_allowed(
+    reference: &str,
+    rules: &[String],
+    always_allowed: Option<&str>,
+    list: AllowList,
+) -> Result<ImageRef, JobFailure> {
+    let parsed = ImageRef::parse(reference)
+        .map_err(|e| JobFailure::new(FailureReason::ImagePullFailure, e.to_string()))?;
+    let rules: Vec<&str> = rules
+        .iter()
+        .map(|r| r.trim())
+        .filter(|r| !r.is_empty())
+        .collect();
+    if rules.is_empty() {
+        return Ok(parsed);
+    }
+    let spellings = parsed.spellings();
+    let same_as_config = always_allowed
+        .and_then(|c| ImageRef::parse(c.trim()).ok())
+        .is_some_and(|c| c == parsed);
+    if same_as_config
+        || rules
+            .iter()
+            .any(|rule| spellings.iter().any(|s| glob_match(rule, s)))
+    {
+        return Ok(parsed);
+    }
+    let (what, key) = match list {
+        AllowList::Images => ("image", "allowed images"),
+        AllowList::Services => ("service", "allowed services"),
+    };
+    Err(JobFailure::new(
+        FailureReason::RunnerConfigurationError,
+        format!(
+            "the {reference:?} {what} (normalised: {}) is not present on list of {key}: {}",
+            parsed.canonical(),
+            rules.join(", ")
+        ),
+    ))
+}
+
 /// The job's image: its `image:` (already expanded) if allowed, else the config image.
+/// Either way the result is the normalised reference ([`ImageRef::familiar`]), the name
+/// that is then inspected, pulled and run.
 pub fn resolve_job_image(
     job_image: Option<&str>,
     config_image: &str,
     allowed_images: &[String],
 ) -> Result<String, JobFailure> {
     match job_image.map(str::trim).filter(|i| !i.is_empty()) {
-        Some(image) => {
-            let allowed = allowed_images.is_empty()
-                || image == config_image
-                || allowed_images.iter().any(|p| glob_match(p, image));
-            if allowed {
-                Ok(image.to_string())
-            } else {
-                Err(JobFailure::new(
+        Some(image) => check_allowed(image, allowed_images, Some(config_image), AllowList::Images)
+            .map(|r| r.familiar()),
+        None if !config_image.trim().is_empty() => ImageRef::parse(config_image.trim())
+            .map(|r| r.familiar())
+            .map_err(|e| {
+                JobFailure::new(
                     FailureReason::RunnerConfigurationError,
-                    format!(
-                        "the {image:?} image is not present on list of allowed images: {}",
-                        allowed_images.join(", ")
-                    ),
-                ))
-            }
-        }
-        None if !config_image.trim().is_empty() => Ok(config_image.trim().to_string()),
+                    format!("[runners.docker] image: {e}"),
+                )
+            }),
         None => Err(JobFailure::new(
             FailureReason::RunnerConfigurationError,
             "no Docker image specified to run the build in",
@@ -435,5 +488,80 @@ mod tests {
             ..payload[0].clone()
         }];
         assert!(credentials_for("registry.gitlab.example.com/g/p", &[], &wrong_type).is_none());
+    }
+}
+
+#[cfg(test)]
+mod allow_list_tests {
+    use super::*;
+
+    fn rules(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    /// The class: a reference that names (after Docker's normalisation) another image than the
+    /// one a rule was written for, or that a registry would refuse, never passes; the image
+    /// handed on is the normalised one.
+    #[test]
+    fn allowed_images_judge_the_normalised_reference() {
+        let reg = rules(&["registry.example.com/**"]);
+        for evil in [
+            "registry.example.com/../busybox:test",
+            "registry.example.com/./busybox",
+            "registry.example.com//busybox",
+            "registry.example.com/a/../../busybox",
+            "registry.example.com/A",
+            "registry.example.com/a b",
+            "registry.example.com/a\nb",
+        ] {
+            assert!(
+                resolve_job_image(Some(evil), "alpine:3", &reg).is_err(),
+                "{evil:?} passed {reg:?}"
+            );
+        }
+        assert_eq!(
+            resolve_job_image(Some("registry.example.com/g/p:1"), "alpine", &reg).unwrap(),
+            "registry.example.com/g/p:1"
+        );
+        let ruby = rules(&["ruby:*", "docker.io/acme/*"]);
+        // Every spelling of ruby:3 is ruby:3 and passes; none of another image does.
+        for ok in [
+            "ruby:3",
+            "docker.io/library/ruby:3",
+            "index.docker.io/library/ruby:3",
+        ] {
+            assert_eq!(
+                resolve_job_image(Some(ok), "alpine", &ruby).unwrap(),
+                "ruby:3"
+            );
+        }
+        assert_eq!(
+            resolve_job_image(Some("acme/app"), "alpine", &ruby).unwrap(),
+            "acme/app"
+        );
+        for bad in [
+            "docker.io/library/evil:1",
+            "ruby/x:3",
+            "evil.io/ruby:3",
+            "RUBY:3",
+        ] {
+            assert!(
+                resolve_job_image(Some(bad), "alpine", &ruby).is_err(),
+                "{bad}"
+            );
+        }
+        // The config image is always allowed, in any spelling, and nothing else rides on it.
+        let none = rules(&["nothing"]);
+        assert_eq!(
+            resolve_job_image(Some("docker.io/library/alpine:3"), "alpine:3", &none).unwrap(),
+            "alpine:3"
+        );
+        assert!(resolve_job_image(Some("alpine:4"), "alpine:3", &none).is_err());
+        // With no rules any valid reference runs, but an invalid one never reaches the Engine.
+        assert!(resolve_job_image(Some("registry.example.com/../busybox"), "a", &[]).is_err());
+        assert_eq!(
+            resolve_job_image(Some("docker.io/library/busybox:test"), "a", &[]).unwrap(),
+            "busybox:test"
+        );
     }
 }
