@@ -7,6 +7,7 @@
 //! and the counts the next pass would see. The decisions come from `crate::engine`; this file
 //! only reads inputs and formats outputs.
 
+use crate::cli::output::{errln, out};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -121,11 +122,11 @@ pub fn run(cmd: &AutoscaleCommand) -> ExitCode {
     match cmd {
         AutoscaleCommand::Decide(args) => match run_decide(args) {
             Ok(out) => {
-                print!("{out}");
+                out!("{out}");
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("drover: {e:#}");
+                errln!("drover: {e:#}");
                 ExitCode::from(1)
             }
         },
@@ -142,7 +143,7 @@ fn run_decide(args: &DecideArgs) -> anyhow::Result<String> {
     let now = args.now.unwrap_or_else(Utc::now);
     let d = decide(&loaded.config, args.runner.as_deref(), &state, now)?;
     for w in &d.warnings {
-        eprintln!("drover: warning: {w}");
+        errln!("drover: warning: {w}");
     }
     Ok(match args.format {
         Format::Json => {

@@ -8,6 +8,7 @@
 //! stderr as `drover: …`. Nothing here decides anything: it formats what the config module
 //! computes.
 
+use crate::cli::output::{errln, out, outln};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -70,18 +71,18 @@ pub fn run(args: &CheckConfigArgs) -> ExitCode {
     match args.format {
         Format::Json => {
             let report = json_report(&result, now);
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(&report).unwrap_or_else(|_| "{}".to_string())
             );
         }
         Format::Text => match &result {
-            Ok(loaded) => print!("{}", text_report(&origin, loaded, now)),
+            Ok(loaded) => out!("{}", text_report(&origin, loaded, now)),
             Err(e) => {
                 for w in e.warnings() {
-                    println!("{}", w.render(&origin, "warning"));
+                    outln!("{}", w.render(&origin, "warning"));
                 }
-                eprintln!("drover: {e}");
+                errln!("drover: {e}");
             }
         },
     }

@@ -5,6 +5,7 @@
 //! Both runs drive the same engine (upstream's docker+machine policy); what differs is the
 //! config. This file only wires options to [`crate::sim::compare`].
 
+use crate::cli::output::{errln, out, outln};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -58,8 +59,8 @@ fn run_inner(args: &CompareArgs) -> anyhow::Result<bool> {
         write_file(path, &plot::plot_overlay(&a, &a_label, &b, &b_label))?;
     }
     match args.format {
-        Format::Text => print!("{}", cmp.to_text()),
-        Format::Json => println!("{}", cmp.to_json()),
+        Format::Text => out!("{}", cmp.to_text()),
+        Format::Json => outln!("{}", cmp.to_json()),
     }
     Ok(cmp.identical)
 }
@@ -68,7 +69,7 @@ fn run_inner(args: &CompareArgs) -> anyhow::Result<bool> {
 pub fn run(args: &CompareArgs) -> ExitCode {
     match run_inner(args) {
         Ok(identical) if args.expect_identical && !identical => {
-            eprintln!("drover: the runs differ (--expect-identical)");
+            errln!("drover: the runs differ (--expect-identical)");
             ExitCode::FAILURE
         }
         Ok(_) => ExitCode::SUCCESS,

@@ -6,6 +6,7 @@
 //! failure or bad input. Ctrl-C cancels gracefully (after_script still runs); a second Ctrl-C
 //! aborts. Only the executor runs the job; this file parses, wires and reports.
 
+use crate::cli::output::errln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -68,7 +69,7 @@ fn prepare(args: &ExecJobArgs) -> anyhow::Result<Prepared> {
         Some(path) => {
             let loaded = config::load_file(path)?;
             for w in &loaded.warnings {
-                eprintln!("drover: warning: {w}");
+                errln!("drover: warning: {w}");
             }
             let runners = &loaded.config.runners;
             let entry = match &args.runner {
@@ -119,7 +120,7 @@ pub fn run(args: ExecJobArgs) -> ExitCode {
     let prepared = match prepare(&args) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("drover: {e:#}");
+            errln!("drover: {e:#}");
             return ExitCode::from(2);
         }
     };
@@ -129,7 +130,7 @@ pub fn run(args: ExecJobArgs) -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("drover: cannot start the async runtime: {e}");
+            errln!("drover: cannot start the async runtime: {e}");
             return ExitCode::from(2);
         }
     };
@@ -138,15 +139,15 @@ pub fn run(args: ExecJobArgs) -> ExitCode {
         let signals = control.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("drover: cancelling the job gracefully (after_script still runs); press Ctrl-C again to abort");
+                errln!("drover: cancelling the job gracefully (after_script still runs); press Ctrl-C again to abort");
                 signals.cancel.cancel();
             }
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("drover: aborting the job");
+                errln!("drover: aborting the job");
                 signals.abort.cancel();
             }
         });
-        let mut sink = WriterSink(std::io::stdout());
+        let mut sink = WriterSink(crate::cli::output::Stdout);
         let req = JobRequest {
             payload: &prepared.payload,
             runner: &prepared.runner,
@@ -163,11 +164,11 @@ pub fn run(args: ExecJobArgs) -> ExitCode {
                 } else {
                     format!(", sent to GitLab as {mapped}")
                 };
-                eprintln!("drover: job failed: {} (failure reason {}{sent})", f.message, f.reason);
+                errln!("drover: job failed: {} (failure reason {}{sent})", f.message, f.reason);
                 ExitCode::from(1)
             }
             Err(e) => {
-                eprintln!("drover: {e}");
+                errln!("drover: {e}");
                 ExitCode::from(2)
             }
         }

@@ -4,6 +4,7 @@
 //! `drover helper "$@"`. Only the commands drover emits are implemented, with upstream's
 //! names and flags.
 
+use crate::cli::output::errln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -34,7 +35,7 @@ pub fn run(args: HelperArgs) -> ExitCode {
         HelperCommand::CacheInit { dir } => match cache_init(&dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("drover: cache-init {}: {e}", dir.display());
+                errln!("drover: cache-init {}: {e}", dir.display());
                 ExitCode::from(1)
             }
         },

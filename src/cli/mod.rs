@@ -7,8 +7,10 @@
 pub mod exec_job;
 pub mod helper;
 pub mod logging;
+pub mod output;
 pub mod provider;
 
+use output::{errln, out};
 use std::process::ExitCode;
 
 pub mod autoscale;
@@ -72,13 +74,22 @@ pub enum Command {
     Helper(helper::HelperArgs),
 }
 
-/// Parses the process arguments, runs the command and returns its exit code.
+/// Parses the process arguments, runs the command and returns its exit code (after
+/// [`output::exit_code`] has had its say about a failed stdout).
 pub fn main() -> ExitCode {
+    output::exit_code(run())
+}
+
+fn run() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
+            if e.use_stderr() {
+                errln!("{}", e.render());
+            } else {
+                out!("{}", e.render());
+            }
             return ExitCode::from(code);
         }
     };
@@ -96,7 +107,7 @@ pub fn main() -> ExitCode {
     ) {
         Ok(s) => logging::install(s),
         Err(e) => {
-            eprintln!("drover: {e}");
+            errln!("drover: {e}");
             return ExitCode::from(2);
         }
     }

@@ -5,6 +5,7 @@
 //! reports; it never touches drover's own machines (the suite creates and removes one machine
 //! named with `--name-prefix`).
 
+use crate::cli::output::{errln, outln};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -49,8 +50,8 @@ pub struct TestArgs {
     /// Name prefix sent at the handshake and used for the test machine
     #[arg(long, default_value = "drover-conformance-", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub name_prefix: String,
-    /// Deadline for each call, in seconds
-    #[arg(long, default_value_t = 120)]
+    /// Deadline for each call, in seconds (1 to 86400)
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout: u64,
     /// Show the plugin's stderr (its log lines) and drover's protocol warnings on stderr
     #[arg(short, long)]
@@ -81,7 +82,7 @@ fn test(t: TestArgs) -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("drover: cannot start the async runtime: {e}");
+            errln!("drover: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -93,9 +94,9 @@ fn test(t: TestArgs) -> ExitCode {
         timeout: Duration::from_secs(t.timeout),
     };
     let cmd = PluginCommand::new(t.path.clone(), t.args);
-    let results = rt.block_on(conformance::run(cmd, &cfg, |r| println!("{}", r.line())));
+    let results = rt.block_on(conformance::run(cmd, &cfg, |r| outln!("{}", r.line())));
     let failed = results.iter().filter(|r| !r.passed()).count();
-    println!(
+    outln!(
         "{} checks, {} passed, {failed} failed",
         results.len(),
         results.len() - failed
@@ -103,7 +104,7 @@ fn test(t: TestArgs) -> ExitCode {
     if failed == 0 {
         ExitCode::SUCCESS
     } else {
-        eprintln!(
+        errln!(
             "drover: provider plugin {} failed {failed} conformance check(s); see the FAIL lines above and docs/provider-plugins.md",
             t.path.display()
         );

@@ -5,6 +5,7 @@
 //! This file parses and validates options, loads inputs and writes outputs; the simulation
 //! itself is [`crate::sim`]. The run options are shared with `drover compare`.
 
+use crate::cli::output::{errln, out, outln};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -118,7 +119,7 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<(Config, String)> {
         ),
     };
     for w in &loaded.warnings {
-        eprintln!("drover: warning: {w}");
+        errln!("drover: warning: {w}");
     }
     Ok((loaded.config, label))
 }
@@ -137,9 +138,10 @@ pub fn load_workload(path: Option<&Path>) -> anyhow::Result<Workload> {
     if looks_like_export(&text) {
         let imported = import_jobs_export(&text, &name)?;
         if imported.not_started + imported.not_finished > 0 {
-            eprintln!(
+            errln!(
                 "drover: {name}: left out {} job(s) that never started and {} that never finished",
-                imported.not_started, imported.not_finished
+                imported.not_started,
+                imported.not_finished
             );
         }
         return Ok(imported.workload);
@@ -180,7 +182,7 @@ pub fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
 
 /// Prints an error the drover way and returns the failure exit code.
 pub fn fail(e: &anyhow::Error) -> ExitCode {
-    eprintln!("drover: {e:#}");
+    errln!("drover: {e:#}");
     ExitCode::FAILURE
 }
 
@@ -207,13 +209,13 @@ fn run_inner(args: &SimulateArgs) -> anyhow::Result<()> {
                 Some(p) => p.display().to_string(),
                 None => "bursty-weekday.csv (bundled)".to_string(),
             };
-            println!("{label} on {workload_label}");
-            print!("{}", summary.to_text());
+            outln!("{label} on {workload_label}");
+            out!("{}", summary.to_text());
             for w in &trace.warnings {
-                eprintln!("drover: engine warning: {w}");
+                errln!("drover: engine warning: {w}");
             }
         }
-        Format::Json => println!("{}", summary.to_json()),
+        Format::Json => outln!("{}", summary.to_json()),
     }
     Ok(())
 }

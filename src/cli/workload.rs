@@ -3,6 +3,7 @@
 //!
 //! This file wires options to [`crate::sim::import`]; it converts and writes, nothing else.
 
+use crate::cli::output::{errln, out};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -44,9 +45,9 @@ fn run_inner(args: &WorkloadArgs) -> anyhow::Result<()> {
             let csv = imported.workload.to_csv();
             match output {
                 Some(path) => write_file(path, &csv)?,
-                None => print!("{csv}"),
+                None => out!("{csv}"),
             }
-            eprintln!(
+            errln!(
                 "drover: imported {} job(s); left out {} that never started and {} that never \
                  finished",
                 imported.workload.jobs.len(),

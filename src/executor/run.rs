@@ -27,6 +27,15 @@ mod prepare;
 /// Cleanup gets its own budget, detached from the job's cancellation.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// `now + d`, or a deadline 30 years away when that overflows: a payload or variable may ask
+/// for any duration (`runner_info.timeout` near `i64::MAX`, `RUNNER_SCRIPT_TIMEOUT=9999999h`),
+/// and no deadline may panic. Every deadline of a job is made here.
+pub(crate) fn deadline_in(d: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
+    let now = Instant::now();
+    now.checked_add(d.min(FAR)).unwrap_or(now)
+}
+
 /// Everything prepared for the stages.
 struct Prepared {
     engine: Engine,
@@ -57,7 +66,7 @@ impl<'r> JobRun<'r> {
         JobRun {
             req,
             control,
-            deadline: Instant::now() + Duration::from_secs(timeout_secs),
+            deadline: deadline_in(Duration::from_secs(timeout_secs)),
             timeout_secs,
             engine: None,
             containers: Containers::default(),
@@ -200,7 +209,7 @@ impl<'r> JobRun<'r> {
         if sources_ok {
             // One `step_<name>` stage per step except after_script (normally just `script`),
             // all bounded together by RUNNER_SCRIPT_TIMEOUT.
-            let script_deadline = p.settings.script_timeout.map(|t| Instant::now() + t);
+            let script_deadline = p.settings.script_timeout.map(deadline_in);
             let steps: Vec<_> = self
                 .req
                 .payload
@@ -540,7 +549,7 @@ async fn stop_signal(
     user_script: bool,
     cancel_consumed: bool,
 ) -> StopReason {
-    let stage_deadline = stage_timeout.map(|t| Instant::now() + t);
+    let stage_deadline = stage_timeout.map(deadline_in);
     let graceful = async {
         if cancel_consumed {
             std::future::pending::<()>().await;
@@ -558,5 +567,42 @@ async fn stop_signal(
         _ = tokio::time::sleep_until(deadline) => StopReason::JobTimeout,
         _ = stage => StopReason::StageTimeout,
         _ = graceful => if user_script { StopReason::Canceled } else { StopReason::Aborted },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::{DockerEndpoint, RunnerSettings};
+    use crate::job::JobPayload;
+
+    /// Payload durations near the integer limits (the job timeout, and through variables the
+    /// script and stage timeouts) make deadlines far in the future, never an overflow panic.
+    #[tokio::test]
+    async fn huge_payload_durations_make_far_deadlines() {
+        for timeout in [i64::MAX, i64::MAX - 1, u64::MAX as i64 / 2, i64::MIN, 0] {
+            let payload = JobPayload::from_json(&format!(
+                r#"{{"id": 1, "token": "t", "runner_info": {{"timeout": {timeout}}}}}"#
+            ))
+            .unwrap();
+            let runner = RunnerSettings::default();
+            let endpoint = DockerEndpoint::default();
+            let req = JobRequest {
+                payload: &payload,
+                runner: &runner,
+                endpoint: &endpoint,
+                machine_name: None,
+            };
+            let control = JobControl::default();
+            let run = JobRun::new(&req, &control);
+            assert!(run.deadline > Instant::now(), "{timeout}");
+        }
+        let far = deadline_in(Duration::MAX);
+        assert!(far > Instant::now() + Duration::from_secs(86_400 * 365));
+        // A select on such deadlines still answers the other branches at once.
+        let control = JobControl::default();
+        control.abort.cancel();
+        let reason = stop_signal(control, far, Some(Duration::MAX), true, false).await;
+        assert!(matches!(reason, StopReason::Aborted));
     }
 }
