@@ -151,17 +151,7 @@ async fn ctrl_c_cancels_gracefully() {
         .spawn()
         .unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut trace = String::new();
-    loop {
-        let mut line = String::new();
-        if stdout.read_line(&mut line).unwrap() == 0 {
-            panic!("exec-job ended before the script started:\n{trace}");
-        }
-        trace.push_str(&line);
-        if line == "script-started\n" {
-            break;
-        }
-    }
+    let mut trace = read_until_line(&mut stdout, "script-started\n");
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

@@ -3,8 +3,9 @@
 //! GitLab sent when a job misbehaves.
 //!
 //! Exit codes: 0 success, 1 job failure (reason and exit code printed on stderr), 2 system
-//! failure or bad input. Ctrl-C cancels gracefully (after_script still runs); a second Ctrl-C
-//! aborts. Only the executor runs the job; this file parses, wires and reports.
+//! failure or bad input. SIGINT (Ctrl-C) and SIGQUIT cancel gracefully (after_script still
+//! runs); SIGTERM and SIGHUP abort; a second signal aborts. Every one ends in clean-up of the
+//! job's containers and volumes and a non-zero exit (see `cli::signals`). Only the executor runs the job; this file parses, wires and reports.
 
 use crate::cli::output::errln;
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
+use crate::cli::signals::{cancel_on_signals, Received, StopSignals};
 use crate::config;
 use crate::executor::{
     self, DockerEndpoint, JobControl, JobError, JobRequest, RunnerSettings, WriterSink,
@@ -136,17 +138,19 @@ pub fn run(args: ExecJobArgs) -> ExitCode {
     };
     runtime.block_on(async move {
         let control = JobControl::default();
-        let signals = control.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                errln!("drover: cancelling the job gracefully (after_script still runs); press Ctrl-C again to abort");
-                signals.cancel.cancel();
+        let received = Received::default();
+        let signals = match StopSignals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                errln!("drover: cannot catch stop signals: {e}");
+                return ExitCode::from(2);
             }
-            if tokio::signal::ctrl_c().await.is_ok() {
-                errln!("drover: aborting the job");
-                signals.abort.cancel();
-            }
-        });
+        };
+        let watcher = tokio::spawn(cancel_on_signals(
+            signals,
+            control.clone(),
+            received.clone(),
+        ));
         let mut sink = WriterSink(crate::cli::output::Stdout);
         let req = JobRequest {
             payload: &prepared.payload,
@@ -155,7 +159,9 @@ pub fn run(args: ExecJobArgs) -> ExitCode {
             machine_name: None,
         };
         let supported = &prepared.payload.features.failure_reasons;
-        match executor::run_job(req, &mut sink, control).await {
+        let result = executor::run_job(req, &mut sink, control).await;
+        watcher.abort();
+        let code = match result {
             Ok(()) => ExitCode::SUCCESS,
             Err(JobError::Failed(f)) => {
                 let mapped = f.reason.for_gitlab(supported);
@@ -164,13 +170,29 @@ pub fn run(args: ExecJobArgs) -> ExitCode {
                 } else {
                     format!(", sent to GitLab as {mapped}")
                 };
-                errln!("drover: job failed: {} (failure reason {}{sent})", f.message, f.reason);
+                errln!(
+                    "drover: job failed: {} (failure reason {}{sent})",
+                    f.message,
+                    f.reason
+                );
                 ExitCode::from(1)
             }
             Err(e) => {
                 errln!("drover: {e}");
                 ExitCode::from(2)
             }
+        };
+        match received.first() {
+            // A stopped job is never a success, even if the signal came as it finished.
+            Some(s) => {
+                errln!("drover: stopped by {}", s.name());
+                if code == ExitCode::SUCCESS {
+                    ExitCode::from(1)
+                } else {
+                    code
+                }
+            }
+            None => code,
         }
     })
 }

@@ -9,6 +9,7 @@ pub mod helper;
 pub mod logging;
 pub mod output;
 pub mod provider;
+pub mod signals;
 
 use output::{errln, out};
 use std::process::ExitCode;

@@ -380,3 +380,19 @@ fn serve(stream: TcpStream, root: &Path, expected_auth: &str) -> std::io::Result
 pub fn drover_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_drover"))
 }
+
+/// Reads `reader` line by line up to and including `wanted` (a whole line with its `\n`);
+/// returns what was read. Panics if the stream ends first.
+pub fn read_until_line(reader: &mut impl std::io::BufRead, wanted: &str) -> String {
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            panic!("the output ended before {wanted:?}:\n{seen}");
+        }
+        seen.push_str(&line);
+        if line == wanted {
+            return seen;
+        }
+    }
+}
