@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bollard::{Docker, API_DEFAULT_VERSION};
 
@@ -16,6 +17,13 @@ pub const DEFAULT_SOCKET: &str = "unix:///var/run/docker.sock";
 
 /// How long bollard waits for response headers (long streams are not cut by it).
 const CLIENT_TIMEOUT_SECS: u64 = 300;
+
+/// How long connecting may take: TCP connect, TLS handshake and the Engine's answers to the
+/// version and `info` requests together. A healthy Engine, even a docker-machine VM across a
+/// WAN, answers in well under a second; one that accepts the connection and then says nothing
+/// is reported after this long (per preparation attempt) instead of holding the job until its
+/// timeout.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where a job's Engine is (what a provider returns for a machine).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -94,6 +102,14 @@ pub enum ConnectError {
         #[source]
         source: bollard::errors::Error,
     },
+    /// The Engine accepted the connection but did not answer in time.
+    #[error("the Docker Engine at {host} did not answer within {}s (connection, TLS handshake or first response); check that the daemon on the machine is running and not wedged", after.as_secs())]
+    NoAnswer {
+        /// The host.
+        host: String,
+        /// How long drover waited.
+        after: Duration,
+    },
     /// The Engine's OS is not one the executor supports.
     #[error("the Docker Engine at {host} runs {os:?}; only linux is supported")]
     UnsupportedOs {
@@ -131,8 +147,17 @@ pub async fn connect(endpoint: &DockerEndpoint) -> Result<Engine, ConnectError> 
         host: host.clone(),
         source,
     };
-    let docker = docker.negotiate_version().await.map_err(unreachable)?;
-    let info = docker.info().await.map_err(unreachable)?;
+    let handshake = async {
+        let docker = docker.negotiate_version().await.map_err(unreachable)?;
+        let info = docker.info().await.map_err(unreachable)?;
+        Ok::<_, ConnectError>((docker, info))
+    };
+    let (docker, info) = tokio::time::timeout(CONNECT_TIMEOUT, handshake)
+        .await
+        .map_err(|_| ConnectError::NoAnswer {
+            host: host.clone(),
+            after: CONNECT_TIMEOUT,
+        })??;
     let os_type = info.os_type.unwrap_or_default();
     if !os_type.is_empty() && os_type != "linux" {
         return Err(ConnectError::UnsupportedOs { host, os: os_type });
