@@ -72,6 +72,16 @@ pub async fn run_job(
         .filter(|v| v.masked && !v.value.is_empty())
         .map(|v| v.value.clone())
         .collect();
+    let too_short: Vec<&str> = payload
+        .variables
+        .iter()
+        .filter(|v| v.masked && !v.value.is_empty() && trace::mask::too_short_to_mask(&v.value))
+        .map(|v| v.key.as_str())
+        .chain(
+            (!payload.token.is_empty() && trace::mask::too_short_to_mask(&payload.token))
+                .then_some("the job token"),
+        )
+        .collect();
     if !payload.token.is_empty() {
         phrases.push(payload.token.clone());
     }
@@ -109,6 +119,13 @@ pub async fn run_job(
         format!(", system ID: {}", req.runner.system_id)
     };
     trace.info(&format!("  on {} {short}{system_id}", req.runner.name));
+    for key in too_short {
+        trace.warning(&format!(
+            "{key} is masked but shorter than {} characters, so it is not masked in this log (GitLab requires masked values of at least {} characters)",
+            trace::mask::MIN_PHRASE_CHARS,
+            trace::mask::MIN_PHRASE_CHARS
+        ));
+    }
     let result = run::JobRun::new(&req, &control).run(&mut trace).await;
     match &result {
         Ok(()) => trace.notice("Job succeeded"),

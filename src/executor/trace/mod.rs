@@ -108,6 +108,14 @@ impl<'a> Trace<'a> {
         self.emit(&masked);
     }
 
+    /// Writes the runner's own control bytes (section markers, colour codes, line ends) past
+    /// the masker, after what it holds: no masked value can corrupt them.
+    fn control(&mut self, data: &[u8]) {
+        let rest = self.masker.finish();
+        self.emit(&rest);
+        self.emit(data);
+    }
+
     /// Emits whatever the masker still holds (end of a stage or of the job) and flushes.
     pub fn flush(&mut self) {
         let rest = self.masker.finish();
@@ -188,19 +196,35 @@ impl<'a> Trace<'a> {
     }
 
     fn line(&mut self, colour: &str, text: &str) {
-        let s = format!("{colour}{text}{}\n", ansi::RESET);
-        self.write(s.as_bytes());
+        self.control(colour.as_bytes());
+        self.write(text.as_bytes());
+        self.control(format!("{}\n", ansi::RESET).as_bytes());
+    }
+
+    /// A section name as it appears in a marker: only `[A-Za-z0-9_.-]` (step names come from
+    /// the payload; a `\r` or an escape sequence in one must not forge markers).
+    fn marker_name(name: &str) -> String {
+        name.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
     }
 
     /// Opens a section (if the job supports sections) and prints its description in bold cyan.
     pub fn section_start(&mut self, name: &str, description: &str) {
         if self.sections {
             let s = format!(
-                "section_start:{}:{name}\r{}",
+                "section_start:{}:{}\r{}",
                 chrono::Utc::now().timestamp(),
+                Self::marker_name(name),
                 ansi::CLEAR_LINE
             );
-            self.write(s.as_bytes());
+            self.control(s.as_bytes());
         }
         self.line(ansi::BOLD_CYAN, description);
     }
@@ -209,11 +233,12 @@ impl<'a> Trace<'a> {
     pub fn section_end(&mut self, name: &str) {
         if self.sections {
             let s = format!(
-                "section_end:{}:{name}\r{}",
+                "section_end:{}:{}\r{}",
                 chrono::Utc::now().timestamp(),
+                Self::marker_name(name),
                 ansi::CLEAR_LINE
             );
-            self.write(s.as_bytes());
+            self.control(s.as_bytes());
         }
         self.flush();
     }
@@ -248,5 +273,57 @@ mod tests {
         assert!(text.starts_with("pw=[MASKED]\n"), "{text:?}");
         assert!(text.contains("section_start:"));
         assert!(text.contains(":step_script\r\x1b[0K"));
+    }
+}
+
+#[cfg(test)]
+mod control_line_tests {
+    use super::*;
+
+    /// Masking never touches the runner's section markers or the colour codes of its own
+    /// lines, whatever is masked; values too short to mask safely are left alone.
+    #[test]
+    fn masking_never_corrupts_markers_or_control_sequences() {
+        let hostile = [
+            "t",
+            "0",
+            ";",
+            "m",
+            "ection_st",
+            "ection_end:",
+            "[0;m",
+            "\u{1b}[36;1m",
+        ];
+        let mut sink = MemorySink::default();
+        let mut t = Trace::new(&mut sink, Masker::new(&hostile, &[]), 100_000, true);
+        t.section_start("step_script", "Executing step_script");
+        t.section_start("x\rsection_end:1:forged\x1b[0K", "forged");
+        t.section_end("x\rsection_end:1:forged\x1b[0K");
+        t.write(b"user output: ection_st and ection_end: here\n");
+        t.notice("Job succeeded");
+        t.section_end("step_script");
+        t.flush();
+        let text = sink.text();
+        let start = text
+            .find("section_start:")
+            .unwrap_or_else(|| panic!("{text:?}"));
+        let end = text
+            .find("section_end:")
+            .unwrap_or_else(|| panic!("{text:?}"));
+        assert!(text[start..].contains(":step_script\r\x1b[0K"), "{text:?}");
+        assert!(text[end..].contains(":step_script\r\x1b[0K"), "{text:?}");
+        assert!(
+            text.contains("\x1b[36;1mExecuting step_script\x1b[0;m\n"),
+            "{text:?}"
+        );
+        assert!(
+            text.contains("\x1b[32;1mJob succeeded\x1b[0;m\n"),
+            "{text:?}"
+        );
+        assert!(!text.contains(":forged"), "{text:?}");
+        assert!(
+            text.contains("user output: [MASKED] and [MASKED] here\n"),
+            "{text:?}"
+        );
     }
 }
