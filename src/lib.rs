@@ -11,6 +11,7 @@
 //! | [`job`] | the job model: the payload GitLab sends, shared by the GitLab client and the executor | both |
 //! | [`gitlab`] | GitLab I/O (the API client comes with `drover run`) | the manager |
 //! | [`sim`] | the discrete-event simulator that drives [`engine`] in virtual time | `drover simulate`, `drover compare` |
+//! | [`secrets`] | the secrets the process knows, redacted from its own log | the executor, the log writer |
 //! | [`cli`] | the `drover` command line: parsing, output, exit codes | `main.rs` |
 //!
 //! The job manager (`drover run`), which routes facts between GitLab, the engine, the providers
@@ -25,4 +26,5 @@ pub mod executor;
 pub mod gitlab;
 pub mod job;
 pub mod provider;
+pub mod secrets;
 pub mod sim;

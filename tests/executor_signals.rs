@@ -9,17 +9,10 @@ mod docker_engine;
 mod executor_common;
 
 use std::io::{BufReader, Read};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use executor_common::*;
-
-fn bin() -> PathBuf {
-    std::env::var_os("DROVER_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(drover_bin)
-}
 
 /// Upper bound for the whole stop: the container's SIGTERM grace and removal take seconds;
 /// drover's clean-up budget is 5 minutes, far above what a healthy Engine needs.
@@ -57,7 +50,7 @@ fn stop_with(signal: &str, test: &str) {
     std::fs::write(&c, config).unwrap();
     std::fs::write(&j, job.to_string()).unwrap();
     let short: String = format!("dte{test}").chars().take(9).collect();
-    let mut child = Command::new(bin())
+    let mut child = Command::new(test_bin())
         .arg("exec-job")
         .arg("--job")
         .arg(&j)

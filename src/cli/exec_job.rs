@@ -51,6 +51,9 @@ pub struct ExecJobArgs {
 }
 
 struct Prepared {
+    /// The config's secrets (runner token, cache credentials), redacted from every log line
+    /// for the whole run.
+    _secrets: Option<crate::secrets::Registration>,
     payload: JobPayload,
     runner: RunnerSettings,
     endpoint: DockerEndpoint,
@@ -62,6 +65,7 @@ fn prepare(args: &ExecJobArgs) -> anyhow::Result<Prepared> {
     let payload =
         JobPayload::from_json(&text).with_context(|| format!("{}", args.job.display()))?;
     let mut config_endpoint = None;
+    let mut secrets = None;
     let runner = match &args.config {
         None => RunnerSettings {
             name: "exec-job".into(),
@@ -87,6 +91,9 @@ fn prepare(args: &ExecJobArgs) -> anyhow::Result<Prepared> {
                     .first()
                     .with_context(|| format!("{} has no [[runners]] entry", path.display()))?,
             };
+            secrets = Some(crate::secrets::register(crate::secrets::of_runner_config(
+                entry,
+            )));
             let system_id = std::fs::read_to_string(path.with_file_name(".runner_system_id"))
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default();
@@ -111,6 +118,7 @@ fn prepare(args: &ExecJobArgs) -> anyhow::Result<Prepared> {
         tls_cert_path: args.tls_cert_path.clone(),
     });
     Ok(Prepared {
+        _secrets: secrets,
         payload,
         runner,
         endpoint,
@@ -126,6 +134,10 @@ pub fn run(args: ExecJobArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The job's secrets stay redacted until the final messages are out, not only while the
+    // executor runs.
+    let _job_secrets =
+        crate::secrets::register(executor::job_secrets(&prepared.payload, &prepared.runner));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -7,7 +7,8 @@
 //! reader went away, as with `| head`) ends quietly with the command's own exit code, as
 //! ripgrep does; any other write error (`/dev/full`, EIO) is reported once on stderr and the
 //! exit code is 2 (or the command's own failure code, if it already failed). Failures writing
-//! to stderr are ignored: there is nowhere left to report them.
+//! to stderr are ignored: there is nowhere left to report them. Messages on stderr have every
+//! known secret redacted, as the log has.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -44,10 +45,12 @@ pub fn write_out(args: fmt::Arguments<'_>) -> bool {
     }
 }
 
-/// Writes a message to stderr, ignoring failures.
+/// Writes a message to stderr with every known secret redacted ([`crate::secrets`]),
+/// ignoring failures.
 pub fn write_err(args: fmt::Arguments<'_>) {
+    let text = crate::secrets::redact(&args.to_string());
     let mut err = io::stderr().lock();
-    let _ = err.write_fmt(args).and_then(|()| err.flush());
+    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
 }
 
 /// An `io::Write` over stdout with the same rules (for streamed output such as the job log

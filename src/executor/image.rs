@@ -288,6 +288,34 @@ fn registry_key(url: &str) -> String {
     }
 }
 
+/// The secrets in a docker `config.json` text (`DOCKER_AUTH_CONFIG`): every `auth` value,
+/// the password decoded from it, and the `password`, `identitytoken` and `registrytoken`
+/// fields. Text that is not JSON yields nothing (it is not used for auth either).
+pub fn auth_config_secrets(text: &str) -> Vec<String> {
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Vec::new();
+    };
+    let auths = json.get("auths").unwrap_or(&json);
+    let mut out = Vec::new();
+    for entry in auths.as_object().into_iter().flat_map(|m| m.values()) {
+        for field in ["auth", "password", "identitytoken", "registrytoken"] {
+            if let Some(v) = entry.get(field).and_then(|v| v.as_str()) {
+                out.push(v.to_string());
+            }
+        }
+        let decoded = entry
+            .get("auth")
+            .and_then(|a| a.as_str())
+            .and_then(|a| base64::engine::general_purpose::STANDARD.decode(a).ok())
+            .and_then(|b| String::from_utf8(b).ok());
+        if let Some((_, pass)) = decoded.as_deref().and_then(|d| d.split_once(':')) {
+            out.push(pass.to_string());
+        }
+    }
+    out.retain(|s| !s.is_empty());
+    out
+}
+
 /// Credentials for `image`: the docker `config.json` texts in order (the `DOCKER_AUTH_CONFIG`
 /// variable, then the runner user's `~/.docker/config.json` or `~/.dockercfg`), then the
 /// payload's `registry` credentials; the first source with a match wins, and within a source

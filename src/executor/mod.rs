@@ -57,6 +57,24 @@ pub struct JobControl {
     pub abort: CancellationToken,
 }
 
+/// Every secret a job brings: the job token, masked variable values, registry passwords (the
+/// payload's `credentials`, `DOCKER_AUTH_CONFIG`) and the runner's token. [`run_job`]
+/// registers them with [`crate::secrets`] while it runs, so they never reach drover's own log.
+pub fn job_secrets(payload: &JobPayload, runner: &RunnerSettings) -> Vec<String> {
+    let mut out = vec![payload.token.clone(), runner.token.clone()];
+    for v in &payload.variables {
+        if v.masked {
+            out.push(v.value.clone());
+        }
+        if v.key == "DOCKER_AUTH_CONFIG" {
+            out.extend(image::auth_config_secrets(&v.value));
+        }
+    }
+    out.extend(payload.credentials.iter().map(|c| c.password.clone()));
+    out.retain(|s| !s.is_empty());
+    out
+}
+
 /// Runs one job to its end, streaming the masked trace into `sink`, and cleans up every
 /// container and temporary volume it made. The trace ends with "Job succeeded" or
 /// "ERROR: Job failed: …".
@@ -66,6 +84,7 @@ pub async fn run_job(
     control: JobControl,
 ) -> Result<(), JobError> {
     let payload = req.payload;
+    let _secrets = crate::secrets::register(job_secrets(payload, req.runner));
     let mut phrases: Vec<String> = payload
         .variables
         .iter()

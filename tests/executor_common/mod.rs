@@ -396,3 +396,11 @@ pub fn read_until_line(reader: &mut impl std::io::BufRead, wanted: &str) -> Stri
         }
     }
 }
+
+/// The drover binary under test: `DROVER_TEST_BIN` if set (to watch a test fail against a
+/// build without a fix), else this build's.
+pub fn test_bin() -> PathBuf {
+    std::env::var_os("DROVER_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(drover_bin)
+}
