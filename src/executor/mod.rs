@@ -19,6 +19,7 @@ pub mod error;
 pub mod image;
 pub mod labels;
 pub mod paths;
+pub mod plan;
 mod run;
 pub mod script;
 pub mod settings;

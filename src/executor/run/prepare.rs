@@ -6,15 +6,16 @@
 use std::time::Duration;
 
 use super::{JobRun, Prepared};
-use crate::executor::build_settings::{BuildSettings, GitStrategy};
+use crate::executor::build_settings::GitStrategy;
 use crate::executor::connect::{self, Engine};
 use crate::executor::containers::{build_user, ContainerInputs, JobOrSystem};
 use crate::executor::error::{FailureReason, JobFailure, SystemError};
 use crate::executor::image::{self, ImageError, Puller};
 use crate::executor::labels::LabelFacts;
-use crate::executor::paths::{self, JobPaths, PathInputs};
+use crate::executor::paths;
+use crate::executor::plan;
 use crate::executor::script::detect_shell_command;
-use crate::executor::script::variables::{job_variables, VarInputs, VarList};
+use crate::executor::script::variables::VarList;
 use crate::executor::trace::Trace;
 use crate::executor::volumes;
 use crate::job::JobPayload;
@@ -52,74 +53,19 @@ impl JobRun<'_> {
                 .into());
             }
         }
-        let short = paths::short_token(&runner.token);
-        // Variables are needed to find the paths and the paths to finish the variables: a
-        // first pass with the default project dir reads the job-controlled settings.
-        let default_paths = JobPaths::new(&PathInputs {
-            root_dir: runner.builds_dir(),
-            cache_root: runner.cache_root(),
-            repo_url: &payload.git_info.repo_url,
-            project_id: payload.job_info.project_id,
-            short_token: &short,
-            ..Default::default()
-        })
-        .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
-        let job_image_raw = payload
-            .image
-            .as_ref()
-            .map(|i| i.name.as_str())
-            .filter(|n| !n.is_empty());
-        let first = job_variables(
-            payload,
-            runner,
-            &default_paths,
-            &VarInputs {
-                job_image: job_image_raw,
-                short_token: &short,
-                network_name: None,
-            },
-        )
-        .expanded();
-        let (settings, warnings) = BuildSettings::from_variables(&first, payload.allow_git_fetch);
-        for w in &warnings {
+        let plan = plan::plan_job(payload, runner)?;
+        for w in &plan.warnings {
             trace.warning(w);
         }
-        let expanded_volumes: Vec<String> = ds.volumes.iter().map(|v| first.expand(v)).collect();
-        let shared = volumes::builds_dir_host_mounted(&expanded_volumes, runner.builds_dir());
-        let clone_path = if runner.custom_build_dir_enabled.unwrap_or(true) {
-            settings.clone_path.as_deref()
-        } else {
-            None
-        };
-        let paths = JobPaths::new(&PathInputs {
-            root_dir: runner.builds_dir(),
-            cache_root: runner.cache_root(),
-            repo_url: &payload.git_info.repo_url,
-            project_id: payload.job_info.project_id,
-            short_token: &short,
-            shared_builds_dir: shared,
-            empty_strategy: settings.git_strategy == GitStrategy::Empty,
-            clone_path,
-        })
-        .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
-        let job_image = job_image_raw.map(|n| first.expand(n));
-        let vars = job_variables(
-            payload,
-            runner,
-            &paths,
-            &VarInputs {
-                job_image: job_image.as_deref(),
-                short_token: &short,
-                network_name: None,
-            },
-        )
-        .expanded();
-
-        let image_name = image::resolve_job_image(
-            job_image.as_deref(),
-            &first.expand(&ds.image),
-            &ds.allowed_images,
-        )?;
+        let plan::JobPlan {
+            short,
+            paths,
+            vars,
+            settings,
+            expanded_volumes,
+            image_name,
+            ..
+        } = plan;
         trace.info(&format!(
             "Using Docker executor with image {image_name} ..."
         ));

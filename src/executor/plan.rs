@@ -1,0 +1,111 @@
+//! The pure part of preparing a job: from the payload and the runner's settings to the job's
+//! variables, paths, job-controlled settings and the (allowed, normalised) image to run. No
+//! Engine, no I/O: `run` uses it before connecting, and the hostile-payload tests drive it
+//! directly, so what they check is what a job runs.
+
+use crate::executor::build_settings::{BuildSettings, GitStrategy};
+use crate::executor::error::{FailureReason, JobFailure};
+use crate::executor::image;
+use crate::executor::paths::{self, JobPaths, PathInputs};
+use crate::executor::script::variables::{job_variables, VarInputs, VarList};
+use crate::executor::settings::RunnerSettings;
+use crate::executor::volumes;
+use crate::job::JobPayload;
+
+/// What [`plan_job`] works out.
+#[derive(Debug, Clone)]
+pub struct JobPlan {
+    /// The runner's short token.
+    pub short: String,
+    /// Where the job's files live.
+    pub paths: JobPaths,
+    /// The job's variables, expanded.
+    pub vars: VarList,
+    /// The job-controlled settings (`GIT_STRATEGY`, timeouts, …).
+    pub settings: BuildSettings,
+    /// Warnings about those settings, for the job log.
+    pub warnings: Vec<String>,
+    /// `[runners.docker] volumes`, expanded.
+    pub expanded_volumes: Vec<String>,
+    /// The image to run (normalised, checked against `allowed_images`).
+    pub image_name: String,
+}
+
+/// Works out a job's variables, paths, settings and image.
+pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan, JobFailure> {
+    let ds = &runner.docker;
+    let short = paths::short_token(&runner.token);
+    // Variables are needed to find the paths and the paths to finish the variables: a
+    // first pass with the default project dir reads the job-controlled settings.
+    let default_paths = JobPaths::new(&PathInputs {
+        root_dir: runner.builds_dir(),
+        cache_root: runner.cache_root(),
+        repo_url: &payload.git_info.repo_url,
+        project_id: payload.job_info.project_id,
+        short_token: &short,
+        ..Default::default()
+    })
+    .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
+    let job_image_raw = payload
+        .image
+        .as_ref()
+        .map(|i| i.name.as_str())
+        .filter(|n| !n.is_empty());
+    let first = job_variables(
+        payload,
+        runner,
+        &default_paths,
+        &VarInputs {
+            job_image: job_image_raw,
+            short_token: &short,
+            network_name: None,
+        },
+    )
+    .expanded();
+    let (settings, warnings) = BuildSettings::from_variables(&first, payload.allow_git_fetch);
+    let expanded_volumes: Vec<String> = ds.volumes.iter().map(|v| first.expand(v)).collect();
+    let shared = volumes::builds_dir_host_mounted(&expanded_volumes, runner.builds_dir());
+    let clone_path = if runner.custom_build_dir_enabled.unwrap_or(true) {
+        settings.clone_path.as_deref()
+    } else {
+        None
+    };
+    let paths = JobPaths::new(&PathInputs {
+        root_dir: runner.builds_dir(),
+        cache_root: runner.cache_root(),
+        repo_url: &payload.git_info.repo_url,
+        project_id: payload.job_info.project_id,
+        short_token: &short,
+        shared_builds_dir: shared,
+        empty_strategy: settings.git_strategy == GitStrategy::Empty,
+        clone_path,
+    })
+    .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
+    let job_image = job_image_raw.map(|n| first.expand(n));
+    let vars = job_variables(
+        payload,
+        runner,
+        &paths,
+        &VarInputs {
+            job_image: job_image.as_deref(),
+            short_token: &short,
+            network_name: None,
+        },
+    )
+    .expanded();
+
+    let image_name = image::resolve_job_image(
+        job_image.as_deref(),
+        &first.expand(&ds.image),
+        &ds.allowed_images,
+    )?;
+    Ok(JobPlan {
+        short,
+        paths,
+        vars,
+        settings,
+        warnings,
+        expanded_volumes,
+        image_name,
+    })
+}
