@@ -107,6 +107,7 @@ fn stop_with(signal: &str, test: &str) {
             .output();
     }
     let status = status.unwrap_or_else(|| panic!("still running {took:?} after SIG{signal}"));
+    eprintln!("SIG{signal}: exec-job exited {status:?} {took:?} after the signal");
     assert!(
         status.code().is_some(),
         "killed by the signal ({status:?}) instead of cleaning up; left {containers:?} {volumes:?}\n{err}"

@@ -593,3 +593,35 @@ mod allow_list_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod pull_policy_spelling_tests {
+    use super::*;
+
+    /// No spelling of a policy gets a job past `allowed_pull_policies`: unknown spellings are
+    /// refused, padded ones mean the policy they name and are checked like it.
+    #[test]
+    fn spellings_never_widen_the_allowed_policies() {
+        let job = |p: &str| vec![p.to_string()];
+        let allowed = vec!["always".to_string()];
+        for p in [
+            "Never",
+            "NEVER",
+            "never\0",
+            "if_not_present",
+            "never,always",
+            "",
+        ] {
+            let r = effective_pull_policies(&job(p), &[], &allowed);
+            assert!(
+                r.as_ref().is_err() || r.as_ref().is_ok_and(|v| v == &[PullPolicy::Always]),
+                "{p:?}: {r:?}"
+            );
+        }
+        assert!(effective_pull_policies(&job(" never "), &[], &allowed).is_err());
+        assert_eq!(
+            effective_pull_policies(&job(" always "), &[], &allowed).unwrap(),
+            vec![PullPolicy::Always]
+        );
+    }
+}
