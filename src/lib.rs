@@ -18,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bounded;
 pub mod cli;
 pub mod config;
 pub mod engine;

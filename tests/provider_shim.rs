@@ -385,6 +385,31 @@ async fn credentials_come_from_url_and_store_path_and_empty_output_fails() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlong_output_line_is_cut_and_named() {
+    let world = FakeWorld::new();
+    let p = Plugin::new(world.shim(&[]));
+    let name = format!("{PREFIX}long");
+    p.create(&params(&name, "tcp://127.0.0.1:2376"), &Call::new())
+        .await
+        .expect("create");
+    world.set_faults(json!({"long_output": ["url"]}));
+    let e = p
+        .credentials(&name, &Call::new())
+        .await
+        .expect_err("a cut value is no value");
+    assert_eq!(e.kind(), ErrorKind::Failed, "{e}");
+    let message = e.to_string();
+    assert!(
+        message.contains(&format!("docker-machine url {name}"))
+            && message.contains("longer than 1048576 bytes (the limit)"),
+        "the error names the command and the limit: {message}"
+    );
+    // The shim is still serving.
+    world.set_faults(json!({}));
+    assert!(p.credentials(&name, &Call::new()).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_and_list_read_the_store_without_processes() {
     let world = FakeWorld::new();
     let machines = world.store().join("machines");

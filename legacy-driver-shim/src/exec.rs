@@ -10,12 +10,14 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use drover::bounded::{read_line, skip_line, Line, MAX_LINE};
+use tokio::io::{AsyncRead, BufReader};
 use tokio::process::Command;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// Captured output is cut at this many bytes per stream (the log still sees every line).
+/// Captured output is cut at this many bytes per stream (the log still sees every line, each
+/// cut at [`MAX_LINE`] bytes).
 const CAPTURE_LIMIT: usize = 1 << 20;
 
 /// How loudly a stream's lines are logged.
@@ -63,6 +65,9 @@ pub struct Output {
     pub stdout: String,
     /// stderr.
     pub stderr: String,
+    /// What was cut from the output: one message per line longer than
+    /// [`MAX_LINE`], naming the command, the stream and the limit.
+    pub cut: Vec<String>,
 }
 
 impl Output {
@@ -186,13 +191,20 @@ impl Exec {
                 return Err(ExecError::Cancelled { op: op.into(), name: name.into() });
             }
         };
+        let (stdout, mut cut) = finish(out).await;
+        let (stderr, stderr_cut) = finish(err).await;
+        cut.extend(stderr_cut);
         Ok(Output {
             code: status.and_then(|s| s.code()),
-            stdout: finish(out).await,
-            stderr: finish(err).await,
+            stdout,
+            stderr,
+            cut,
         })
     }
 }
+
+/// What one stream left: its captured text and what was cut from it.
+type Captured = (String, Vec<String>);
 
 fn reader<R: AsyncRead + Unpin + Send + 'static>(
     stream: R,
@@ -200,43 +212,56 @@ fn reader<R: AsyncRead + Unpin + Send + 'static>(
     name: &str,
     which: &'static str,
     level: Level,
-) -> JoinHandle<String> {
+) -> JoinHandle<Captured> {
     let op = op.to_string();
     let name = name.to_string();
     tokio::spawn(async move {
         let mut captured = String::new();
-        let mut lines = BufReader::new(stream).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
+        let mut cut = Vec::new();
+        let mut stream = BufReader::new(stream);
+        while let Ok(Some(line)) = read_line(&mut stream, MAX_LINE).await {
+            let text = line.text();
             match level {
                 Level::Debug => {
-                    tracing::debug!(operation = %op, name = %name, stream = which, "{line}")
+                    tracing::debug!(operation = %op, name = %name, stream = which, "{text}")
                 }
                 Level::Info => {
-                    tracing::info!(operation = %op, name = %name, stream = which, "{line}")
+                    tracing::info!(operation = %op, name = %name, stream = which, "{text}")
                 }
                 Level::Error => {
-                    tracing::error!(operation = %op, name = %name, stream = which, "{line}")
+                    tracing::error!(operation = %op, name = %name, stream = which, "{text}")
                 }
             }
             if captured.len() < CAPTURE_LIMIT {
-                captured.push_str(&line);
+                captured.push_str(text);
                 captured.push('\n');
             }
+            if let Line::Cut(_) = line {
+                // Drain the rest of the line (the command may still be writing it).
+                let dropped = skip_line(&mut stream).await.unwrap_or(0);
+                let note = format!(
+                    "docker-machine {op} {name} wrote a {which} line longer than {MAX_LINE} bytes (the limit); {dropped} bytes after the limit were cut"
+                );
+                tracing::error!(operation = %op, name = %name, stream = which, "{note}");
+                if cut.len() < 16 {
+                    cut.push(note);
+                }
+            }
         }
-        captured
+        (captured, cut)
     })
 }
 
 /// Collects a reader's capture; a grandchild keeping the pipe open cannot block us for long.
-async fn finish(h: Option<JoinHandle<String>>) -> String {
+async fn finish(h: Option<JoinHandle<Captured>>) -> Captured {
     let Some(mut h) = h else {
-        return String::new();
+        return Captured::default();
     };
     match tokio::time::timeout(Duration::from_secs(2), &mut h).await {
-        Ok(Ok(s)) => s,
+        Ok(Ok(c)) => c,
         _ => {
             h.abort();
-            String::new()
+            Captured::default()
         }
     }
 }

@@ -339,6 +339,22 @@ impl Shim {
             };
             return Err(fail(kind, out.error_text()));
         }
+        if out.cut.iter().any(|n| n.contains(" stdout line ")) {
+            // A cut value is a wrong value.
+            let command = argv
+                .iter()
+                .position(|a| a == name)
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| argv.get(i))
+                .map_or(op, String::as_str);
+            return Err(fail(
+                ErrorKind::Failed,
+                format!(
+                    "docker-machine {command} {name} printed a line longer than {} bytes (the limit); the value was cut, so it is refused",
+                    drover::bounded::MAX_LINE
+                ),
+            ));
+        }
         let v = out.stdout.trim();
         if v.is_empty() {
             return Err(fail(

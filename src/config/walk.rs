@@ -14,7 +14,7 @@ use std::ops::Range;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use super::diagnostic::Diagnostic;
+use super::diagnostic::{Diagnostic, LineIndex};
 use super::duration::parse_go_duration;
 use super::schema::{Field, Kind, Schema, AUTOSCALING, ROOT, RUNNER};
 use super::values::{float_value, found, int_value, quote_hint, toml_datetime_to_utc};
@@ -29,6 +29,8 @@ pub(crate) struct Spans {
 /// Walk state: the text (for positions), findings, and spans by canonical path.
 pub(crate) struct Walker<'t> {
     pub text: &'t str,
+    /// Line starts of `text`, so positions cost a lookup and not a rescan.
+    lines: LineIndex,
     pub errors: Vec<Diagnostic>,
     pub warnings: Vec<Diagnostic>,
     pub spans: HashMap<String, Spans>,
@@ -42,6 +44,7 @@ impl<'t> Walker<'t> {
     pub(crate) fn new(text: &'t str) -> Self {
         Walker {
             text,
+            lines: LineIndex::new(text),
             errors: Vec::new(),
             warnings: Vec::new(),
             spans: HashMap::new(),
@@ -81,7 +84,7 @@ impl<'t> Walker<'t> {
     }
 
     pub(crate) fn error(&mut self, span: Range<usize>, message: String, hint: Option<String>) {
-        let d = Diagnostic::at(self.text, span, message);
+        let d = Diagnostic::at_indexed(&self.lines, self.text, span, message);
         self.errors.push(match hint {
             Some(h) => d.with_hint(h),
             None => d,
@@ -89,7 +92,7 @@ impl<'t> Walker<'t> {
     }
 
     pub(crate) fn warn(&mut self, span: Range<usize>, message: String, hint: Option<String>) {
-        let d = Diagnostic::at(self.text, span, message);
+        let d = Diagnostic::at_indexed(&self.lines, self.text, span, message);
         self.warnings.push(match hint {
             Some(h) => d.with_hint(h),
             None => d,
@@ -108,7 +111,7 @@ impl<'t> Walker<'t> {
                 continue;
             };
             let sub = join(path, field.name);
-            let line = super::diagnostic::Position::of(self.text, key_span.start).line;
+            let line = self.lines.position(self.text, key_span.start).line;
             if let Some(&(prev_exact, prev_line)) = seen.get(field.name) {
                 let kept = if prev_exact && !exact {
                     format!("the key on line {prev_line}")
