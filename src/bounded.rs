@@ -15,9 +15,9 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 /// answer is a few hundred bytes; a docker-machine log line rarely a few kilobytes.
 pub const MAX_LINE: usize = 1 << 20;
 
-/// The largest config, state or workload file read: 256 MiB (a config of 100,000 runners is
+/// The largest config, state or workload file read: 128 MiB (a config of 100,000 runners is
 /// about 35 MB).
-pub const MAX_DATA_FILE: u64 = 256 << 20;
+pub const MAX_DATA_FILE: u64 = 128 << 20;
 
 /// The largest small system file read (zone files, `/etc/timezone`, a saved id): 4 MiB (the
 /// largest TZif file is a few kilobytes).
@@ -57,6 +57,11 @@ pub fn read_file(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 pub fn read_file_string(path: &Path, limit: u64) -> io::Result<String> {
     String::from_utf8(read_file(path, limit)?)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// A config, state or workload file as text, at most [`MAX_DATA_FILE`] bytes.
+pub fn read_data_file(path: &Path) -> io::Result<String> {
+    read_file_string(path, MAX_DATA_FILE)
 }
 
 /// One line read by [`read_line`], without its line ending.

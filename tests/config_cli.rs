@@ -185,3 +185,18 @@ fn config_file_from_environment() {
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("gce-autoscaler"));
 }
+
+#[test]
+fn files_that_never_end_are_refused_with_the_limit() {
+    // A device, or a file growing without end, is read only up to a limit and then refused.
+    let out = drover()
+        .args(["check-config", "-c", "/dev/zero"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("/dev/zero is larger than 134217728 bytes"),
+        "{stderr}"
+    );
+}

@@ -142,10 +142,11 @@ impl Store {
             return Err(StoreError::NotFound(name.to_string()));
         }
         let path = self.machine_dir(name).join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|source| StoreError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let text = drover::bounded::read_file_string(&path, drover::bounded::MAX_SMALL_FILE)
+            .map_err(|source| StoreError::Io {
+                path: path.clone(),
+                source,
+            })?;
         let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| StoreError::Parse {
             path: path.clone(),
             message: e.to_string(),

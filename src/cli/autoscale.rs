@@ -155,7 +155,7 @@ fn run_decide(args: &DecideArgs) -> anyhow::Result<String> {
 }
 
 fn read_state(path: &Path) -> anyhow::Result<StateFile> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::bounded::read_data_file(path)
         .with_context(|| format!("cannot read state file {}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| {
         anyhow!(

@@ -132,8 +132,8 @@ pub fn load_workload(path: Option<&Path>) -> anyhow::Result<Workload> {
         )?);
     };
     let name = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read workload {name}"))?;
+    let text = crate::bounded::read_data_file(path)
+        .with_context(|| format!("cannot read workload {name}"))?;
     if looks_like_export(&text) {
         let imported = import_jobs_export(&text, &name)?;
         if imported.not_started + imported.not_finished > 0 {

@@ -51,10 +51,13 @@ pub fn default_config_path() -> PathBuf {
 /// Reads and loads the config file at `path`.
 pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
     let origin = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| ConfigError::Io {
-        path: origin.clone(),
-        source,
-    })?;
+    let bytes =
+        crate::bounded::read_file(path, crate::bounded::MAX_DATA_FILE).map_err(|source| {
+            ConfigError::Io {
+                path: origin.clone(),
+                source,
+            }
+        })?;
     load_str(bytes, &origin)
 }
 

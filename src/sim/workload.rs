@@ -100,10 +100,12 @@ pub fn parse_submitted_at(text: &str) -> Option<SubmittedAt> {
 impl Workload {
     /// Reads and parses a workload CSV file.
     pub fn load(path: &Path) -> Result<Self, WorkloadError> {
-        let text = std::fs::read_to_string(path).map_err(|source| WorkloadError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = crate::bounded::read_file_string(path, crate::bounded::MAX_DATA_FILE).map_err(
+            |source| WorkloadError::Io {
+                path: path.display().to_string(),
+                source,
+            },
+        )?;
         Self::parse(&text, &path.display().to_string())
     }
 
