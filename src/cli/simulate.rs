@@ -210,7 +210,7 @@ fn run_inner(args: &SimulateArgs) -> anyhow::Result<()> {
             println!("{label} on {workload_label}");
             print!("{}", summary.to_text());
             for w in &trace.warnings {
-                eprintln!("drover: engine warning: {w}");
+                eprintln!("drover: warning: {w}");
             }
         }
         Format::Json => println!("{}", summary.to_json()),
