@@ -325,7 +325,12 @@ fn check_machine(runner: &mut RunnerConfig, base: &str, label: &str, w: &mut Wal
 /// `-` and `.` only, or every `docker-machine create` fails (and a control character would
 /// also break the store and the logs).
 fn unusable_machine_name(template: &str) -> Option<String> {
-    let name = crate::engine::naming::new_machine_name(template, "0");
+    // Without %s (a warning of its own, as upstream loads it) check the template as written.
+    let name = if template.contains("%s") || template.contains("%v") {
+        crate::engine::naming::new_machine_name(template, "0")
+    } else {
+        template.to_string()
+    };
     let bad = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '.'))?;
