@@ -138,6 +138,7 @@ fn run_decide(args: &DecideArgs) -> anyhow::Result<String> {
         .clone()
         .unwrap_or_else(config::default_config_path);
     let loaded = config::load_file(&path).map_err(|e| anyhow!("{e}"))?;
+    super::logging::config_loaded(&loaded.config, &path.display().to_string());
     let state = read_state(&args.state)?;
     let now = args.now.unwrap_or_else(Utc::now);
     let d = decide(&loaded.config, args.runner.as_deref(), &state, now)?;

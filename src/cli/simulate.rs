@@ -120,6 +120,7 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<(Config, String)> {
     for w in &loaded.warnings {
         eprintln!("drover: warning: {w}");
     }
+    super::logging::config_loaded(&loaded.config, &label);
     Ok((loaded.config, label))
 }
 

@@ -18,6 +18,7 @@ const PULL_POLICIES: &[&str] = &["always", "if-not-present", "never"];
 
 pub(crate) fn validate(config: &mut Config, w: &mut Walker<'_>) {
     check_label_patterns(&config.labels, "", "global labels", w);
+    check_logging(config, w);
     for (index, runner) in config.runners.iter_mut().enumerate() {
         let base = format!("runners[{index}]");
         let label = Walker::runner_label(index, Some(&runner.name));
@@ -316,6 +317,31 @@ fn check_machine(runner: &mut RunnerConfig, base: &str, label: &str, w: &mut Wal
                     Some("use a [[runners.machine.autoscaling]] section".into()),
                 );
             }
+        }
+    }
+}
+
+/// gitlab-runner's log levels (logrus) and formats.
+const LOG_LEVELS: &[&str] = &[
+    "panic", "fatal", "error", "warn", "warning", "info", "debug", "trace",
+];
+const LOG_FORMATS: &[&str] = &["runner", "text", "json"];
+
+fn check_logging(config: &Config, w: &mut Walker<'_>) {
+    for (key, value, allowed) in [
+        ("log_level", &config.log_level, LOG_LEVELS),
+        ("log_format", &config.log_format, LOG_FORMATS),
+    ] {
+        let Some(v) = value else { continue };
+        if !allowed.contains(&v.to_ascii_lowercase().as_str()) {
+            error_at(
+                w,
+                "",
+                key,
+                "global settings",
+                format!("unknown {key} {v:?}"),
+                Some(format!("use one of {}", allowed.join(", "))),
+            );
         }
     }
 }
