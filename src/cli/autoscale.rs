@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::config::{self, Config};
 use crate::engine::{
     explain, naming, AcquireOutcome, AcquireResult, AcquireStep, Counts, Engine, MachineState,
-    Reason, RunnerId, RunnerPolicy, Time, TrackedMachine,
+    Notice, Reason, RunnerId, RunnerPolicy, Time, TrackedMachine,
 };
 
 /// `drover autoscale …` subcommands.
@@ -218,7 +218,7 @@ pub fn decide(
             rc.name
         );
     }
-    let warnings: Vec<String> = naming::machine_name_warning(&policy.machine_name)
+    let mut warnings: Vec<String> = naming::machine_name_warning(&policy.machine_name)
         .into_iter()
         .collect();
     let r = RunnerId(0);
@@ -259,6 +259,15 @@ pub fn decide(
         }
     };
     let counts_after = engine.listing_counts(r, &on_disk)?;
+    // Everything the engine wanted the operator to know (e.g. that it stopped creating after
+    // MAX_CREATIONS_PER_PASS); the other notices describe commands decide does not run.
+    while let Some(notice) = engine.poll_notice() {
+        if let Notice::Warning(w) = notice {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
+    }
     Ok(Decision {
         runner: rc.name.clone(),
         outcome,
@@ -323,6 +332,7 @@ impl Decision {
             "create": r.created.len(),
             "acquire": {"machine": machine, "error": self.outcome.result.error_text()},
             "counts_after": counts_json(&self.counts_after),
+            "warnings": self.warnings,
         })
     }
 
