@@ -8,7 +8,7 @@
 //! never stops at the first error so an operator sees them all. It also records the span of
 //! every canonical path (`runners[0].machine.Periods`) for the later validation step.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
@@ -47,7 +47,7 @@ impl<'t> Walker<'t> {
             lines: LineIndex::new(text),
             errors: Vec::new(),
             warnings: Vec::new(),
-            spans: HashMap::new(),
+            spans: HashMap::default(),
             runner_label: None,
         }
     }
@@ -102,7 +102,7 @@ impl<'t> Walker<'t> {
     fn table(&mut self, t: &DeTable<'_>, schema: &'static Schema, path: &str) -> toml::Table {
         let mut out = toml::Table::new();
         // canonical name -> (was the match exact, line of the key)
-        let mut seen: HashMap<&'static str, (bool, usize)> = HashMap::new();
+        let mut seen: HashMap<&'static str, (bool, usize)> = HashMap::default();
         for (k, v) in t.iter() {
             let key: &str = k.get_ref();
             let key_span = k.span();
