@@ -42,6 +42,8 @@ fn valid_sample(title: &str, key: &str) -> Option<toml::Value> {
             toml::Value::Array(vec![s("* * * * * * *")])
         }
         ("[[runners.machine.autoscaling]]", "Timezone") => s("UTC"),
+        ("the top level", "log_level") => s("info"),
+        ("the top level", "log_format") => s("json"),
         ("[runners.machine]", "MachineOptionsWithName") => toml::Value::Array(vec![s("opt=%s")]),
         ("[runners.machine]", "MachineName") => s("auto-%s"),
         (

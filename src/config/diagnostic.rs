@@ -25,8 +25,15 @@ pub struct Diagnostic {
     /// What to do about it, when there is something specific to say.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// The table the finding is in, as written in its header (`[runners.machine]`), when
+    /// known (syntax errors, which come before any typed path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
+    /// The key path of the finding (`runners[1].machine.IdleTime`), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// The text of line `line`, for display.
-    #[serde(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub source_line: Option<String>,
     /// How many characters the caret under `source_line` spans.
     #[serde(skip)]
@@ -41,6 +48,8 @@ impl Diagnostic {
             line: 0,
             column: 0,
             hint: None,
+            section: None,
+            key: None,
             source_line: None,
             width: 0,
         }
@@ -73,6 +82,8 @@ impl Diagnostic {
             line: pos.line,
             column: pos.column,
             hint: None,
+            section: None,
+            key: None,
             source_line: Some(line_text.to_string()),
             width,
         }
@@ -109,6 +120,14 @@ impl Diagnostic {
             out.push_str(&format!(
                 "\n{pad} |\n{gutter} | {shown}\n{pad} | {lead}{carets}"
             ));
+        }
+        match (&self.section, &self.key) {
+            (Some(section), Some(key)) => {
+                out.push_str(&format!("\n  = in: {section}, key {key}"));
+            }
+            (Some(section), None) => out.push_str(&format!("\n  = in: {section}")),
+            (None, Some(key)) => out.push_str(&format!("\n  = in: key {key}")),
+            (None, None) => {}
         }
         if let Some(hint) = &self.hint {
             out.push_str(&format!("\n  = hint: {hint}"));
@@ -219,7 +238,7 @@ pub enum ConfigError {
         /// The file name or other origin shown in messages.
         origin: String,
         /// Where the first offending byte is.
-        diagnostic: Diagnostic,
+        diagnostic: Box<Diagnostic>,
     },
     /// The text is not valid TOML.
     #[error("{}", .diagnostic.render(.origin, "error"))]
@@ -227,7 +246,7 @@ pub enum ConfigError {
         /// The file name or other origin shown in messages.
         origin: String,
         /// Where parsing stopped.
-        diagnostic: Diagnostic,
+        diagnostic: Box<Diagnostic>,
     },
     /// The TOML is well-formed but does not fit the config (wrong types, out-of-range integers,
     /// invalid periods, failed validation).
@@ -250,7 +269,7 @@ impl ConfigError {
                 "cannot read {path}: {source}"
             ))],
             ConfigError::Encoding { diagnostic, .. } | ConfigError::Syntax { diagnostic, .. } => {
-                vec![diagnostic.clone()]
+                vec![(**diagnostic).clone()]
             }
             ConfigError::Invalid { errors, .. } => errors.clone(),
         }
