@@ -581,3 +581,103 @@ async fn list_reports_machines_being_created() {
     let after = p.list(&Call::new()).await.expect("list");
     assert_eq!(after[0].state, MachineState::Unknown);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_command_takes_its_driver_plugin_with_it() {
+    let world = FakeWorld::new();
+    let p = Plugin::new(world.shim(&[]));
+    // A first create bootstraps the store's certificates, so the next reaches the driver.
+    p.create(
+        &params(&format!("{PREFIX}first"), "tcp://127.0.0.1:9"),
+        &Call::new(),
+    )
+    .await
+    .expect("create");
+    let pids = world.dir.path().join("driver-plugins");
+    world.set_faults(json!({
+        "hang": ["create"],
+        "driver_plugin": ["create"],
+        "driver_plugin_pid_file": pids.display().to_string(),
+    }));
+    let name = format!("{PREFIX}plugin");
+    let r = p
+        .create(
+            &params(&name, "tcp://127.0.0.1:9"),
+            &Call::with_timeout(Duration::from_secs(2)),
+        )
+        .await;
+    assert_eq!(kind(r), ErrorKind::Timeout);
+    let text = std::fs::read_to_string(&pids).expect("the fake started a driver plugin");
+    let pid: u32 = text.trim().parse().expect("pid");
+    assert!(
+        gone_soon(pid).await,
+        "driver plugin {pid} outlived its docker-machine"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_creates_leave_a_client_cert_signed_by_the_final_ca() {
+    for round in 0..3 {
+        let world = FakeWorld::new();
+        let p = Plugin::new(world.shim(&[]));
+        let names: Vec<String> = (0..4)
+            .map(|i| format!("{PREFIX}race-{round}-{i}"))
+            .collect();
+        let creates = names.iter().map(|n| {
+            let req = params(n, "tcp://127.0.0.1:9");
+            let p = &p;
+            async move { p.create(&req, &Call::new()).await }
+        });
+        for r in futures_util::future::join_all(creates).await {
+            r.expect("create");
+        }
+        let certs = world.store().join("certs");
+        let out = Command::new("openssl")
+            .args(["verify", "-CAfile"])
+            .arg(certs.join("ca.pem"))
+            .arg(certs.join("cert.pem"))
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "round {round}: cert.pem is not signed by ca.pem: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_relative_storage_path_gives_an_absolute_cert_dir() {
+    let world = FakeWorld::new();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let mut cmd = world.shim(&["--storage-path", "store"]);
+    cmd.env.retain(|(k, _)| k != "MACHINE_STORAGE_PATH");
+    // The shim runs in the world's directory, where `store` is.
+    let wrapper = world.dir.path().join("in-dir.sh");
+    std::fs::write(
+        &wrapper,
+        format!("cd {:?} && exec \"$@\"\n", world.dir.path()),
+    )
+    .expect("write wrapper");
+    let mut args = vec![
+        wrapper.display().to_string(),
+        cmd.program.display().to_string(),
+    ];
+    args.extend(cmd.args.iter().cloned());
+    cmd.args = args;
+    cmd.program = "sh".into();
+    let p = Plugin::new(cmd);
+    let name = format!("{PREFIX}relative");
+    rt.block_on(async {
+        p.create(&params(&name, "tcp://127.0.0.1:2376"), &Call::new())
+            .await
+            .expect("create");
+        match p.credentials(&name, &Call::new()).await {
+            Ok(Endpoint::TcpTls { cert_dir, .. }) => {
+                assert!(std::path::Path::new(&cert_dir).is_absolute(), "{cert_dir}");
+                assert_eq!(cert_dir, world.machine_dir(&name).display().to_string());
+            }
+            other => panic!("expected a TLS endpoint, got {other:?}"),
+        }
+    });
+}

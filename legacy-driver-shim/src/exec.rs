@@ -1,6 +1,8 @@
 //! Running one docker-machine command: argv only (never a shell), a deadline after which the
 //! child gets SIGKILL, cancellation, and every output line logged with its operation and
-//! machine name.
+//! machine name. Each command runs in its own process group, and a deadline or cancellation
+//! kills the whole group: docker-machine runs its driver plugins as child processes, which
+//! would otherwise outlive it.
 //!
 //! stdin is not connected (reads see EOF, as upstream), the environment is inherited, and
 //! stdout/stderr are read line by line while the command runs so long creates stream their
@@ -152,6 +154,7 @@ impl Exec {
     ) -> Result<Output, ExecError> {
         tracing::debug!(operation = %op, name = %name, argv = ?argv, "running docker-machine");
         let mut child = Command::new(&self.program)
+            .process_group(0)
             .args(argv)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -163,6 +166,9 @@ impl Exec {
                 program: self.program.clone(),
                 source,
             })?;
+        // Kills the group if this future is dropped before the command was reaped (the pgid
+        // stays reserved until then, so it cannot name another group).
+        let mut group = GroupGuard(child.id());
         let out = child
             .stdout
             .take()
@@ -175,6 +181,7 @@ impl Exec {
         let status = tokio::select! {
             s = child.wait() => s.ok(),
             _ = tokio::time::sleep(timeout) => {
+                group.kill();
                 let _ = child.start_kill();
                 let _ = child.wait().await;
                 tracing::error!(operation = %op, name = %name, "docker-machine killed after {}s", timeout.as_secs());
@@ -183,6 +190,7 @@ impl Exec {
                 return Err(ExecError::Timeout { op: op.into(), name: name.into(), after: timeout });
             }
             _ = cancel.cancelled() => {
+                group.kill();
                 let _ = child.start_kill();
                 let _ = child.wait().await;
                 tracing::warn!(operation = %op, name = %name, "docker-machine killed: cancelled");
@@ -191,6 +199,8 @@ impl Exec {
                 return Err(ExecError::Cancelled { op: op.into(), name: name.into() });
             }
         };
+        // Reaped: the group id may be reused from now on.
+        group.0 = None;
         let (stdout, mut cut) = finish(out).await;
         let (stderr, stderr_cut) = finish(err).await;
         cut.extend(stderr_cut);
@@ -200,6 +210,28 @@ impl Exec {
             stderr,
             cut,
         })
+    }
+}
+
+/// The process group of a running command (its leader's pid), killed with SIGKILL by
+/// [`GroupGuard::kill`] or on drop, unless the leader was reaped (`None`).
+struct GroupGuard(Option<u32>);
+
+impl GroupGuard {
+    fn kill(&mut self) {
+        if let Some(pgid) = self.0.take().and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: kill(2) with a negative pid signals that process group; it has no
+            // memory-safety preconditions.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 

@@ -67,7 +67,8 @@ async fn perform(shim: &Shim, id: u64, op: Operation, ctx: Ctx) -> Response {
                 },
             )
         }
-        Operation::Create(p) => respond(id, shim.create(&p, &ctx).await),
+        // The protocol's result is always an object, never null.
+        Operation::Create(p) => respond(id, shim.create(&p, &ctx).await.map(|_| Empty {})),
         Operation::List => respond(id, shim.list()),
         Operation::Exists(p) => respond(id, shim.exists(&p.name, &ctx).await),
         Operation::CanConnect(p) => respond(id, shim.can_connect(&p.name, &ctx).await),
