@@ -56,6 +56,35 @@ fn shim_passes_against_the_fake() {
     assert!(left.is_empty(), "machines left behind: {left:?}");
 }
 
+#[test]
+fn shim_passes_against_the_real_docker_machine() {
+    let Some(dm) = real_dm() else {
+        return;
+    };
+    let world = FakeWorld::new();
+    let cfg = SuiteConfig {
+        driver: "none".into(),
+        options: vec!["url=tcp://127.0.0.1:9".into()],
+        name_prefix: "drover-test-provider-".into(),
+        ..SuiteConfig::default()
+    };
+    let results = run_suite(world.shim_with(&dm, &[]), &cfg);
+    assert!(results.len() >= 20, "suite stopped early: {results:?}");
+    // The `none` driver provisions nothing: the machine directory (docker-machine's cert path
+    // for it) holds no certificates, and the suite says so. Everything else passes.
+    let failed = failures(&results);
+    assert!(
+        failed.len() == 1
+            && failed[0].contains("credentials")
+            && failed[0].contains("lacks ca.pem"),
+        "{failed:?}"
+    );
+    let left: Vec<_> = std::fs::read_dir(world.store().join("machines"))
+        .expect("machines dir")
+        .collect();
+    assert!(left.is_empty(), "machines left behind: {left:?}");
+}
+
 /// Writes a Python plugin and returns a wrapper-free command for it: exec'ing a file that
 /// another test thread just wrote races (ETXTBSY), so scripts run through `python3`.
 fn script(dir: &std::path::Path, name: &str, body: &str) -> PluginCommand {
