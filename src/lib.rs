@@ -19,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bounded;
 pub mod cli;
 pub mod config;
 pub mod engine;

@@ -240,3 +240,32 @@ fn runner_flag_picks_by_name_and_bad_state_is_reported_with_position() {
     assert_ne!(code, 0);
     assert!(err.contains("[runners.machine]"), "{err}");
 }
+
+#[test]
+fn the_engines_warnings_are_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        &dir,
+        "config.toml",
+        "[[runners]]\nname = \"absurd\"\nurl = \"https://gitlab.example.com\"\n\
+         token = \"glrt-abcdefghijklmno\"\nexecutor = \"docker+machine\"\nlimit = 0\n\
+         [runners.machine]\nMachineDriver = \"google\"\nMachineName = \"auto-%s\"\n\
+         IdleCount = 1000000000\nIdleTime = 600\n",
+    );
+    let state = write(&dir, "state.json", "{\"machines\": []}");
+    let (code, out, err) = decide(&config, &state, &["--now", FRIDAY_10, "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("drover: warning: stopped after starting 100000 creations in one pass"),
+        "stderr: {err}"
+    );
+    let v: Value = serde_json::from_str(&out).expect("valid JSON");
+    assert_eq!(v["create"], 100_000);
+    assert!(
+        v["warnings"].as_array().is_some_and(|w| w
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("stopped after")))),
+        "{}",
+        v["warnings"]
+    );
+}

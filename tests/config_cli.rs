@@ -185,3 +185,47 @@ fn config_file_from_environment() {
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("gce-autoscaler"));
 }
+
+#[test]
+fn files_that_never_end_are_refused_with_the_limit() {
+    // A device, or a file growing without end, is read only up to a limit and then refused.
+    let out = drover()
+        .args(["check-config", "-c", "/dev/zero"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("/dev/zero is larger than 134217728 bytes"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn json_syntax_errors_carry_key_section_and_source_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("syntax.toml");
+    std::fs::write(
+        &path,
+        "[[runners]]\n  name = \"a\"\n[[runners]]\n  name = \"b\"\n  [runners.machine]\n    IdleCount = 5\n    IdleTime = \n",
+    )
+    .expect("write");
+    let (code, v) = json(&["-c", path.to_str().expect("path")]);
+    assert_eq!(code, 1);
+    let e = &v["errors"][0];
+    assert_eq!(e["line"], 7, "{e}");
+    assert_eq!(e["key"], "runners[1].machine.IdleTime", "{e}");
+    assert_eq!(e["section"], "[runners.machine]", "{e}");
+    assert_eq!(e["source_line"], "    IdleTime = ", "{e}");
+    // The text report names the same.
+    let out = drover()
+        .args(["check-config", "-c"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("= in: [runners.machine], key runners[1].machine.IdleTime"),
+        "{stderr}"
+    );
+}

@@ -266,3 +266,103 @@ fn a_seven_field_period_error_gets_no_field_layout_hint() {
     assert!(shown.contains("write `22-23,0-6`"), "{shown}");
     assert!(!shown.contains("periods use 7 fields"), "{shown}");
 }
+
+/// A runner whose `[runners.docker]` sets `key = value` and whose MachineName is `name`.
+fn runner_with(key: &str, value: &str, name: &str) -> String {
+    let quote = |s: &str| toml::Value::String(s.to_string()).to_string();
+    let (value, name) = (quote(value), quote(name));
+    format!(
+        "[[runners]]\nname = \"r\"\nurl = \"https://gitlab.example.com/\"\ntoken = \"glrt-x\"\n\
+         executor = \"docker+machine\"\n[runners.docker]\nimage = \"alpine\"\n{key} = {value}\n\
+         [runners.machine]\nMachineDriver = \"none\"\nMachineName = {name}\n"
+    )
+}
+
+/// The first error of a text that must not load, with its position.
+fn first_error(text: &str) -> (usize, usize, String) {
+    match load_str(text, "t.toml") {
+        Ok(_) => panic!("must not load:\n{text}"),
+        Err(e) => {
+            let d = e.errors().into_iter().next().expect("one error");
+            (d.line, d.column, d.message)
+        }
+    }
+}
+
+#[test]
+fn machine_names_no_machine_can_hold_are_refused_at_their_line() {
+    for name in [
+        "x\n%s",
+        "x\r%s",
+        "x\t%s",
+        "a\u{0}%s",
+        "a\u{7f}%s",
+        "auto_%s",
+        "auto %s",
+        "a/%s",
+        "auto-%d",
+        "é-%s",
+    ] {
+        let (line, column, message) = first_error(&runner_with("memory", "1g", name));
+        assert_eq!((line, column), (11, 15), "{name:?}: {message}");
+        assert!(
+            message.contains("MachineName") && message.contains("cannot name a machine"),
+            "{name:?}: {message}"
+        );
+    }
+    for ok in ["auto-%s", "runner.%s.example", "Auto-%v", "x-%s-100%%"] {
+        let text = runner_with("memory", "1g", ok);
+        if ok.contains("%%") {
+            // `%%` is a literal `%`, which no machine name may hold.
+            assert!(load_str(&text, "t.toml").is_err(), "{ok:?}");
+        } else {
+            assert!(load_str(&text, "t.toml").is_ok(), "{ok:?} must load");
+        }
+    }
+}
+
+#[test]
+fn docker_sizes_and_cpus_that_mean_nothing_are_load_errors() {
+    for (key, value) in [
+        ("memory", "1e400g"),
+        ("memory", "-5m"),
+        ("memory", "NaN"),
+        ("memory", "lots"),
+        ("memory_swap", "-2"),
+        ("memory_reservation", "5x"),
+        ("service_memory", "inf"),
+        ("cpus", "NaN"),
+        ("cpus", "-1"),
+        ("cpus", "1e400"),
+        ("cpus", "0"),
+        ("service_cpus", "1.0000000001"),
+        ("cpuset_cpus", "3-1"),
+        ("cpuset_mems", "a"),
+    ] {
+        let (line, column, message) = first_error(&runner_with(key, value, "auto-%s"));
+        assert_eq!(line, 8, "{key} = {value:?}: {message}");
+        assert_eq!(
+            column,
+            key.chars().count() + 4,
+            "{key} = {value:?}: {message}"
+        );
+        assert!(
+            message.contains(&format!("key docker.{key}")) && message.contains(value),
+            "{key} = {value:?}: {message}"
+        );
+    }
+    for (key, value) in [
+        ("memory", "512m"),
+        ("memory", "1.5g"),
+        ("memory_swap", "-1"),
+        ("memory", "2 GiB"),
+        ("cpus", "1.5"),
+        ("cpuset_cpus", "0-3,5"),
+    ] {
+        let text = runner_with(key, value, "auto-%s");
+        assert!(
+            load_str(&text, "t.toml").is_ok(),
+            "{key} = {value:?} must load"
+        );
+    }
+}

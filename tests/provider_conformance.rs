@@ -44,10 +44,41 @@ fn shim_passes_against_the_fake() {
         name_prefix: "drover-test-provider-".into(),
         ..SuiteConfig::default()
     };
+    // Provisioning copies the store's certs into the machine directory (cert_dir).
+    world.set_faults(serde_json::json!({"copy_certs": true}));
     let results = run_suite(world.shim(&[]), &cfg);
     assert!(results.len() >= 20, "suite stopped early: {results:?}");
     assert_eq!(failures(&results), Vec::<String>::new());
     // The suite's machine is gone and the store holds nothing else.
+    let left: Vec<_> = std::fs::read_dir(world.store().join("machines"))
+        .expect("machines dir")
+        .collect();
+    assert!(left.is_empty(), "machines left behind: {left:?}");
+}
+
+#[test]
+fn shim_passes_against_the_real_docker_machine() {
+    let Some(dm) = real_dm() else {
+        return;
+    };
+    let world = FakeWorld::new();
+    let cfg = SuiteConfig {
+        driver: "none".into(),
+        options: vec!["url=tcp://127.0.0.1:9".into()],
+        name_prefix: "drover-test-provider-".into(),
+        ..SuiteConfig::default()
+    };
+    let results = run_suite(world.shim_with(&dm, &[]), &cfg);
+    assert!(results.len() >= 20, "suite stopped early: {results:?}");
+    // The `none` driver provisions nothing: the machine directory (docker-machine's cert path
+    // for it) holds no certificates, and the suite says so. Everything else passes.
+    let failed = failures(&results);
+    assert!(
+        failed.len() == 1
+            && failed[0].contains("credentials")
+            && failed[0].contains("lacks ca.pem"),
+        "{failed:?}"
+    );
     let left: Vec<_> = std::fs::read_dir(world.store().join("machines"))
         .expect("machines dir")
         .collect();
@@ -94,6 +125,54 @@ fn a_plugin_that_says_yes_to_everything_fails() {
             "{check} should fail: {failed:?}"
         );
     }
+}
+
+/// Answers `create` with CREATE_RESULT and `credentials` with a TLS endpoint whose cert files
+/// do not exist; everything else as YES_MAN.
+const LAZY: &str = r#"#!/usr/bin/env python3
+import json, sys
+for line in sys.stdin:
+    req = json.loads(line)
+    if "id" not in req:
+        continue
+    op = req["op"]
+    if op == "handshake":
+        r = {"protocol_version": 1, "name": "lazy", "version": "0"}
+    elif op == "create":
+        r = CREATE_RESULT
+    elif op == "credentials":
+        r = {"endpoint": {"type": "tcp_tls", "host": "tcp://127.0.0.1:2376",
+                          "cert_dir": "/nonexistent/drover-test-certs", "tls_verify": True}}
+    elif op == "exists":
+        r = {"exists": True}
+    else:
+        r = {}
+    print(json.dumps({"id": req["id"], "ok": True, "result": r}), flush=True)
+"#;
+
+#[test]
+fn a_null_create_result_and_missing_cert_files_fail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let null = script(dir.path(), "null", &LAZY.replace("CREATE_RESULT", "None"));
+    let failed = failures(&run_suite(null, &SuiteConfig::default()));
+    assert!(
+        failed
+            .iter()
+            .any(|l| l.contains("create") && l.contains("result null")),
+        "a null create result must fail: {failed:?}"
+    );
+    let certless = script(dir.path(), "certless", &LAZY.replace("CREATE_RESULT", "{}"));
+    let failed = failures(&run_suite(certless, &SuiteConfig::default()));
+    assert!(
+        !failed.iter().any(|l| l.starts_with("FAIL  create ")),
+        "{failed:?}"
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|l| l.contains("credentials") && l.contains("lacks ca.pem, cert.pem, key.pem")),
+        "a credentials answer without cert files must fail: {failed:?}"
+    );
 }
 
 #[test]

@@ -328,3 +328,61 @@ fn the_store_follows_home_without_machine_storage_path() {
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].1[0], "create");
 }
+
+/// Runs `dm` (the fake or the real docker-machine) with the world's store.
+fn run_dm(dm: &std::path::Path, world: &FakeWorld, args: &[&str]) -> Out {
+    let out = Command::new(dm)
+        .args(args)
+        .envs(world.env())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run docker-machine");
+    Out {
+        rc: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn fake_and_real_agree_on_unknown_flags_and_missing_driver_plugins() {
+    for dm in docker_machines() {
+        let w = FakeWorld::new();
+        // An unknown global flag prints usage and exits 0.
+        let o = run_dm(&dm, &w, &["--no-such-flag", "ls"]);
+        assert_eq!(o.rc, 0, "{}: {}", dm.display(), o.stderr);
+        assert!(o.stdout.contains("Incorrect Usage."), "{}", o.stdout);
+        assert!(
+            o.stderr
+                .contains("flag provided but not defined: -no-such-flag"),
+            "{}",
+            o.stderr
+        );
+        // `rm -y` of a machine whose driver plugin is missing fails and keeps it.
+        let name = "plugin-gone";
+        let o = run_dm(
+            &dm,
+            &w,
+            &["create", "-d", "none", "--url", "tcp://127.0.0.1:9", name],
+        );
+        assert_eq!(o.rc, 0, "{}: {}", dm.display(), o.stderr);
+        let config = w.machine_dir(name).join("config.json");
+        let text = std::fs::read_to_string(&config).expect("config.json");
+        let mut v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        v["DriverName"] = json!("drover-test-nonexistent");
+        std::fs::write(&config, v.to_string()).expect("write config.json");
+        let o = run_dm(&dm, &w, &["rm", "-y", name]);
+        assert_eq!(o.rc, 1, "{}: {} {}", dm.display(), o.stdout, o.stderr);
+        assert!(
+            o.stderr.contains("drover-test-nonexistent"),
+            "{}: {}",
+            dm.display(),
+            o.stderr
+        );
+        assert!(
+            w.machine_dir(name).is_dir(),
+            "{}: the record must stay",
+            dm.display()
+        );
+    }
+}

@@ -27,6 +27,9 @@ for line in sys.stdin:
         ok({"protocol_version": 1, "name": "awkward", "version": "0", "capabilities": CAPS})
     elif op == "exists" and name.startswith("slow"):
         time.sleep(3600)
+    elif op == "exists" and name == "endless":
+        while True:
+            sys.stdout.write("y" * 65536)
     elif op == "exists" and name == "die":
         sys.exit(1)
     elif op == "exists":
@@ -78,6 +81,28 @@ async fn cancellation_abandons_the_call() {
     });
     assert_eq!(r.expect_err("cancelled").kind(), ErrorKind::Cancelled);
     assert!(p.exists("m", &Call::new()).await.expect("exists"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_stdout_line_is_cut_and_the_plugin_stopped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = Plugin::new(plugin(dir.path(), "[]"));
+    let start = Instant::now();
+    let e = p
+        .exists("endless", &Call::with_timeout(Duration::from_secs(60)))
+        .await
+        .expect_err("an endless line is no answer");
+    // Refused as soon as the line passes the limit, not after the deadline.
+    assert!(start.elapsed() < Duration::from_secs(30), "{e}");
+    assert!(matches!(e, ProviderError::Protocol { .. }), "{e}");
+    let message = e.to_string();
+    assert!(
+        message.contains("python3") && message.contains("1048576 bytes"),
+        "the error names the plugin and the limit: {message}"
+    );
+    // The plugin was stopped; the next call starts a fresh one.
+    assert!(p.exists("m", &Call::new()).await.expect("exists"));
+    assert_eq!(p.spawn_count(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -385,6 +385,31 @@ async fn credentials_come_from_url_and_store_path_and_empty_output_fails() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlong_output_line_is_cut_and_named() {
+    let world = FakeWorld::new();
+    let p = Plugin::new(world.shim(&[]));
+    let name = format!("{PREFIX}long");
+    p.create(&params(&name, "tcp://127.0.0.1:2376"), &Call::new())
+        .await
+        .expect("create");
+    world.set_faults(json!({"long_output": ["url"]}));
+    let e = p
+        .credentials(&name, &Call::new())
+        .await
+        .expect_err("a cut value is no value");
+    assert_eq!(e.kind(), ErrorKind::Failed, "{e}");
+    let message = e.to_string();
+    assert!(
+        message.contains(&format!("docker-machine url {name}"))
+            && message.contains("longer than 1048576 bytes (the limit)"),
+        "the error names the command and the limit: {message}"
+    );
+    // The shim is still serving.
+    world.set_faults(json!({}));
+    assert!(p.credentials(&name, &Call::new()).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_and_list_read_the_store_without_processes() {
     let world = FakeWorld::new();
     let machines = world.store().join("machines");
@@ -555,4 +580,110 @@ async fn list_reports_machines_being_created() {
     assert_eq!(states, MachineState::Creating);
     let after = p.list(&Call::new()).await.expect("list");
     assert_eq!(after[0].state, MachineState::Unknown);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_command_takes_its_driver_plugin_with_it() {
+    let world = FakeWorld::new();
+    let p = Plugin::new(world.shim(&[]));
+    // A first create bootstraps the store's certificates, so the next reaches the driver.
+    p.create(
+        &params(&format!("{PREFIX}first"), "tcp://127.0.0.1:9"),
+        &Call::new(),
+    )
+    .await
+    .expect("create");
+    let pids = world.dir.path().join("driver-plugins");
+    world.set_faults(json!({
+        "hang": ["create"],
+        "driver_plugin": ["create"],
+        "driver_plugin_pid_file": pids.display().to_string(),
+    }));
+    let name = format!("{PREFIX}plugin");
+    let r = p
+        .create(
+            &params(&name, "tcp://127.0.0.1:9"),
+            &Call::with_timeout(Duration::from_secs(2)),
+        )
+        .await;
+    assert_eq!(kind(r), ErrorKind::Timeout);
+    let text = std::fs::read_to_string(&pids).expect("the fake started a driver plugin");
+    let pid: u32 = text.trim().parse().expect("pid");
+    assert!(
+        gone_soon(pid).await,
+        "driver plugin {pid} outlived its docker-machine"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_creates_leave_a_client_cert_signed_by_the_final_ca() {
+    // Against the fake and, when it is there, the real docker-machine (9 runs in 10 raced there).
+    for (round, dm) in docker_machines()
+        .iter()
+        .flat_map(|dm| std::iter::repeat_n(dm, 3))
+        .enumerate()
+    {
+        eprintln!("round {round}: {}", dm.display());
+        let world = FakeWorld::new();
+        let p = Plugin::new(world.shim_with(dm, &[]));
+        let names: Vec<String> = (0..4)
+            .map(|i| format!("{PREFIX}race-{round}-{i}"))
+            .collect();
+        let creates = names.iter().map(|n| {
+            let req = params(n, "tcp://127.0.0.1:9");
+            let p = &p;
+            async move { p.create(&req, &Call::new()).await }
+        });
+        for r in futures_util::future::join_all(creates).await {
+            r.expect("create");
+        }
+        let certs = world.store().join("certs");
+        let out = Command::new("openssl")
+            .args(["verify", "-CAfile"])
+            .arg(certs.join("ca.pem"))
+            .arg(certs.join("cert.pem"))
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "round {round}: cert.pem is not signed by ca.pem: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_relative_storage_path_gives_an_absolute_cert_dir() {
+    let world = FakeWorld::new();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let mut cmd = world.shim(&["--storage-path", "store"]);
+    cmd.env.retain(|(k, _)| k != "MACHINE_STORAGE_PATH");
+    // The shim runs in the world's directory, where `store` is.
+    let wrapper = world.dir.path().join("in-dir.sh");
+    std::fs::write(
+        &wrapper,
+        format!("cd {:?} && exec \"$@\"\n", world.dir.path()),
+    )
+    .expect("write wrapper");
+    let mut args = vec![
+        wrapper.display().to_string(),
+        cmd.program.display().to_string(),
+    ];
+    args.extend(cmd.args.iter().cloned());
+    cmd.args = args;
+    cmd.program = "sh".into();
+    let p = Plugin::new(cmd);
+    let name = format!("{PREFIX}relative");
+    rt.block_on(async {
+        p.create(&params(&name, "tcp://127.0.0.1:2376"), &Call::new())
+            .await
+            .expect("create");
+        match p.credentials(&name, &Call::new()).await {
+            Ok(Endpoint::TcpTls { cert_dir, .. }) => {
+                assert!(std::path::Path::new(&cert_dir).is_absolute(), "{cert_dir}");
+                assert_eq!(cert_dir, world.machine_dir(&name).display().to_string());
+            }
+            other => panic!("expected a TLS endpoint, got {other:?}"),
+        }
+    });
 }

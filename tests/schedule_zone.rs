@@ -124,3 +124,31 @@ fn unknown_localtime_falls_back_to_timezone_file_then_utc() {
     assert_eq!(tz, Tz::UTC);
     assert!(note.is_some());
 }
+
+#[test]
+fn zone_files_that_never_end_are_refused_with_a_note() {
+    let h = Host::new();
+    // TZ naming a device: read at most a bounded prefix, then UTC with a note naming the limit.
+    let (tz, note) = h.detect(Some(":/dev/zero"));
+    assert_eq!(tz, Tz::UTC);
+    assert!(
+        note.as_deref()
+            .is_some_and(|n| n.contains("/dev/zero") && n.contains("4194304 bytes")),
+        "{note:?}"
+    );
+    // /etc/localtime pointing at one.
+    symlink(Path::new("/dev/zero"), &h.p("etc/localtime"));
+    let (tz, note) = h.detect(None);
+    assert_eq!(tz, Tz::UTC);
+    assert!(
+        note.as_deref().is_some_and(|n| n.contains("/dev/zero")),
+        "{note:?}"
+    );
+    // /etc/timezone pointing at one, beside a localtime no path names.
+    fs::remove_file(h.p("etc/localtime")).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(h.p("etc/localtime"), "TZif-elsewhere").unwrap_or_else(|e| panic!("{e}"));
+    symlink(Path::new("/dev/zero"), &h.p("etc/timezone"));
+    let (tz, note) = h.detect(None);
+    assert_eq!(tz, Tz::UTC);
+    assert!(note.is_some(), "{note:?}");
+}

@@ -306,3 +306,22 @@ fn nothing_scales_while_every_worker_is_busy() {
     assert_eq!(refill[0].at, 60_000, "{refill:?}");
     assert_eq!(counts_at(&two, "2026-01-05T00:10:00Z").idle, 1);
 }
+
+#[test]
+fn an_absurd_idle_count_stops_the_run_with_a_warning() {
+    let c = runner(0, "IdleCount = 1000000000\nIdleTime = 600", 10);
+    let w = workload("submitted_at,duration_s\n10,50\n3600,50\n");
+    let trace = run(&c, &w, seeded(1));
+    let stop = trace
+        .warnings
+        .iter()
+        .find(|w| w.contains("simulation stopped"));
+    assert!(
+        stop.is_some_and(|w| w.contains("100000 machines") && w.contains("IdleCount")),
+        "{:?}",
+        trace.warnings
+    );
+    // It stopped at the first pass that reached the bound, not at the end of the workload.
+    assert!(trace.end < 3_600_000, "ran until {}", trace.end);
+    assert!(trace.creations <= 100_000, "{}", trace.creations);
+}

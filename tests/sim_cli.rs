@@ -210,3 +210,65 @@ fn workload_import_converts_an_export() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["jobs_completed"], 1);
 }
+
+#[test]
+fn config_log_level_and_format_apply_unless_a_flag_sets_them() {
+    let dir = setup();
+    let with = |settings: &str| {
+        let text = format!("{settings}\n{}", CONFIG.replace("IDLE", "1"));
+        std::fs::write(dir.path().join("logged.toml"), text).unwrap();
+    };
+    let run = |extra: &[&str]| {
+        let mut args = vec!["simulate", "-c", "logged.toml", "-w", "jobs.csv"];
+        args.extend_from_slice(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+            .args(&args)
+            .current_dir(dir.path())
+            .env_remove("CONFIG_FILE")
+            .env_remove("LOG_LEVEL")
+            .env_remove("LOG_FORMAT")
+            .env_remove("RUNNER_DEBUG")
+            .output()
+            .expect("run drover");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stderr)
+    };
+    with("log_level = \"debug\"");
+    assert!(
+        run(&[]).contains("loaded the config file"),
+        "config log_level = debug applies"
+    );
+    assert!(
+        !run(&["--log-level", "warn"]).contains("loaded the config file"),
+        "--log-level wins over the config"
+    );
+    with("log_level = \"warn\"");
+    assert!(!run(&[]).contains("loaded the config file"));
+    assert!(run(&["--debug"]).contains("loaded the config file"));
+    with("log_level = \"debug\"\nlog_format = \"json\"");
+    let stderr = run(&[]);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("loaded the config file"))
+        .unwrap_or_else(|| panic!("no debug line: {stderr}"));
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(v["level"], "DEBUG", "{line}");
+    assert!(
+        !run(&["--log-format", "text"])
+            .lines()
+            .any(|l| l.starts_with('{')),
+        "--log-format wins over the config"
+    );
+    // An unknown value is a load error at its line.
+    with("log_level = \"loud\"");
+    let out = drover(
+        &["simulate", "-c", "logged.toml", "-w", "jobs.csv"],
+        dir.path(),
+    );
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("logged.toml:1:13") && stderr.contains("unknown log_level \"loud\""),
+        "{stderr}"
+    );
+}

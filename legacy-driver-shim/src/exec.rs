@@ -1,6 +1,8 @@
 //! Running one docker-machine command: argv only (never a shell), a deadline after which the
 //! child gets SIGKILL, cancellation, and every output line logged with its operation and
-//! machine name.
+//! machine name. Each command runs in its own process group, and a deadline or cancellation
+//! kills the whole group: docker-machine runs its driver plugins as child processes, which
+//! would otherwise outlive it.
 //!
 //! stdin is not connected (reads see EOF, as upstream), the environment is inherited, and
 //! stdout/stderr are read line by line while the command runs so long creates stream their
@@ -10,12 +12,14 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use drover::bounded::{read_line, skip_line, Line, MAX_LINE};
+use tokio::io::{AsyncRead, BufReader};
 use tokio::process::Command;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// Captured output is cut at this many bytes per stream (the log still sees every line).
+/// Captured output is cut at this many bytes per stream (the log still sees every line, each
+/// cut at [`MAX_LINE`] bytes).
 const CAPTURE_LIMIT: usize = 1 << 20;
 
 /// How loudly a stream's lines are logged.
@@ -63,6 +67,9 @@ pub struct Output {
     pub stdout: String,
     /// stderr.
     pub stderr: String,
+    /// What was cut from the output: one message per line longer than
+    /// [`MAX_LINE`], naming the command, the stream and the limit.
+    pub cut: Vec<String>,
 }
 
 impl Output {
@@ -147,6 +154,7 @@ impl Exec {
     ) -> Result<Output, ExecError> {
         tracing::debug!(operation = %op, name = %name, argv = ?argv, "running docker-machine");
         let mut child = Command::new(&self.program)
+            .process_group(0)
             .args(argv)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -158,6 +166,9 @@ impl Exec {
                 program: self.program.clone(),
                 source,
             })?;
+        // Kills the group if this future is dropped before the command was reaped (the pgid
+        // stays reserved until then, so it cannot name another group).
+        let mut group = GroupGuard(child.id());
         let out = child
             .stdout
             .take()
@@ -170,6 +181,7 @@ impl Exec {
         let status = tokio::select! {
             s = child.wait() => s.ok(),
             _ = tokio::time::sleep(timeout) => {
+                group.kill();
                 let _ = child.start_kill();
                 let _ = child.wait().await;
                 tracing::error!(operation = %op, name = %name, "docker-machine killed after {}s", timeout.as_secs());
@@ -178,6 +190,7 @@ impl Exec {
                 return Err(ExecError::Timeout { op: op.into(), name: name.into(), after: timeout });
             }
             _ = cancel.cancelled() => {
+                group.kill();
                 let _ = child.start_kill();
                 let _ = child.wait().await;
                 tracing::warn!(operation = %op, name = %name, "docker-machine killed: cancelled");
@@ -186,13 +199,44 @@ impl Exec {
                 return Err(ExecError::Cancelled { op: op.into(), name: name.into() });
             }
         };
+        // Reaped: the group id may be reused from now on.
+        group.0 = None;
+        let (stdout, mut cut) = finish(out).await;
+        let (stderr, stderr_cut) = finish(err).await;
+        cut.extend(stderr_cut);
         Ok(Output {
             code: status.and_then(|s| s.code()),
-            stdout: finish(out).await,
-            stderr: finish(err).await,
+            stdout,
+            stderr,
+            cut,
         })
     }
 }
+
+/// The process group of a running command (its leader's pid), killed with SIGKILL by
+/// [`GroupGuard::kill`] or on drop, unless the leader was reaped (`None`).
+struct GroupGuard(Option<u32>);
+
+impl GroupGuard {
+    fn kill(&mut self) {
+        if let Some(pgid) = self.0.take().and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: kill(2) with a negative pid signals that process group; it has no
+            // memory-safety preconditions.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// What one stream left: its captured text and what was cut from it.
+type Captured = (String, Vec<String>);
 
 fn reader<R: AsyncRead + Unpin + Send + 'static>(
     stream: R,
@@ -200,43 +244,56 @@ fn reader<R: AsyncRead + Unpin + Send + 'static>(
     name: &str,
     which: &'static str,
     level: Level,
-) -> JoinHandle<String> {
+) -> JoinHandle<Captured> {
     let op = op.to_string();
     let name = name.to_string();
     tokio::spawn(async move {
         let mut captured = String::new();
-        let mut lines = BufReader::new(stream).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
+        let mut cut = Vec::new();
+        let mut stream = BufReader::new(stream);
+        while let Ok(Some(line)) = read_line(&mut stream, MAX_LINE).await {
+            let text = line.text();
             match level {
                 Level::Debug => {
-                    tracing::debug!(operation = %op, name = %name, stream = which, "{line}")
+                    tracing::debug!(operation = %op, name = %name, stream = which, "{text}")
                 }
                 Level::Info => {
-                    tracing::info!(operation = %op, name = %name, stream = which, "{line}")
+                    tracing::info!(operation = %op, name = %name, stream = which, "{text}")
                 }
                 Level::Error => {
-                    tracing::error!(operation = %op, name = %name, stream = which, "{line}")
+                    tracing::error!(operation = %op, name = %name, stream = which, "{text}")
                 }
             }
             if captured.len() < CAPTURE_LIMIT {
-                captured.push_str(&line);
+                captured.push_str(text);
                 captured.push('\n');
             }
+            if let Line::Cut(_) = line {
+                // Drain the rest of the line (the command may still be writing it).
+                let dropped = skip_line(&mut stream).await.unwrap_or(0);
+                let note = format!(
+                    "docker-machine {op} {name} wrote a {which} line longer than {MAX_LINE} bytes (the limit); {dropped} bytes after the limit were cut"
+                );
+                tracing::error!(operation = %op, name = %name, stream = which, "{note}");
+                if cut.len() < 16 {
+                    cut.push(note);
+                }
+            }
         }
-        captured
+        (captured, cut)
     })
 }
 
 /// Collects a reader's capture; a grandchild keeping the pipe open cannot block us for long.
-async fn finish(h: Option<JoinHandle<String>>) -> String {
+async fn finish(h: Option<JoinHandle<Captured>>) -> Captured {
     let Some(mut h) = h else {
-        return String::new();
+        return Captured::default();
     };
     match tokio::time::timeout(Duration::from_secs(2), &mut h).await {
-        Ok(Ok(s)) => s,
+        Ok(Ok(c)) => c,
         _ => {
             h.abort();
-            String::new()
+            Captured::default()
         }
     }
 }

@@ -113,7 +113,14 @@ pub struct Shim {
     handshake_prefix: Mutex<Option<String>>,
     connect: ConnectCache,
     busy: Mutex<HashMap<String, MachineState>>,
+    /// Held by a create while the store's `certs/` is incomplete: docker-machine bootstraps
+    /// its CA and client certificate on the first create without a lock, so concurrent first
+    /// creates would leave a client cert not signed by the final CA.
+    cert_bootstrap: tokio::sync::Mutex<()>,
 }
+
+/// How often a create holding the bootstrap lock looks whether `certs/` is complete.
+const CERTS_POLL: Duration = Duration::from_millis(100);
 
 struct Busy<'a> {
     shim: &'a Shim,
@@ -145,6 +152,7 @@ impl Shim {
             handshake_prefix: Mutex::new(None),
             connect: ConnectCache::new(settings.can_connect_ttl),
             busy: Mutex::new(HashMap::new()),
+            cert_bootstrap: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -218,17 +226,41 @@ impl Shim {
         let argv = self
             .argv
             .create(&p.driver, &p.name, &p.options, &p.options_with_name);
-        let out = self
-            .exec
-            .run(
-                "create",
-                &p.name,
-                &argv,
-                ctx.deadline(LONG),
-                &ctx.cancel,
-                LOUD,
-            )
-            .await?;
+        // Creates run one at a time until certs/ holds its four files, then in parallel.
+        let mut bootstrap = None;
+        if !self.store.certs_complete() {
+            let guard = tokio::select! {
+                g = self.cert_bootstrap.lock() => g,
+                _ = ctx.cancel.cancelled() => {
+                    return Err(fail(ErrorKind::Cancelled, format!(
+                        "create of {:?} cancelled while waiting for the store's certificates", p.name
+                    )));
+                }
+            };
+            if !self.store.certs_complete() {
+                bootstrap = Some(guard);
+            }
+        }
+        let run = self.exec.run(
+            "create",
+            &p.name,
+            &argv,
+            ctx.deadline(LONG),
+            &ctx.cancel,
+            LOUD,
+        );
+        tokio::pin!(run);
+        let out = loop {
+            tokio::select! {
+                out = &mut run => break out?,
+                _ = tokio::time::sleep(CERTS_POLL), if bootstrap.is_some() => {
+                    if self.store.certs_complete() {
+                        bootstrap = None;
+                    }
+                }
+            }
+        };
+        drop(bootstrap);
         if out.success() {
             return Ok(());
         }
@@ -338,6 +370,22 @@ impl Shim {
                 ErrorKind::Failed
             };
             return Err(fail(kind, out.error_text()));
+        }
+        if out.cut.iter().any(|n| n.contains(" stdout line ")) {
+            // A cut value is a wrong value.
+            let command = argv
+                .iter()
+                .position(|a| a == name)
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| argv.get(i))
+                .map_or(op, String::as_str);
+            return Err(fail(
+                ErrorKind::Failed,
+                format!(
+                    "docker-machine {command} {name} printed a line longer than {} bytes (the limit); the value was cut, so it is refused",
+                    drover::bounded::MAX_LINE
+                ),
+            ));
         }
         let v = out.stdout.trim();
         if v.is_empty() {

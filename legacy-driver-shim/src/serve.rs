@@ -10,12 +10,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use drover::bounded::{read_line, skip_line, Line, MAX_LINE};
 use drover::provider::protocol::{
     ErrorKind, Operation, PluginInfo, Request, Response, CAP_CANCEL, CAP_CONCURRENT,
     PROTOCOL_VERSION,
 };
 use serde::Serialize;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -66,7 +67,8 @@ async fn perform(shim: &Shim, id: u64, op: Operation, ctx: Ctx) -> Response {
                 },
             )
         }
-        Operation::Create(p) => respond(id, shim.create(&p, &ctx).await),
+        // The protocol's result is always an object, never null.
+        Operation::Create(p) => respond(id, shim.create(&p, &ctx).await.map(|_| Empty {})),
         Operation::List => respond(id, shim.list()),
         Operation::Exists(p) => respond(id, shim.exists(&p.name, &ctx).await),
         Operation::CanConnect(p) => respond(id, shim.can_connect(&p.name, &ctx).await),
@@ -101,8 +103,18 @@ where
     });
     let inflight: Arc<Mutex<HashMap<u64, CancellationToken>>> = Arc::default();
     let mut tasks = tokio::task::JoinSet::new();
-    let mut lines = input.lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut input = input;
+    while let Ok(Some(line)) = read_line(&mut input, MAX_LINE).await {
+        let line = match line {
+            Line::Complete(line) => line,
+            Line::Cut(_) => {
+                let dropped = skip_line(&mut input).await.unwrap_or(0);
+                tracing::error!(
+                    "ignoring a request line longer than {MAX_LINE} bytes (the limit; {dropped} more bytes cut)"
+                );
+                continue;
+            }
+        };
         if line.trim().is_empty() {
             continue;
         }

@@ -75,14 +75,26 @@ impl Store {
         machine_storage_path: Option<&str>,
         home: Option<&str>,
     ) -> Option<Self> {
+        // A relative store is made absolute (as docker-machine does), so `cert_dir` and every
+        // path the shim reports stay valid wherever drover runs.
+        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
         if let Some(p) = explicit.filter(|p| !p.as_os_str().is_empty()) {
-            return Some(Store::new(p));
+            return Some(Store::new(absolute(p)));
         }
         if let Some(p) = machine_storage_path.filter(|p| !p.is_empty()) {
-            return Some(Store::new(p));
+            return Some(Store::new(absolute(Path::new(p))));
         }
         home.filter(|h| !h.is_empty())
             .map(|h| Store::new(Path::new(h).join(".docker").join("machine")))
+    }
+
+    /// Whether `certs/` holds the four files docker-machine's certificate bootstrap writes
+    /// (`ca.pem`, `ca-key.pem`, `cert.pem`, `key.pem`), each non-empty.
+    pub fn certs_complete(&self) -> bool {
+        let certs = self.root.join("certs");
+        ["ca.pem", "ca-key.pem", "cert.pem", "key.pem"]
+            .iter()
+            .all(|f| std::fs::metadata(certs.join(f)).is_ok_and(|m| m.is_file() && m.len() > 0))
     }
 
     /// The store root.
@@ -142,10 +154,11 @@ impl Store {
             return Err(StoreError::NotFound(name.to_string()));
         }
         let path = self.machine_dir(name).join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|source| StoreError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let text = drover::bounded::read_file_string(&path, drover::bounded::MAX_SMALL_FILE)
+            .map_err(|source| StoreError::Io {
+                path: path.clone(),
+                source,
+            })?;
         let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| StoreError::Parse {
             path: path.clone(),
             message: e.to_string(),

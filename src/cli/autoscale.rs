@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use crate::config::{self, Config};
 use crate::engine::{
     explain, naming, AcquireOutcome, AcquireResult, AcquireStep, Counts, Engine, MachineState,
-    Reason, RunnerId, RunnerPolicy, Time, TrackedMachine,
+    Notice, Reason, RunnerId, RunnerPolicy, Time, TrackedMachine,
 };
 
 /// `drover autoscale …` subcommands.
@@ -139,6 +139,7 @@ fn run_decide(args: &DecideArgs) -> anyhow::Result<String> {
         .clone()
         .unwrap_or_else(config::default_config_path);
     let loaded = config::load_file(&path).map_err(|e| anyhow!("{e}"))?;
+    super::logging::config_loaded(&loaded.config, &path.display().to_string());
     let state = read_state(&args.state)?;
     let now = args.now.unwrap_or_else(Utc::now);
     let d = decide(&loaded.config, args.runner.as_deref(), &state, now)?;
@@ -156,7 +157,7 @@ fn run_decide(args: &DecideArgs) -> anyhow::Result<String> {
 }
 
 fn read_state(path: &Path) -> anyhow::Result<StateFile> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::bounded::read_data_file(path)
         .with_context(|| format!("cannot read state file {}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| {
         anyhow!(
@@ -218,7 +219,7 @@ pub fn decide(
             rc.name
         );
     }
-    let warnings: Vec<String> = naming::machine_name_warning(&policy.machine_name)
+    let mut warnings: Vec<String> = naming::machine_name_warning(&policy.machine_name)
         .into_iter()
         .collect();
     let r = RunnerId(0);
@@ -259,6 +260,15 @@ pub fn decide(
         }
     };
     let counts_after = engine.listing_counts(r, &on_disk)?;
+    // Everything the engine wanted the operator to know (e.g. that it stopped creating after
+    // MAX_CREATIONS_PER_PASS); the other notices describe commands decide does not run.
+    while let Some(notice) = engine.poll_notice() {
+        if let Notice::Warning(w) = notice {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
+    }
     Ok(Decision {
         runner: rc.name.clone(),
         outcome,
@@ -323,6 +333,7 @@ impl Decision {
             "create": r.created.len(),
             "acquire": {"machine": machine, "error": self.outcome.result.error_text()},
             "counts_after": counts_json(&self.counts_after),
+            "warnings": self.warnings,
         })
     }
 

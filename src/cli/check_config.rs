@@ -124,11 +124,9 @@ pub fn json_report(result: &Result<Loaded, ConfigError>, now: DateTime<Utc>) -> 
 }
 
 fn diag_json(d: &Diagnostic) -> Value {
-    let mut v = json!({ "message": d.message, "line": d.line, "column": d.column });
-    if let (Some(hint), Some(obj)) = (&d.hint, v.as_object_mut()) {
-        obj.insert("hint".into(), json!(hint));
-    }
-    v
+    // The same facts the text report shows: position, key and section where known, the
+    // offending source line and the hint.
+    serde_json::to_value(d).unwrap_or_else(|_| json!({ "message": d.message }))
 }
 
 fn idle_json(e: &EffectiveIdle) -> Value {

@@ -77,6 +77,7 @@ fn prepare(args: &ExecJobArgs) -> anyhow::Result<Prepared> {
             for w in &loaded.warnings {
                 errln!("drover: warning: {w}");
             }
+            super::logging::config_loaded(&loaded.config, &path.display().to_string());
             let runners = &loaded.config.runners;
             let entry = match &args.runner {
                 Some(name) => runners.iter().find(|r| &r.name == name).with_context(|| {

@@ -1,6 +1,8 @@
 //! Log output for every command: gitlab-runner's global `--debug`, `--log-level` and
 //! `--log-format` flags (and their environment variables) select a `tracing` subscriber that
-//! writes to stderr, so command results on stdout stay machine-readable.
+//! writes to stderr, so command results on stdout stay machine-readable. A command that loads
+//! `config.toml` then applies its `log_level` and `log_format` ([`apply_config`]) where no flag
+//! or environment variable chose them, as gitlab-runner does.
 //!
 //! Nothing secret reaches this log at any level: every line passes through
 //! [`crate::secrets::redact`] on its way out, and dependencies that print request bodies or
@@ -9,9 +11,78 @@
 //! `X-Registry-Auth`) cannot be recognised, so those lines are never produced.
 
 use std::io::{self, Write};
+use std::sync::{Mutex, OnceLock};
 
 use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::{Layer, SubscriberExt};
+use tracing_subscriber::registry::Registry;
+use tracing_subscriber::reload;
+use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
+
+/// What the global flags asked for, checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogSettings {
+    /// The most verbose level written.
+    pub level: LevelFilter,
+    /// One JSON object per line instead of text.
+    pub json: bool,
+    /// A flag or environment variable chose the level (config `log_level` does not apply).
+    pub level_set: bool,
+    /// A flag or environment variable chose the format (config `log_format` does not apply).
+    pub format_set: bool,
+}
+
+/// Checks the global flags. `default` applies when neither `--debug` nor `--log-level` is given.
+pub fn settings(
+    debug: bool,
+    level: Option<&str>,
+    format: Option<&str>,
+    default: LevelFilter,
+) -> Result<LogSettings, String> {
+    let level_set = debug || level.is_some();
+    let level = match (debug, level) {
+        (true, _) => LevelFilter::DEBUG,
+        (false, None) => default,
+        (false, Some(l)) => parse_level(l, "--log-level")?,
+    };
+    let json = match format {
+        None => false,
+        Some(f) => parse_format(f, "--log-format")?,
+    };
+    Ok(LogSettings {
+        level,
+        json,
+        level_set,
+        format_set: format.is_some(),
+    })
+}
+
+fn parse_level(l: &str, source: &str) -> Result<LevelFilter, String> {
+    Ok(match l.to_ascii_lowercase().as_str() {
+        "trace" => LevelFilter::TRACE,
+        "debug" => LevelFilter::DEBUG,
+        "info" => LevelFilter::INFO,
+        "warn" | "warning" => LevelFilter::WARN,
+        // gitlab-runner's logrus levels above error have no tracing counterpart.
+        "error" | "fatal" | "panic" => LevelFilter::ERROR,
+        other => {
+            return Err(format!(
+            "unknown log level {other:?} in {source}: use debug, info, warn, error, fatal or panic"
+        ))
+        }
+    })
+}
+
+fn parse_format(f: &str, source: &str) -> Result<bool, String> {
+    match f.to_ascii_lowercase().as_str() {
+        "runner" | "text" => Ok(false),
+        "json" => Ok(true),
+        other => Err(format!(
+            "unknown log format {other:?} in {source}: use runner, text or json"
+        )),
+    }
+}
 
 /// Dependencies whose debug and trace output carries request bodies, headers or TLS secrets;
 /// they log at `info` at most.
@@ -67,67 +138,101 @@ impl Write for RedactingStderr {
     }
 }
 
-/// What the global flags asked for, checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogSettings {
-    /// The most verbose level written.
-    pub level: LevelFilter,
-    /// One JSON object per line instead of text.
-    pub json: bool,
+/// Whether the dependency cap is lifted ([`DEPENDENCY_DEBUG_ENV`]).
+fn dependencies_too() -> bool {
+    std::env::var_os(DEPENDENCY_DEBUG_ENV).is_some_and(|v| !v.is_empty())
 }
 
-/// Checks the global flags. `default` applies when neither `--debug` nor `--log-level` is given.
-pub fn settings(
-    debug: bool,
-    level: Option<&str>,
-    format: Option<&str>,
-    default: LevelFilter,
-) -> Result<LogSettings, String> {
-    let level = match (debug, level) {
-        (true, _) => LevelFilter::DEBUG,
-        (false, None) => default,
-        (false, Some(l)) => match l.to_ascii_lowercase().as_str() {
-            "trace" => LevelFilter::TRACE,
-            "debug" => LevelFilter::DEBUG,
-            "info" => LevelFilter::INFO,
-            "warn" | "warning" => LevelFilter::WARN,
-            // gitlab-runner's logrus levels above error have no tracing counterpart.
-            "error" | "fatal" | "panic" => LevelFilter::ERROR,
-            other => {
-                return Err(format!(
-                    "unknown log level {other:?} in --log-level: use debug, info, warn, error, fatal or panic"
-                ))
-            }
-        },
-    };
-    let json = match format.map(str::to_ascii_lowercase).as_deref() {
-        None | Some("runner") | Some("text") => false,
-        Some("json") => true,
-        Some(other) => {
-            return Err(format!(
-                "unknown log format {other:?} in --log-format: use runner, text or json"
-            ))
-        }
-    };
-    Ok(LogSettings { level, json })
+type Filter = reload::Handle<EnvFilter, Registry>;
+type Output = reload::Handle<
+    Box<
+        dyn Layer<tracing_subscriber::layer::Layered<reload::Layer<EnvFilter, Registry>, Registry>>
+            + Send
+            + Sync,
+    >,
+    tracing_subscriber::layer::Layered<reload::Layer<EnvFilter, Registry>, Registry>,
+>;
+
+/// The installed subscriber's settings and the handles that change them.
+struct Installed {
+    settings: LogSettings,
+    filter: Filter,
+    output: Output,
+}
+
+static INSTALLED: OnceLock<Mutex<Installed>> = OnceLock::new();
+
+fn output_layer<S>(json: bool) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(|| RedactingStderr)
+        .with_target(false);
+    if json {
+        layer.json().boxed()
+    } else {
+        layer
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .boxed()
+    }
 }
 
 /// Installs the subscriber for the whole process (a second call does nothing).
 pub fn install(s: LogSettings) {
-    let builder = tracing_subscriber::fmt()
-        .with_writer(|| RedactingStderr)
-        .with_env_filter(filter(
-            s.level,
-            std::env::var_os(DEPENDENCY_DEBUG_ENV).is_some_and(|v| !v.is_empty()),
-        ))
-        .with_target(false);
-    let _ = if s.json {
-        builder.json().try_init()
-    } else {
-        builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init()
+    let (filter, filter_handle) = reload::Layer::new(filter(s.level, dependencies_too()));
+    let (output, output_handle) = reload::Layer::new(output_layer(s.json));
+    if tracing_subscriber::registry()
+        .with(filter)
+        .with(output)
+        .try_init()
+        .is_ok()
+    {
+        let _ = INSTALLED.set(Mutex::new(Installed {
+            settings: s,
+            filter: filter_handle,
+            output: output_handle,
+        }));
+    }
+}
+
+/// Applies a loaded config's `log_level` and `log_format` where no flag or environment
+/// variable chose them (as gitlab-runner does). An unknown value is an error naming the key.
+pub fn apply_config(level: Option<&str>, format: Option<&str>) -> Result<(), String> {
+    let Some(installed) = INSTALLED.get() else {
+        return Ok(());
     };
+    let mut installed = installed.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(l) = level.filter(|_| !installed.settings.level_set) {
+        let level = parse_level(l, "log_level in config.toml")?;
+        if level != installed.settings.level {
+            installed.settings.level = level;
+            installed
+                .filter
+                .reload(filter(level, dependencies_too()))
+                .map_err(|e| format!("cannot change the log level: {e}"))?;
+        }
+    }
+    if let Some(f) = format.filter(|_| !installed.settings.format_set) {
+        let json = parse_format(f, "log_format in config.toml")?;
+        if json != installed.settings.json {
+            installed.settings.json = json;
+            installed
+                .output
+                .reload(output_layer(json))
+                .map_err(|e| format!("cannot change the log format: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Applies `config`'s log settings (see [`apply_config`]), warning on stderr about a value it
+/// cannot use, and logs at debug level that the file was loaded.
+pub fn config_loaded(config: &crate::config::Config, origin: &str) {
+    if let Err(e) = apply_config(config.log_level.as_deref(), config.log_format.as_deref()) {
+        super::output::errln!("drover: warning: {e}");
+    }
+    tracing::debug!(config = %origin, runners = config.runners.len(), "loaded the config file");
 }
 
 #[cfg(test)]

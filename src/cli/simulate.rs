@@ -121,6 +121,7 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<(Config, String)> {
     for w in &loaded.warnings {
         errln!("drover: warning: {w}");
     }
+    super::logging::config_loaded(&loaded.config, &label);
     Ok((loaded.config, label))
 }
 
@@ -133,8 +134,8 @@ pub fn load_workload(path: Option<&Path>) -> anyhow::Result<Workload> {
         )?);
     };
     let name = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read workload {name}"))?;
+    let text = crate::bounded::read_data_file(path)
+        .with_context(|| format!("cannot read workload {name}"))?;
     if looks_like_export(&text) {
         let imported = import_jobs_export(&text, &name)?;
         if imported.not_started + imported.not_finished > 0 {
@@ -212,7 +213,7 @@ fn run_inner(args: &SimulateArgs) -> anyhow::Result<()> {
             outln!("{label} on {workload_label}");
             out!("{}", summary.to_text());
             for w in &trace.warnings {
-                errln!("drover: engine warning: {w}");
+                errln!("drover: warning: {w}");
             }
         }
         Format::Json => outln!("{}", summary.to_json()),

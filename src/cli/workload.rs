@@ -39,8 +39,8 @@ fn run_inner(args: &WorkloadArgs) -> anyhow::Result<()> {
     match &args.command {
         WorkloadCommand::Import { export, output } => {
             let name = export.display().to_string();
-            let text =
-                std::fs::read_to_string(export).with_context(|| format!("cannot read {name}"))?;
+            let text = crate::bounded::read_data_file(export)
+                .with_context(|| format!("cannot read {name}"))?;
             let imported = import_jobs_export(&text, &name)?;
             let csv = imported.workload.to_csv();
             match output {

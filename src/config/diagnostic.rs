@@ -25,8 +25,15 @@ pub struct Diagnostic {
     /// What to do about it, when there is something specific to say.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// The table the finding is in, as written in its header (`[runners.machine]`), when
+    /// known (syntax errors, which come before any typed path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
+    /// The key path of the finding (`runners[1].machine.IdleTime`), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// The text of line `line`, for display.
-    #[serde(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub source_line: Option<String>,
     /// How many characters the caret under `source_line` spans.
     #[serde(skip)]
@@ -41,18 +48,33 @@ impl Diagnostic {
             line: 0,
             column: 0,
             hint: None,
+            section: None,
+            key: None,
             source_line: None,
             width: 0,
         }
     }
 
-    /// A finding at byte range `span` of `text`.
+    /// A finding at byte range `span` of `text`. Scans `text` once to find the line; to report
+    /// many findings in one text, build a [`LineIndex`] and use [`Diagnostic::at_indexed`].
     pub fn at(text: &str, span: std::ops::Range<usize>, message: impl Into<String>) -> Self {
-        let pos = Position::of(text, span.start);
-        let line_text = line_at(text, span.start);
+        Self::at_indexed(&LineIndex::new(text), text, span, message)
+    }
+
+    /// A finding at byte range `span` of `text`, whose lines `index` knows: costs a binary
+    /// search and the length of one line, not a scan of the text.
+    pub(crate) fn at_indexed(
+        index: &LineIndex,
+        text: &str,
+        span: std::ops::Range<usize>,
+        message: impl Into<String>,
+    ) -> Self {
+        let pos = index.position(text, span.start);
+        let line_text = text[pos.line_start..pos.line_end].trim_end_matches('\r');
+        let start = index.clamp(text, span.start);
         let end = span.end.min(pos.line_end);
         let width = text
-            .get(span.start.min(end)..end)
+            .get(start.min(end)..end)
             .map_or(1, |s| s.chars().count())
             .max(1);
         Diagnostic {
@@ -60,6 +82,8 @@ impl Diagnostic {
             line: pos.line,
             column: pos.column,
             hint: None,
+            section: None,
+            key: None,
             source_line: Some(line_text.to_string()),
             width,
         }
@@ -97,6 +121,14 @@ impl Diagnostic {
                 "\n{pad} |\n{gutter} | {shown}\n{pad} | {lead}{carets}"
             ));
         }
+        match (&self.section, &self.key) {
+            (Some(section), Some(key)) => {
+                out.push_str(&format!("\n  = in: {section}, key {key}"));
+            }
+            (Some(section), None) => out.push_str(&format!("\n  = in: {section}")),
+            (None, Some(key)) => out.push_str(&format!("\n  = in: key {key}")),
+            (None, None) => {}
+        }
         if let Some(hint) = &self.hint {
             out.push_str(&format!("\n  = hint: {hint}"));
         }
@@ -109,39 +141,82 @@ impl Diagnostic {
 pub(crate) struct Position {
     pub line: usize,
     pub column: usize,
+    /// Byte offset of the start of this line.
+    pub line_start: usize,
     /// Byte offset of the end of this line (before its newline).
     pub line_end: usize,
 }
 
 impl Position {
-    /// The position of byte `offset` in `text` (clamped to the text).
+    /// The position of byte `offset` in `text` (clamped to the text). Scans the text: for
+    /// more than one lookup, use a [`LineIndex`].
+    #[cfg(test)]
     pub(crate) fn of(text: &str, offset: usize) -> Position {
+        LineIndex::new(text).position(text, offset)
+    }
+}
+
+/// Where each line of a text starts, so that a byte offset maps to `line:column` in
+/// logarithmic time. Built once per file: looking positions up by rescanning the text from the
+/// start made loading a config quadratic in its size.
+#[derive(Debug, Clone)]
+pub(crate) struct LineIndex {
+    /// Byte offset of the first byte of each line; `starts[0]` is 0.
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    /// Indexes the lines of `text`.
+    pub(crate) fn new(text: &str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(
+            text.bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| i + 1),
+        );
+        LineIndex { starts }
+    }
+
+    /// `offset` clamped to `text` and moved back to a character boundary.
+    fn clamp(&self, text: &str, offset: usize) -> usize {
         let mut offset = offset.min(text.len());
         while !text.is_char_boundary(offset) {
             offset -= 1;
         }
-        let before = &text[..offset];
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let column = text[line_start..offset].chars().count() + 1;
-        let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+        offset
+    }
+
+    /// The position of byte `offset` of `text` (the text this index was built from).
+    pub(crate) fn position(&self, text: &str, offset: usize) -> Position {
+        let offset = self.clamp(text, offset);
+        // The last line start at or before `offset`.
+        let line_index = self
+            .starts
+            .partition_point(|&s| s <= offset)
+            .saturating_sub(1);
+        let line_start = self
+            .starts
+            .get(line_index)
+            .copied()
+            .unwrap_or(0)
+            .min(offset);
+        let line_end = self
+            .starts
+            .get(line_index + 1)
+            .map_or(text.len(), |&next| next - 1)
+            .max(offset);
+        let column = text
+            .get(line_start..offset)
+            .map_or(0, |s| s.chars().count())
+            + 1;
         Position {
-            line,
+            line: line_index + 1,
             column,
+            line_start,
             line_end,
         }
     }
-}
-
-/// The line of `text` containing byte `offset`, without its line ending.
-fn line_at(text: &str, offset: usize) -> &str {
-    let pos = Position::of(text, offset);
-    let mut start = offset.min(text.len());
-    while !text.is_char_boundary(start) {
-        start -= 1;
-    }
-    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
-    text[line_start..pos.line_end].trim_end_matches('\r')
 }
 
 /// Why a config file could not be loaded.
@@ -163,7 +238,7 @@ pub enum ConfigError {
         /// The file name or other origin shown in messages.
         origin: String,
         /// Where the first offending byte is.
-        diagnostic: Diagnostic,
+        diagnostic: Box<Diagnostic>,
     },
     /// The text is not valid TOML.
     #[error("{}", .diagnostic.render(.origin, "error"))]
@@ -171,7 +246,7 @@ pub enum ConfigError {
         /// The file name or other origin shown in messages.
         origin: String,
         /// Where parsing stopped.
-        diagnostic: Diagnostic,
+        diagnostic: Box<Diagnostic>,
     },
     /// The TOML is well-formed but does not fit the config (wrong types, out-of-range integers,
     /// invalid periods, failed validation).
@@ -194,7 +269,7 @@ impl ConfigError {
                 "cannot read {path}: {source}"
             ))],
             ConfigError::Encoding { diagnostic, .. } | ConfigError::Syntax { diagnostic, .. } => {
-                vec![diagnostic.clone()]
+                vec![(**diagnostic).clone()]
             }
             ConfigError::Invalid { errors, .. } => errors.clone(),
         }

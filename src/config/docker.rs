@@ -189,3 +189,178 @@ impl DockerService {
             .collect()
     }
 }
+
+/// Parses a Docker memory size as the Docker CLI does (`RAMInBytes`): a decimal number, an
+/// optional space, and an optional binary unit `k`, `m`, `g`, `t` or `p` (any case, optionally
+/// followed by `i` and/or `b`): `512m`, `1.5g`, `1024`, `2 GiB`. Anything else, and any value
+/// beyond `i64::MAX` bytes, is an error saying why: `"1e400g"`, `"-5m"` and `"NaN"` must never
+/// silently mean "no limit".
+pub fn parse_docker_size(value: &str) -> Result<i64, String> {
+    let s = value.as_bytes();
+    let digits_end = s
+        .iter()
+        .position(|b| !(b.is_ascii_digit() || *b == b'.'))
+        .unwrap_or(s.len());
+    let number = &value[..digits_end];
+    let number_ok = !number.is_empty()
+        && number.split('.').all(|part| !part.is_empty())
+        && number.starts_with(|c: char| c.is_ascii_digit());
+    let unit = value[digits_end..]
+        .strip_prefix(' ')
+        .unwrap_or(&value[digits_end..]);
+    let unit = unit.to_ascii_lowercase();
+    let (letter, rest) = match unit.as_bytes().first() {
+        Some(b @ (b'k' | b'm' | b'g' | b't' | b'p')) => (Some(*b), &unit[1..]),
+        _ => (None, unit.as_str()),
+    };
+    let rest = rest.strip_prefix('i').unwrap_or(rest);
+    let rest = rest.strip_prefix('b').unwrap_or(rest);
+    let bad = || {
+        format!(
+            "{value:?} is not a Docker size: write a whole or decimal number with an optional unit k, m, g, t or p (e.g. \"512m\", \"1.5g\")"
+        )
+    };
+    if !number_ok || !rest.is_empty() {
+        return Err(bad());
+    }
+    let n: f64 = number.parse().map_err(|_| bad())?;
+    let factor = match letter {
+        None => 1.0,
+        Some(b'k') => 1024f64,
+        Some(b'm') => 1024f64.powi(2),
+        Some(b'g') => 1024f64.powi(3),
+        Some(b't') => 1024f64.powi(4),
+        _ => 1024f64.powi(5),
+    };
+    let bytes = n * factor;
+    if !bytes.is_finite() || bytes >= i64::MAX as f64 {
+        return Err(format!(
+            "{value:?} is more bytes than Docker can hold (at most {} bytes)",
+            i64::MAX
+        ));
+    }
+    Ok(bytes as i64)
+}
+
+/// Parses a Docker `cpus` value as the Docker CLI does (`NanoCPUs`): a positive decimal number
+/// of CPUs with at most 9 decimal places (`"1.5"`, `"0.25"`, `"2"`), returned in billionths of
+/// a CPU. A fraction (`"3/2"`), an exponent, a sign, `"NaN"` or too much precision is an error.
+pub fn parse_docker_cpus(value: &str) -> Result<i64, String> {
+    let bad = || {
+        format!(
+            "{value:?} is not a number of CPUs: write a decimal number such as \"1.5\" or \"2\""
+        )
+    };
+    let (whole, frac) = value.split_once('.').unwrap_or((value, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty()
+        || !digits(whole)
+        || !digits(frac)
+        || (value.contains('.') && frac.is_empty())
+    {
+        return Err(bad());
+    }
+    if frac.len() > 9 {
+        return Err(format!(
+            "{value:?} is too precise: Docker counts CPUs in billionths (at most 9 decimal places)"
+        ));
+    }
+    let too_many = || format!("{value:?} is more CPUs than Docker can count");
+    let whole: i64 = whole.parse().map_err(|_| too_many())?;
+    let frac_nanos: i64 = format!("{frac:0<9}").parse().map_err(|_| bad())?;
+    let nanos = whole
+        .checked_mul(1_000_000_000)
+        .and_then(|n| n.checked_add(frac_nanos))
+        .ok_or_else(too_many)?;
+    if nanos == 0 {
+        return Err(format!(
+            "{value:?} CPUs is no CPU at all: leave cpus unset for no limit"
+        ));
+    }
+    Ok(nanos)
+}
+
+/// Checks a Docker cpuset (`cpuset_cpus`, `cpuset_mems`): comma-separated CPU numbers or
+/// ranges `a-b` with `a <= b`, as the Engine parses them (`"0-3,5"`).
+pub fn check_docker_cpuset(value: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        format!("{value:?} is not a cpuset ({why}): write numbers and ranges such as \"0-3,5\"")
+    };
+    for part in value.split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let num = |s: &str| -> Result<u32, String> {
+            if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad(&format!("{part:?} is not a number or range")));
+            }
+            s.parse().map_err(|_| bad(&format!("{s} is too large")))
+        };
+        if num(a)? > num(b)? {
+            return Err(bad(&format!("range {part:?} runs backwards")));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_as_docker_reads_them() {
+        assert_eq!(parse_docker_size("512m"), Ok(512 << 20));
+        assert_eq!(parse_docker_size("1.5g"), Ok(1536 << 20));
+        assert_eq!(parse_docker_size("1024"), Ok(1024));
+        assert_eq!(parse_docker_size("2 GiB"), Ok(2 << 30));
+        assert_eq!(parse_docker_size("64KB"), Ok(64 << 10));
+        for bad in [
+            "1e400g",
+            "-5m",
+            "NaN",
+            "inf",
+            "",
+            " 5m",
+            "5mm",
+            "5x",
+            ".5m",
+            "5.m",
+            "1..2m",
+            "99999999999p",
+            "+5m",
+            "0x10",
+        ] {
+            assert!(parse_docker_size(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn cpus_as_docker_reads_them() {
+        assert_eq!(parse_docker_cpus("1.5"), Ok(1_500_000_000));
+        assert_eq!(parse_docker_cpus("2"), Ok(2_000_000_000));
+        assert_eq!(parse_docker_cpus("0.000000001"), Ok(1));
+        for bad in [
+            "NaN",
+            "-1",
+            "1e3",
+            "3/2",
+            "",
+            "1.",
+            ".5",
+            "0",
+            "0.0",
+            "1.0000000001",
+            "inf",
+            "99999999999999999999",
+        ] {
+            assert!(parse_docker_cpus(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn cpusets() {
+        assert!(check_docker_cpuset("0-3,5").is_ok());
+        assert!(check_docker_cpuset("0").is_ok());
+        for bad in ["", "3-1", "a", "1,,2", "-1", "0-"] {
+            assert!(check_docker_cpuset(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+}

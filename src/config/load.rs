@@ -51,10 +51,13 @@ pub fn default_config_path() -> PathBuf {
 /// Reads and loads the config file at `path`.
 pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
     let origin = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| ConfigError::Io {
-        path: origin.clone(),
-        source,
-    })?;
+    let bytes =
+        crate::bounded::read_file(path, crate::bounded::MAX_DATA_FILE).map_err(|source| {
+            ConfigError::Io {
+                path: origin.clone(),
+                source,
+            }
+        })?;
     load_str(bytes, &origin)
 }
 
@@ -114,13 +117,85 @@ fn syntax_error(e: &toml::de::Error, text: &str, origin: &str) -> ConfigError {
         None => Diagnostic::whole_file(format!("invalid TOML: {message}")),
     };
     let hint = syntax_hint(&message);
+    let mut diagnostic = diagnostic;
+    if diagnostic.line > 0 {
+        let (section, key) = locate(text, diagnostic.line);
+        diagnostic.section = section;
+        diagnostic.key = key;
+    }
     ConfigError::Syntax {
         origin: origin.to_string(),
-        diagnostic: match hint {
+        diagnostic: Box::new(match hint {
             Some(h) => diagnostic.with_hint(h),
             None => diagnostic,
-        },
+        }),
     }
+}
+
+/// Where line `line` (1-based) of a file that does not parse sits, read from the text as far
+/// as it goes: the last table header above it, as written (`[runners.machine]`), and the key
+/// path of the `key =` the line starts with, if any (`runners[1].machine.IdleTime`). Array
+/// tables are numbered by counting their headers, as the parser would have.
+fn locate(text: &str, line: usize) -> (Option<String>, Option<String>) {
+    let mut section: Option<String> = None;
+    let mut path = String::new();
+    // Headers `[[a.b]]` seen so far, with their counts, to number array tables.
+    let mut arrays: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut error_line = None;
+    for (i, raw) in text.lines().enumerate() {
+        let l = raw.trim();
+        if i + 1 == line {
+            error_line = Some(l);
+            break;
+        }
+        let (array, inner) = if let Some(rest) = l.strip_prefix("[[") {
+            (true, rest.split("]]").next())
+        } else if let Some(rest) = l.strip_prefix('[') {
+            (false, rest.split(']').next())
+        } else {
+            continue;
+        };
+        let Some(inner) = inner else { continue };
+        let name: Vec<&str> = inner
+            .split('.')
+            .map(|p| p.trim().trim_matches('"'))
+            .collect();
+        let dotted = name.join(".");
+        if array {
+            let n = arrays.entry(dotted.clone()).or_insert(0);
+            *n += 1;
+        }
+        // Number every array-table prefix: [runners.machine] under the 2nd [[runners]] is
+        // runners[1].machine.
+        let mut numbered = Vec::new();
+        for k in 1..=name.len() {
+            let prefix = name[..k].join(".");
+            let part = name[k - 1];
+            match arrays.get(&prefix) {
+                Some(&count) if count > 0 => numbered.push(format!("{part}[{}]", count - 1)),
+                _ => numbered.push(part.to_string()),
+            }
+        }
+        path = numbered.join(".");
+        section = Some(if array {
+            format!("[[{dotted}]]")
+        } else {
+            format!("[{dotted}]")
+        });
+    }
+    let key = error_line.and_then(|l| {
+        let (k, _) = l.split_once('=')?;
+        let k = k.trim().trim_matches('"');
+        if k.is_empty() || k.starts_with('[') || k.starts_with('#') {
+            return None;
+        }
+        Some(if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        })
+    });
+    (section, key)
 }
 
 fn syntax_hint(message: &str) -> Option<&'static str> {
@@ -143,16 +218,18 @@ fn syntax_hint(message: &str) -> Option<&'static str> {
 fn decode<'a>(bytes: &'a [u8], origin: &str) -> Result<&'a str, ConfigError> {
     let utf16 = |which: &str| ConfigError::Encoding {
         origin: origin.to_string(),
-        diagnostic: Diagnostic {
+        diagnostic: Box::new(Diagnostic {
             message: format!(
                 "the file is UTF-16 ({which}); drover, like gitlab-runner, reads UTF-8"
             ),
             line: 1,
             column: 1,
             hint: Some("save the file as UTF-8 (for example `iconv -f UTF-16 -t UTF-8`)".into()),
+            section: None,
+            key: None,
             source_line: None,
             width: 1,
-        },
+        }),
     };
     match bytes {
         [0xFF, 0xFE, ..] => return Err(utf16("little-endian byte-order mark FF FE")),
@@ -181,9 +258,9 @@ fn decode<'a>(bytes: &'a [u8], origin: &str) -> Result<&'a str, ConfigError> {
         diagnostic.width = 1;
         ConfigError::Encoding {
             origin: origin.to_string(),
-            diagnostic: diagnostic.with_hint(
+            diagnostic: Box::new(diagnostic.with_hint(
                 "save the file as UTF-8 (it looks like Latin-1 or another legacy encoding)",
-            ),
+            )),
         }
     })
 }

@@ -18,6 +18,7 @@ const PULL_POLICIES: &[&str] = &["always", "if-not-present", "never"];
 
 pub(crate) fn validate(config: &mut Config, w: &mut Walker<'_>) {
     check_label_patterns(&config.labels, "", "global labels", w);
+    check_logging(config, w);
     for (index, runner) in config.runners.iter_mut().enumerate() {
         let base = format!("runners[{index}]");
         let label = Walker::runner_label(index, Some(&runner.name));
@@ -255,6 +256,15 @@ fn check_machine(runner: &mut RunnerConfig, base: &str, label: &str, w: &mut Wal
             warn_at(w, &mbase, "", label,
                 "MachineName is empty: upstream fails every job request with \"missing Machine options\"".into(),
                 Some("set MachineName = \"auto-scale-%s\"".into()));
+        } else if let Some(why) = unusable_machine_name(&machine.machine_name) {
+            error_at(
+                w,
+                &mbase,
+                "MachineName",
+                label,
+                why,
+                Some("docker-machine accepts only letters, digits, '-' and '.' in a machine name; use a template such as \"auto-scale-%s\"".into()),
+            );
         } else if !machine.machine_name.contains("%s") {
             warn_at(
                 w,
@@ -311,11 +321,133 @@ fn check_machine(runner: &mut RunnerConfig, base: &str, label: &str, w: &mut Wal
     }
 }
 
+/// gitlab-runner's log levels (logrus) and formats.
+const LOG_LEVELS: &[&str] = &[
+    "panic", "fatal", "error", "warn", "warning", "info", "debug", "trace",
+];
+const LOG_FORMATS: &[&str] = &["runner", "text", "json"];
+
+fn check_logging(config: &Config, w: &mut Walker<'_>) {
+    for (key, value, allowed) in [
+        ("log_level", &config.log_level, LOG_LEVELS),
+        ("log_format", &config.log_format, LOG_FORMATS),
+    ] {
+        let Some(v) = value else { continue };
+        if !allowed.contains(&v.to_ascii_lowercase().as_str()) {
+            error_at(
+                w,
+                "",
+                key,
+                "global settings",
+                format!("unknown {key} {v:?}"),
+                Some(format!("use one of {}", allowed.join(", "))),
+            );
+        }
+    }
+}
+
+/// Why names made from `template` can never be machine names, if they cannot: the name the
+/// engine builds from it (`%s` replaced, as `new_machine_name` does) must be letters, digits,
+/// `-` and `.` only, or every `docker-machine create` fails (and a control character would
+/// also break the store and the logs).
+fn unusable_machine_name(template: &str) -> Option<String> {
+    // Without %s (a warning of its own, as upstream loads it) check the template as written.
+    let name = if template.contains("%s") || template.contains("%v") {
+        crate::engine::naming::new_machine_name(template, "0")
+    } else {
+        template.to_string()
+    };
+    let bad = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '.'))?;
+    let what = if bad.is_control() {
+        format!(
+            "the control character {:?}",
+            bad.escape_default().to_string()
+        )
+    } else if bad == '%' || bad == '!' || bad == '(' {
+        "a % verb other than %s".to_string()
+    } else {
+        format!("{bad:?}")
+    };
+    Some(format!(
+        "MachineName {template:?} cannot name a machine: it contains {what}"
+    ))
+}
+
+/// The size keys of `[runners.docker]`, with whether `-1` (unlimited) is allowed.
+const SIZE_KEYS: &[(&str, bool)] = &[
+    ("memory", false),
+    ("memory_swap", true),
+    ("memory_reservation", false),
+    ("service_memory", false),
+    ("service_memory_swap", true),
+    ("service_memory_reservation", false),
+];
+
+fn check_docker_values(
+    docker: &super::docker::DockerConfig,
+    dbase: &str,
+    label: &str,
+    w: &mut Walker<'_>,
+) {
+    use super::docker::{check_docker_cpuset, parse_docker_cpus, parse_docker_size};
+    let value = |key: &str| -> &str {
+        match key {
+            "memory" => &docker.memory,
+            "memory_swap" => &docker.memory_swap,
+            "memory_reservation" => &docker.memory_reservation,
+            "service_memory" => &docker.service_memory,
+            "service_memory_swap" => &docker.service_memory_swap,
+            "service_memory_reservation" => &docker.service_memory_reservation,
+            "cpus" => &docker.cpus,
+            "service_cpus" => &docker.service_cpus,
+            "cpuset_cpus" => &docker.cpuset_cpus,
+            "cpuset_mems" => &docker.cpuset_mems,
+            "service_cpuset_cpus" => &docker.service_cpuset_cpus,
+            _ => "",
+        }
+    };
+    let mut checks: Vec<(&str, Result<(), String>)> = Vec::new();
+    for &(key, unlimited) in SIZE_KEYS {
+        let v = value(key);
+        let unset = v.is_empty() || (unlimited && v == "-1");
+        if !unset {
+            checks.push((key, parse_docker_size(v).map(|_| ())));
+        }
+    }
+    for key in ["cpus", "service_cpus"] {
+        let v = value(key);
+        if !v.is_empty() {
+            checks.push((key, parse_docker_cpus(v).map(|_| ())));
+        }
+    }
+    for key in ["cpuset_cpus", "cpuset_mems", "service_cpuset_cpus"] {
+        let v = value(key);
+        if !v.is_empty() {
+            checks.push((key, check_docker_cpuset(v)));
+        }
+    }
+    for (key, result) in checks {
+        if let Err(why) = result {
+            error_at(
+                w,
+                dbase,
+                key,
+                label,
+                why,
+                Some(format!("fix {key}, or remove it for no limit (upstream fails every job with this value)")),
+            );
+        }
+    }
+}
+
 fn check_docker(runner: &RunnerConfig, base: &str, label: &str, w: &mut Walker<'_>) {
     let Some(docker) = runner.docker.as_ref() else {
         return;
     };
     let dbase = format!("{base}.docker");
+    check_docker_values(docker, &dbase, label, w);
     for (key, list) in [
         ("pull_policy", &docker.pull_policy),
         ("allowed_pull_policies", &docker.allowed_pull_policies),

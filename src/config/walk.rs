@@ -8,13 +8,13 @@
 //! never stops at the first error so an operator sees them all. It also records the span of
 //! every canonical path (`runners[0].machine.Periods`) for the later validation step.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use super::diagnostic::Diagnostic;
+use super::diagnostic::{Diagnostic, LineIndex};
 use super::duration::parse_go_duration;
 use super::schema::{Field, Kind, Schema, AUTOSCALING, ROOT, RUNNER};
 use super::values::{float_value, found, int_value, quote_hint, toml_datetime_to_utc};
@@ -29,6 +29,8 @@ pub(crate) struct Spans {
 /// Walk state: the text (for positions), findings, and spans by canonical path.
 pub(crate) struct Walker<'t> {
     pub text: &'t str,
+    /// Line starts of `text`, so positions cost a lookup and not a rescan.
+    lines: LineIndex,
     pub errors: Vec<Diagnostic>,
     pub warnings: Vec<Diagnostic>,
     pub spans: HashMap<String, Spans>,
@@ -42,9 +44,10 @@ impl<'t> Walker<'t> {
     pub(crate) fn new(text: &'t str) -> Self {
         Walker {
             text,
+            lines: LineIndex::new(text),
             errors: Vec::new(),
             warnings: Vec::new(),
-            spans: HashMap::new(),
+            spans: HashMap::default(),
             runner_label: None,
         }
     }
@@ -81,7 +84,7 @@ impl<'t> Walker<'t> {
     }
 
     pub(crate) fn error(&mut self, span: Range<usize>, message: String, hint: Option<String>) {
-        let d = Diagnostic::at(self.text, span, message);
+        let d = Diagnostic::at_indexed(&self.lines, self.text, span, message);
         self.errors.push(match hint {
             Some(h) => d.with_hint(h),
             None => d,
@@ -89,7 +92,7 @@ impl<'t> Walker<'t> {
     }
 
     pub(crate) fn warn(&mut self, span: Range<usize>, message: String, hint: Option<String>) {
-        let d = Diagnostic::at(self.text, span, message);
+        let d = Diagnostic::at_indexed(&self.lines, self.text, span, message);
         self.warnings.push(match hint {
             Some(h) => d.with_hint(h),
             None => d,
@@ -99,7 +102,7 @@ impl<'t> Walker<'t> {
     fn table(&mut self, t: &DeTable<'_>, schema: &'static Schema, path: &str) -> toml::Table {
         let mut out = toml::Table::new();
         // canonical name -> (was the match exact, line of the key)
-        let mut seen: HashMap<&'static str, (bool, usize)> = HashMap::new();
+        let mut seen: HashMap<&'static str, (bool, usize)> = HashMap::default();
         for (k, v) in t.iter() {
             let key: &str = k.get_ref();
             let key_span = k.span();
@@ -108,7 +111,7 @@ impl<'t> Walker<'t> {
                 continue;
             };
             let sub = join(path, field.name);
-            let line = super::diagnostic::Position::of(self.text, key_span.start).line;
+            let line = self.lines.position(self.text, key_span.start).line;
             if let Some(&(prev_exact, prev_line)) = seen.get(field.name) {
                 let kept = if prev_exact && !exact {
                     format!("the key on line {prev_line}")

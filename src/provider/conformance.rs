@@ -223,11 +223,29 @@ pub async fn run(
     };
     let created = r
         .check("create", async {
-            plugin
-                .create(&params, &call)
+            // Raw, to see the answer as sent: `result` must be an object, never null.
+            let request = crate::provider::protocol::Request {
+                id: 0,
+                timeout_ms: Some(u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                op: crate::provider::protocol::Operation::Create(params.clone()),
+            };
+            let object = match serde_json::to_value(&request) {
+                Ok(serde_json::Value::Object(o)) => o,
+                other => return Err(format!("cannot encode the create request: {other:?}")),
+            };
+            let resp = plugin
+                .call_json(object, t)
                 .await
-                .map(|_| name.clone())
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            match (resp.ok, &resp.result, &resp.error) {
+                (true, Some(serde_json::Value::Object(_)), _) => Ok(name.clone()),
+                (true, other, _) => Err(format!(
+                    "create answered ok with result {}; the protocol's result is always an object ({{}} at least)",
+                    other.as_ref().map_or("null (or missing)".to_string(), |v| v.to_string())
+                )),
+                (false, _, Some(e)) => Err(format!("{}: {}", e.kind.as_str(), e.message)),
+                (false, _, None) => Err("create failed without an error".into()),
+            }
         })
         .await;
     if created {
@@ -273,7 +291,24 @@ pub async fn run(
                 Ok(Endpoint::TcpTls { host, cert_dir, .. })
                     if !host.is_empty() && !cert_dir.is_empty() =>
                 {
-                    Ok(format!("tcp_tls {host} {cert_dir}"))
+                    // drover will read these files to talk to the machine.
+                    let dir = std::path::Path::new(&cert_dir);
+                    let missing: Vec<&str> = ["ca.pem", "cert.pem", "key.pem"]
+                        .into_iter()
+                        .filter(|f| !dir.join(f).is_file())
+                        .collect();
+                    if !dir.is_absolute() {
+                        Err(format!(
+                            "cert_dir {cert_dir:?} is relative; it must be absolute"
+                        ))
+                    } else if missing.is_empty() {
+                        Ok(format!("tcp_tls {host} {cert_dir}"))
+                    } else {
+                        Err(format!(
+                            "cert_dir {cert_dir:?} lacks {}: drover could not talk to the machine",
+                            missing.join(", ")
+                        ))
+                    }
                 }
                 Ok(Endpoint::Tcp { host }) if !host.is_empty() => Ok(format!("tcp {host}")),
                 Ok(Endpoint::Unix { socket }) if !socket.is_empty() => Ok(format!("unix {socket}")),

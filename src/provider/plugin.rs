@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot, Mutex, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -24,6 +24,7 @@ use super::protocol::{
     Cancel, HandshakeParams, Operation, PluginInfo, Request, Response, CAP_CANCEL, CAP_CONCURRENT,
     PROTOCOL_VERSION,
 };
+use crate::bounded::{read_line, skip_line, Line, MAX_LINE};
 
 /// How long a plugin gets to answer the handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -66,7 +67,11 @@ struct Running {
     serial: Option<Arc<Semaphore>>,
     kill: CancellationToken,
     dead: CancellationToken,
+    /// Why the reader stopped the plugin, when it broke the protocol (a line over the limit).
+    fault: Fault,
 }
+
+type Fault = Arc<StdMutex<Option<String>>>;
 
 /// A provider plugin, started on demand and restarted after it dies or is killed.
 pub struct Plugin {
@@ -179,6 +184,7 @@ impl Plugin {
             .unwrap_or_else(|| program.display().to_string());
 
         let pending: Pending = Arc::new(StdMutex::new(HashMap::new()));
+        let fault: Fault = Arc::new(StdMutex::new(None));
         let kill = CancellationToken::new();
         let dead = CancellationToken::new();
 
@@ -196,15 +202,31 @@ impl Plugin {
             }
         });
 
-        // Reader: responses to their waiting callers.
+        // Reader: responses to their waiting callers. A line over the limit is no answer:
+        // the plugin is stopped and its waiting callers get the reason.
         {
             let pending = pending.clone();
             let dead = dead.clone();
+            let kill = kill.clone();
+            let fault = fault.clone();
             let stray = self.stray_lines.clone();
             let label = label.clone();
             tokio::spawn(async move {
-                let mut lines = BufReader::new(stdout).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
+                let mut stdout = BufReader::new(stdout);
+                while let Ok(Some(line)) = read_line(&mut stdout, MAX_LINE).await {
+                    let line = match line {
+                        Line::Complete(line) => line,
+                        Line::Cut(start) => {
+                            let reason = format!(
+                                "provider plugin {label} wrote a stdout line longer than {MAX_LINE} bytes (the limit for one protocol message; it starts {:?}); drover stopped the plugin",
+                                start.chars().take(80).collect::<String>()
+                            );
+                            tracing::error!(plugin = %label, "{reason}");
+                            *lock(&fault) = Some(reason);
+                            kill.cancel();
+                            break;
+                        }
+                    };
                     if line.trim().is_empty() {
                         continue;
                     }
@@ -233,13 +255,21 @@ impl Plugin {
             });
         }
 
-        // Stderr: the plugin's log lines.
+        // Stderr: the plugin's log lines, each cut at the limit.
         {
             let label = label.clone();
             tokio::spawn(async move {
-                let mut lines = BufReader::new(stderr).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    tracing::info!(plugin = %label, "{line}");
+                let mut stderr = BufReader::new(stderr);
+                while let Ok(Some(line)) = read_line(&mut stderr, MAX_LINE).await {
+                    match line {
+                        Line::Complete(line) => tracing::info!(plugin = %label, "{line}"),
+                        Line::Cut(start) => {
+                            tracing::info!(plugin = %label, "{start}");
+                            let dropped = skip_line(&mut stderr).await.unwrap_or(0);
+                            tracing::warn!(plugin = %label,
+                                "provider plugin wrote a stderr line longer than {MAX_LINE} bytes; {dropped} bytes after the limit were cut");
+                        }
+                    }
                 }
             });
         }
@@ -271,6 +301,7 @@ impl Plugin {
             serial: None,
             kill,
             dead,
+            fault,
         };
         let hs = Operation::Handshake(HandshakeParams {
             protocol_version: PROTOCOL_VERSION,
@@ -382,7 +413,10 @@ impl Plugin {
             }
         };
         tokio::select! {
-            r = rx => r.map_err(|_| ProviderError::Exited { op: name, machine }),
+            r = rx => r.map_err(|_| match lock(&running.fault).clone() {
+                Some(message) => ProviderError::Protocol { op: name, message },
+                None => ProviderError::Exited { op: name, machine },
+            }),
             _ = tokio::time::sleep(timeout + GRACE) => {
                 abandon(running);
                 Err(ProviderError::Timeout { op: name, machine, after: timeout })

@@ -61,6 +61,16 @@ pub enum ImportError {
         /// The text found.
         value: String,
     },
+    /// A job the workload CSV format cannot hold (see [`Job::csv_problem`]).
+    #[error("{source_name}: job {job}: {reason}; fix or remove this job in the export")]
+    Unwritable {
+        /// The file name.
+        source_name: String,
+        /// The job id (or its position when it has none).
+        job: String,
+        /// What the format cannot hold.
+        reason: String,
+    },
 }
 
 /// The result of an import: the workload and what was left out.
@@ -124,16 +134,31 @@ pub fn import_jobs_export(text: &str, source_name: &str) -> Result<Imported, Imp
             continue;
         };
         let duration = (finished - started).num_milliseconds().max(0) as SimTime;
-        jobs.push(Job {
+        let imported = Job {
             submitted_at: SubmittedAt::At(created),
             duration,
             runner: job
                 .runner
                 .and_then(|r| r.description)
                 .filter(|d| !d.is_empty()),
-            tags: job.tag_list,
+            // GitLab strips tags; a workload reads them trimmed, without empty ones.
+            tags: job
+                .tag_list
+                .iter()
+                .map(|t| t.trim())
+                .filter(|t| !t.is_empty())
+                .map(str::to_string)
+                .collect(),
             line: 0,
-        });
+        };
+        if let Some(reason) = imported.csv_problem() {
+            return Err(ImportError::Unwritable {
+                source_name: source_name.to_string(),
+                job: label,
+                reason,
+            });
+        }
+        jobs.push(imported);
     }
     // The API lists newest first; a workload reads best in submission order.
     jobs.sort_by_key(|j| j.submitted_at);
@@ -201,6 +226,47 @@ mod fuzz {
         #[test]
         fn import_never_panics(text in "(\\[|\\]|\\{|\\}|\"[a-z_]{0,12}\"|:|,|null|[0-9]{1,4}|\"2026-01-05T0[0-9]:00:00Z\"){0,60}") {
             let _ = import_jobs_export(&text, "x.json");
+        }
+
+        /// An export with hostile runner names and tags, and long jobs, either imports into a
+        /// workload whose CSV reads back unchanged or is refused naming the job.
+        #[test]
+        fn import_writes_csv_that_reads_back(jobs in proptest::collection::vec(
+            ("[a-z ,\"\n\r\t]{0,5}", proptest::collection::vec("[a-z ,\n]{0,4}", 0..3), 0i64..800),
+            1..6,
+        )) {
+            let export: Vec<serde_json::Value> = jobs
+                .iter()
+                .enumerate()
+                .map(|(i, (runner, tags, days))| serde_json::json!({
+                    "id": i + 1,
+                    "created_at": "2026-01-05T09:00:00Z",
+                    "started_at": "2026-01-05T09:00:01Z",
+                    "finished_at": (DateTime::parse_from_rfc3339("2026-01-05T09:00:01.250Z").unwrap_or_default()
+                        + chrono::Duration::days(*days)).to_rfc3339(),
+                    "tag_list": tags,
+                    "runner": {"description": runner},
+                }))
+                .collect();
+            let text = serde_json::Value::Array(export).to_string();
+            match import_jobs_export(&text, "e.json") {
+                Ok(imported) => {
+                    let csv = imported.workload.to_csv();
+                    let back = Workload::parse(&csv, "r.csv")
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    let strip = |w: &Workload| {
+                        w.jobs
+                            .iter()
+                            .map(|j| (j.submitted_at, j.duration, j.runner.clone(), j.tags.clone()))
+                            .collect::<Vec<_>>()
+                    };
+                    prop_assert_eq!(strip(&back), strip(&imported.workload));
+                }
+                Err(e) => {
+                    let m = e.to_string();
+                    prop_assert!(m.contains("e.json: job ") && m.contains("cannot be written") || m.contains("longer than"), "{}", m);
+                }
+            }
         }
     }
 }

@@ -20,6 +20,11 @@ use super::trace::{Counts, Decision, JobOutcome, Trace};
 use super::workers::Worker;
 use crate::engine::{self, Command, Engine, MachineState, Notice, RunnerId, RunnerPolicy, UseId};
 
+/// Machines the simulator follows at once, at most: a config that makes more exist (an absurd
+/// `IdleCount`) stops the run with a warning instead of growing without bound. The engine's
+/// own bound on creations per pass is the same figure.
+pub const MAX_SIM_MACHINES: u32 = engine::MAX_CREATIONS_PER_PASS as u32;
+
 /// Something due at an instant of virtual time.
 #[derive(Debug)]
 pub(crate) enum Ev {
@@ -186,6 +191,10 @@ impl Simulation {
             // One timeline row per instant: record once the instant's last event is handled.
             if self.events.peek_time() != Some(now) {
                 self.record();
+                if self.stop_if_too_many(now) {
+                    self.trace.end = now;
+                    return self.trace;
+                }
             }
         }
         self.trace.end = match self.until {
@@ -356,6 +365,19 @@ impl Simulation {
             Notice::Warning(w) if !self.trace.warnings.contains(&w) => self.trace.warnings.push(w),
             _ => {}
         }
+    }
+
+    /// Stops the run, with a warning, once [`MAX_SIM_MACHINES`] machines exist at once.
+    fn stop_if_too_many(&mut self, now: SimTime) -> bool {
+        let total = self.trace.timeline.last().map_or(0, |r| r.counts.total());
+        if total < MAX_SIM_MACHINES {
+            return false;
+        }
+        self.trace.warnings.push(format!(
+            "simulation stopped at {}: {total} machines existed at once, the most the simulator follows ({MAX_SIM_MACHINES}); check IdleCount, IdleCountMin and limit",
+            self.trace.wall(now).format("%Y-%m-%d %H:%M:%S UTC"),
+        ));
+        true
     }
 
     /// Appends the current counts to the timeline.

@@ -46,6 +46,51 @@ pub struct Job {
     pub line: usize,
 }
 
+impl Job {
+    /// Why this job cannot be written as a workload CSV row that reads back unchanged, if it
+    /// cannot: a line break in the runner or a tag (records are one line), a comma in a tag
+    /// (tags are a comma-separated list), an empty runner name or tag, or one with surrounding
+    /// spaces (read back trimmed), a duration or offset beyond the format's bounds, or a time
+    /// outside RFC 3339's years 0-9999.
+    pub fn csv_problem(&self) -> Option<String> {
+        let breaks = |s: &str| s.contains(['\n', '\r']);
+        if let Some(r) = &self.runner {
+            if r.is_empty() || breaks(r) {
+                return Some(format!(
+                    "runner name {r:?} cannot be written in a workload CSV (an empty name or a line break)"
+                ));
+            }
+        }
+        if let Some(t) = self
+            .tags
+            .iter()
+            .find(|t| t.is_empty() || breaks(t) || t.contains(',') || t.trim() != t.as_str())
+        {
+            return Some(format!(
+                "tag {t:?} cannot be written in a workload CSV (tags are one comma-separated field: no commas, line breaks, empty tags or surrounding spaces)"
+            ));
+        }
+        if self.duration > MAX_DURATION {
+            return Some(format!(
+                "duration {}s is longer than a workload's bound of {}s (a year)",
+                format_secs(self.duration),
+                MAX_DURATION / 1000
+            ));
+        }
+        match self.submitted_at {
+            SubmittedAt::Offset(ms) if ms > MAX_OFFSET => Some(format!(
+                "submitted_at {}s is later than a workload's bound of {}s (100 years)",
+                format_secs(ms),
+                MAX_OFFSET / 1000
+            )),
+            SubmittedAt::At(t) if !(0..=9999).contains(&chrono::Datelike::year(&t)) => Some(
+                format!("submitted_at {t} is outside the years 0-9999 RFC 3339 can write"),
+            ),
+            _ => None,
+        }
+    }
+}
+
 /// A list of jobs, in file order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Workload {
@@ -100,10 +145,12 @@ pub fn parse_submitted_at(text: &str) -> Option<SubmittedAt> {
 impl Workload {
     /// Reads and parses a workload CSV file.
     pub fn load(path: &Path) -> Result<Self, WorkloadError> {
-        let text = std::fs::read_to_string(path).map_err(|source| WorkloadError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = crate::bounded::read_file_string(path, crate::bounded::MAX_DATA_FILE).map_err(
+            |source| WorkloadError::Io {
+                path: path.display().to_string(),
+                source,
+            },
+        )?;
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -211,7 +258,17 @@ impl Workload {
         Ok(Workload { jobs })
     }
 
-    /// Writes the workload as CSV, with all four columns.
+    /// The first job [`Workload::to_csv`] cannot write so that [`Workload::parse`] reads it
+    /// back unchanged, with why: `(index, reason)`.
+    pub fn csv_problem(&self) -> Option<(usize, String)> {
+        self.jobs
+            .iter()
+            .enumerate()
+            .find_map(|(i, j)| j.csv_problem().map(|why| (i, why)))
+    }
+
+    /// Writes the workload as CSV, with all four columns. Check [`Workload::csv_problem`] first:
+    /// a job it names does not read back unchanged.
     pub fn to_csv(&self) -> String {
         let mut out = String::from("submitted_at,duration_s,runner,tags\n");
         for job in &self.jobs {
@@ -383,6 +440,47 @@ mod fuzz {
                     .collect::<Vec<_>>()
             };
             prop_assert_eq!(back.map(|b| strip(&b)), Ok(strip(&w)));
+        }
+
+        /// Hostile jobs (line breaks, commas, quotes and spaces in names and tags, durations
+        /// and times past the bounds): a job `csv_problem` accepts reads back unchanged.
+        #[test]
+        fn csv_round_trips_or_is_refused(rows in proptest::collection::vec(
+            (
+                prop_oneof![
+                    (0u64..2 * MAX_OFFSET).prop_map(SubmittedAt::Offset),
+                    (-70_000_000_000_000i64..300_000_000_000_000i64).prop_map(|ms| {
+                        SubmittedAt::At(DateTime::from_timestamp_millis(ms).unwrap_or_default())
+                    }),
+                ],
+                0u64..2 * MAX_DURATION,
+                proptest::option::of("[a-z ,\"\n\r\t#\u{feff}]{0,6}"),
+                proptest::collection::vec("[a-z ,\"\n\r]{0,4}", 0..3),
+            ),
+            0..12,
+        )) {
+            let jobs: Vec<Job> = rows
+                .into_iter()
+                .map(|(submitted_at, duration, runner, tags)| Job {
+                    submitted_at,
+                    duration,
+                    runner,
+                    tags,
+                    line: 0,
+                })
+                .collect();
+            let w = Workload { jobs };
+            let writable = Workload {
+                jobs: w.jobs.iter().filter(|j| j.csv_problem().is_none()).cloned().collect(),
+            };
+            let back = Workload::parse(&writable.to_csv(), "r.csv").map_err(|e| e.to_string());
+            let strip = |w: &Workload| {
+                w.jobs
+                    .iter()
+                    .map(|j| (j.submitted_at, j.duration, j.runner.clone(), j.tags.clone()))
+                    .collect::<Vec<_>>()
+            };
+            prop_assert_eq!(back.map(|b| strip(&b)), Ok(strip(&writable)));
         }
     }
 }

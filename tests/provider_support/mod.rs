@@ -18,6 +18,37 @@ pub fn fake_dm() -> PathBuf {
     root().join("fixtures/fake-docker-machine/docker-machine")
 }
 
+/// The real archived docker-machine, when it is there: `$DROVER_REAL_DOCKER_MACHINE`, else
+/// `../shared/tools/docker-machine/docker-machine` beside the checkout (CI's layout), else the
+/// same two levels up (a worktree under `wt/`). `None` on a fresh clone without it: tests then
+/// run against the fake only. Says on stderr which one runs.
+pub fn real_dm() -> Option<PathBuf> {
+    let found = std::env::var_os("DROVER_REAL_DOCKER_MACHINE")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(["..", "../.."].iter().map(|up| {
+            root()
+                .join(up)
+                .join("shared/tools/docker-machine/docker-machine")
+        }))
+        .find(|p| p.is_file());
+    match &found {
+        Some(p) => eprintln!(
+            "also running against the real docker-machine at {}",
+            p.display()
+        ),
+        None => eprintln!("the real docker-machine is not there: running against the fake only"),
+    }
+    found
+}
+
+/// The docker-machine executables a test runs against: the fake, then the real one if present.
+pub fn docker_machines() -> Vec<PathBuf> {
+    let mut all = vec![fake_dm()];
+    all.extend(real_dm());
+    all
+}
+
 /// The example plugin.
 pub fn example_plugin() -> PathBuf {
     root().join("fixtures/plugins/example-plugin.sh")
@@ -120,12 +151,15 @@ impl FakeWorld {
         ]
     }
 
-    /// The shim configured against this world, with extra shim arguments.
+    /// The shim configured against this world (the fake docker-machine), with extra shim
+    /// arguments.
     pub fn shim(&self, extra: &[&str]) -> PluginCommand {
-        let mut args = vec![
-            "--docker-machine".to_string(),
-            fake_dm().display().to_string(),
-        ];
+        self.shim_with(&fake_dm(), extra)
+    }
+
+    /// The shim running docker-machine executable `dm` against this world's store.
+    pub fn shim_with(&self, dm: &Path, extra: &[&str]) -> PluginCommand {
+        let mut args = vec!["--docker-machine".to_string(), dm.display().to_string()];
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut cmd = PluginCommand::new(shim_bin(), args);
         cmd.env = self.env();

@@ -15,6 +15,7 @@ use std::str::FromStr;
 use chrono_tz::Tz;
 
 use super::PeriodError;
+use crate::bounded::MAX_SMALL_FILE;
 
 /// The host's zone as detected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,26 +135,44 @@ fn name_from_path(path: &Path) -> Option<String> {
     Tz::from_str(rest).ok().map(|_| rest.to_string())
 }
 
-/// Finds a zone name for a TZif file: by its (resolved) path, then by content.
-fn name_for_file(file: &Path, zoneinfo: &Path, timezone_file: &Path) -> Option<String> {
+/// Reads a zone file or `/etc/timezone`, at most [`MAX_SMALL_FILE`] bytes: a path such as
+/// `TZ=:/dev/zero` never ends.
+fn read_small(path: &Path) -> Result<Option<Vec<u8>>, String> {
+    match crate::bounded::read_file(path, MAX_SMALL_FILE) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => Err(e.to_string()),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Finds a zone name for a TZif file: by its (resolved) path, then by content. An error when
+/// the file, or `/etc/timezone`, is larger than any zone file.
+fn name_for_file(
+    file: &Path,
+    zoneinfo: &Path,
+    timezone_file: &Path,
+) -> Result<Option<String>, String> {
     if let Some(n) = fs::canonicalize(file)
         .ok()
         .as_deref()
         .and_then(name_from_path)
     {
-        return Some(n);
+        return Ok(Some(n));
     }
     // A symlink whose target path names the zone even if the tree is elsewhere.
     if let Some(n) = fs::read_link(file).ok().as_deref().and_then(name_from_path) {
-        return Some(n);
+        return Ok(Some(n));
     }
-    let bytes = fs::read(file).ok()?;
-    if let Ok(named) = fs::read_to_string(timezone_file) {
-        let named = named.trim();
-        if Tz::from_str(named).is_ok()
-            && fs::read(zoneinfo.join(named)).ok().as_deref() == Some(&bytes[..])
-        {
-            return Some(named.to_string());
+    let Some(bytes) = read_small(file)? else {
+        return Ok(None);
+    };
+    let named = read_small(timezone_file)?
+        .and_then(|b| String::from_utf8(b).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|n| Tz::from_str(n).is_ok());
+    if let Some(named) = &named {
+        if read_small(&zoneinfo.join(named)).ok().flatten().as_deref() == Some(&bytes[..]) {
+            return Ok(Some(named.clone()));
         }
     }
     let mut stack: Vec<PathBuf> = vec![zoneinfo.to_path_buf()];
@@ -172,7 +191,7 @@ fn name_for_file(file: &Path, zoneinfo: &Path, timezone_file: &Path) -> Option<S
                     stack.push(p);
                 }
             } else if ent.metadata().map(|m| m.len()).ok() == Some(bytes.len() as u64)
-                && fs::read(&p).ok().as_deref() == Some(&bytes[..])
+                && read_small(&p).ok().flatten().as_deref() == Some(&bytes[..])
             {
                 if let Some(rel) = p.strip_prefix(zoneinfo).ok().and_then(|r| r.to_str()) {
                     if Tz::from_str(rel).is_ok() {
@@ -185,13 +204,18 @@ fn name_for_file(file: &Path, zoneinfo: &Path, timezone_file: &Path) -> Option<S
     // Zones with identical data behave identically; pick a stable name, preferring
     // region/city names over legacy aliases.
     found.sort_by_key(|n| (!n.contains('/'), n.starts_with("Etc/"), n.clone()));
-    if let Some(n) = found.into_iter().next() {
-        return Some(n);
+    Ok(found.into_iter().next().or(named))
+}
+
+/// The host zone named by zone file `file`, or UTC with `unknown` (or why the file was
+/// refused) as the note.
+fn zone_of_file(file: &Path, zoneinfo: &Path, timezone_file: &Path, unknown: String) -> HostZone {
+    match name_for_file(file, zoneinfo, timezone_file) {
+        Ok(name) => name
+            .and_then(|n| HostZone::named(&n))
+            .unwrap_or_else(|| HostZone::utc(Some(unknown))),
+        Err(refused) => HostZone::utc(Some(format!("{refused}; using UTC"))),
     }
-    fs::read_to_string(timezone_file)
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|n| Tz::from_str(n).is_ok())
 }
 
 /// Detects the host zone from its inputs: the value of `TZ` (`None` if unset), the path of
@@ -209,14 +233,15 @@ pub fn detect_host_zone(
                 localtime.display()
             )));
         }
-        return name_for_file(localtime, zoneinfo, timezone_file)
-            .and_then(|n| HostZone::named(&n))
-            .unwrap_or_else(|| {
-                HostZone::utc(Some(format!(
-                    "could not tell which zone {} is; using UTC (set TZ=Area/City to choose)",
-                    localtime.display()
-                )))
-            });
+        return zone_of_file(
+            localtime,
+            zoneinfo,
+            timezone_file,
+            format!(
+                "could not tell which zone {} is; using UTC (set TZ=Area/City to choose)",
+                localtime.display()
+            ),
+        );
     };
     let tz = tz.strip_prefix(':').unwrap_or(tz);
     if tz.is_empty() || tz == "UTC" {
@@ -224,13 +249,12 @@ pub fn detect_host_zone(
     }
     if tz.starts_with('/') {
         let path = Path::new(tz);
-        return name_for_file(path, zoneinfo, timezone_file)
-            .and_then(|n| HostZone::named(&n))
-            .unwrap_or_else(|| {
-                HostZone::utc(Some(format!(
-                    "TZ={tz} does not name a zone file drover can identify; using UTC"
-                )))
-            });
+        return zone_of_file(
+            path,
+            zoneinfo,
+            timezone_file,
+            format!("TZ={tz} does not name a zone file drover can identify; using UTC"),
+        );
     }
     HostZone::named(tz).unwrap_or_else(|| {
         HostZone::utc(Some(format!(
