@@ -53,6 +53,24 @@ pub struct RestoreReport {
 }
 
 impl Engine {
+    /// Every tracked machine as a ledger would record it, in ledger order: what to persist
+    /// after an input that changed a machine (the manager decides when).
+    pub fn snapshot(&self) -> Vec<RestoredMachine> {
+        self.ledger
+            .iter()
+            .map(|(_, m)| RestoredMachine {
+                name: m.name.to_string(),
+                runner: m.runner.map(RunnerId),
+                state: m.state,
+                used_count: m.used_count,
+                used: m.used,
+                removal_attempts: m.removal_attempts,
+                retry_count: m.retry_count,
+                reason: m.reason,
+            })
+            .collect()
+    }
+
     /// Puts the ledger's machines back (see the module docs). Call it once, before the first
     /// Acquire pass; then drain `poll_command` as after every input (resumed removals send
     /// their first command).
@@ -270,6 +288,46 @@ mod tests {
         assert!(
             gave_up,
             "the restored attempt count brings the give-up forward"
+        );
+    }
+
+    #[test]
+    fn a_snapshot_restores_into_a_fresh_engine_as_it_was() {
+        let mut e = engine(0, 0);
+        let mut removing = rec(3, MachineState::Removing, 2);
+        removing.removal_attempts = 1;
+        removing.retry_count = 1;
+        removing.reason = Some(Reason::TooManyBuilds);
+        e.restore(
+            vec![
+                rec(1, MachineState::Idle, 4),
+                rec(2, MachineState::Idle, 1),
+                removing,
+            ],
+            t(0),
+        );
+        let snap = e.snapshot();
+        assert_eq!(snap.len(), 3);
+        let removing = snap.iter().find(|m| m.name == name(3)).unwrap();
+        assert_eq!(removing.state, MachineState::Removing);
+        assert_eq!(removing.removal_attempts, 2, "the resumed attempt counts");
+        assert_eq!(removing.reason, Some(Reason::TooManyBuilds));
+        let mut fresh = engine(0, 0);
+        fresh.restore(snap.clone(), t(1));
+        let again = fresh.snapshot();
+        let idle = |v: &[RestoredMachine]| -> Vec<(String, i64, Time, Option<RunnerId>)> {
+            v.iter()
+                .filter(|m| m.state == MachineState::Idle)
+                .map(|m| (m.name.clone(), m.used_count, m.used, m.runner))
+                .collect()
+        };
+        assert_eq!(idle(&again), idle(&snap));
+        assert_eq!(
+            idle(&snap),
+            vec![
+                (name(1), 4, t(-120), Some(R)),
+                (name(2), 1, t(-120), Some(R))
+            ]
         );
     }
 

@@ -56,6 +56,21 @@ pub struct MachineRecord {
 }
 
 impl MachineRecord {
+    /// The record of an engine machine ([`crate::engine::Engine::snapshot`]), owned by the
+    /// runner with short token `runner`.
+    pub fn from_restored(m: &RestoredMachine, runner: Option<String>) -> MachineRecord {
+        MachineRecord {
+            name: m.name.clone(),
+            runner,
+            state: m.state,
+            used_count: m.used_count,
+            last_used: m.used,
+            removal_attempts: m.removal_attempts,
+            retry_count: m.retry_count,
+            reason: m.reason,
+        }
+    }
+
     /// The engine's input for this record, owned by `runner` (the manager matches
     /// [`MachineRecord::runner`] against the config's runners).
     pub fn to_restored(&self, runner: Option<RunnerId>) -> RestoredMachine {
@@ -298,6 +313,14 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, vec![FILE_NAME.to_string()], "no temporary file left");
+    }
+
+    #[test]
+    fn records_and_engine_inputs_convert_both_ways() {
+        let r = record("m9", MachineState::Removing, 4);
+        let restored = r.to_restored(Some(RunnerId(2)));
+        assert_eq!(restored.runner, Some(RunnerId(2)));
+        assert_eq!(MachineRecord::from_restored(&restored, r.runner.clone()), r);
     }
 
     #[test]
