@@ -14,6 +14,7 @@ use std::io::{self, Write};
 use std::sync::{Mutex, OnceLock};
 
 use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::Layered;
 use tracing_subscriber::layer::{Layer, SubscriberExt};
 use tracing_subscriber::registry::Registry;
 use tracing_subscriber::reload;
@@ -143,15 +144,12 @@ fn dependencies_too() -> bool {
     std::env::var_os(DEPENDENCY_DEBUG_ENV).is_some_and(|v| !v.is_empty())
 }
 
-type Filter = reload::Handle<EnvFilter, Registry>;
-type Output = reload::Handle<
-    Box<
-        dyn Layer<tracing_subscriber::layer::Layered<reload::Layer<EnvFilter, Registry>, Registry>>
-            + Send
-            + Sync,
-    >,
-    tracing_subscriber::layer::Layered<reload::Layer<EnvFilter, Registry>, Registry>,
->;
+/// The caller's extra layer ([`install_with`]), below the filter and the writer.
+type Extra = Box<dyn Layer<Registry> + Send + Sync>;
+type Base = Layered<Option<Extra>, Registry>;
+type Filtered = Layered<reload::Layer<EnvFilter, Base>, Base>;
+type Filter = reload::Handle<EnvFilter, Base>;
+type Output = reload::Handle<Box<dyn Layer<Filtered> + Send + Sync>, Filtered>;
 
 /// The installed subscriber's settings and the handles that change them.
 struct Installed {
@@ -180,9 +178,22 @@ where
 
 /// Installs the subscriber for the whole process (a second call does nothing).
 pub fn install(s: LogSettings) {
+    install_with(s, None::<tracing_subscriber::layer::Identity>);
+}
+
+/// Installs the subscriber with one more layer beside the stderr writer, e.g.
+/// `drover::metrics::Metrics::errors_layer()` for `drover run`, so that warnings and errors are
+/// counted in `gitlab_runner_errors_total`. The level filter applies to both: what is not
+/// written is not counted. A second call does nothing.
+pub fn install_with<L>(s: LogSettings, extra: Option<L>)
+where
+    L: Layer<Registry> + Send + Sync + 'static,
+{
+    let extra: Option<Extra> = extra.map(|l| Box::new(l) as Extra);
     let (filter, filter_handle) = reload::Layer::new(filter(s.level, dependencies_too()));
     let (output, output_handle) = reload::Layer::new(output_layer(s.json));
     if tracing_subscriber::registry()
+        .with(extra)
         .with(filter)
         .with(output)
         .try_init()
