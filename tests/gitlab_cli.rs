@@ -141,7 +141,7 @@ async fn register_list_verify_unregister_on_a_fresh_config() {
         .config
         .runners
         .is_empty());
-    let all = format!("{}", text(&out));
+    let all = text(&out);
     assert!(!all.contains(GLRT), "{all}");
 }
 
@@ -325,7 +325,7 @@ async fn verify_delete_and_reset_token_edit_the_file() {
     let now = drover::config::load_file(&cfg).unwrap().config;
     let new = &now.runners[0].token;
     assert!(new.starts_with("glrt-") && new != live);
-    assert_eq!(sim.runner_tokens(), [new.clone()]);
+    assert_eq!(sim.runner_tokens(), std::slice::from_ref(new));
     assert!(read(&cfg).contains("# live"));
     assert!(!text(&out).contains(new.as_str()), "{}", text(&out));
 
