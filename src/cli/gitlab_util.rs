@@ -24,3 +24,13 @@ pub fn fail(message: &str) -> ExitCode {
     eprintln!("drover: {message}");
     ExitCode::FAILURE
 }
+
+/// Parses a boolean flag written `--flag`, `--flag=true` or `--flag=false`, with Go's spellings
+/// as gitlab-runner accepts them.
+pub fn flag_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
+        "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
+        other => Err(format!("{other:?} is not true or false")),
+    }
+}

@@ -19,17 +19,8 @@ use clap::Args;
 use toml_edit::{value, Array, Item, Table};
 
 use super::config_file::ConfigFile;
-use super::gitlab_util::{block_on, client_for, fail};
+use super::gitlab_util::{block_on, client_for, fail, flag_bool};
 use crate::gitlab::{self, token, Client, Info, RegisterParams, RunnerCredentials};
-
-/// A boolean flag written `--flag`, `--flag=true` or `--flag=false`, as upstream's.
-fn flag_bool(s: &str) -> Result<bool, String> {
-    match s {
-        "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
-        "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
-        other => Err(format!("{other:?} is not true or false")),
-    }
-}
 
 /// Arguments of `drover register`.
 #[derive(Debug, Args, Default)]

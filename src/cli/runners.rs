@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::config_file::{ConfigFile, Selection};
-use super::gitlab_util::{block_on, client_for, fail};
+use super::gitlab_util::{block_on, client_for, fail, flag_bool};
 use super::register::write_credentials;
 use crate::config::RunnerConfig;
 use crate::gitlab::{self, token::short_token, ClientSettings, Info};
@@ -21,14 +21,6 @@ fn config_path(config: &Option<PathBuf>) -> PathBuf {
 
 fn settings(runner: &RunnerConfig, path: &std::path::Path) -> ClientSettings {
     ClientSettings::for_runner(runner, path.parent())
-}
-
-fn flag_bool(s: &str) -> Result<bool, String> {
-    match s {
-        "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
-        "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
-        other => Err(format!("{other:?} is not true or false")),
-    }
 }
 
 /// Arguments of `drover list`.

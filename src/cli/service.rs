@@ -12,15 +12,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::config_file::NEW_FILE;
-use super::gitlab_util::fail;
-
-fn flag_bool(s: &str) -> Result<bool, String> {
-    match s {
-        "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
-        "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
-        other => Err(format!("{other:?} is not true or false")),
-    }
-}
+use super::gitlab_util::{fail, flag_bool};
 
 /// The options every service command takes.
 #[derive(Debug, Args, Clone)]
