@@ -26,3 +26,4 @@ pub mod gitlab;
 pub mod job;
 pub mod provider;
 pub mod sim;
+pub mod upstream_log;
