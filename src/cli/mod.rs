@@ -18,6 +18,7 @@ use clap::{Parser, Subcommand};
 
 pub mod compare;
 pub mod simulate;
+pub mod upstream;
 pub mod workload;
 
 /// Version information printed by `drover --version`.
