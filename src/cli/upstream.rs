@@ -736,7 +736,8 @@ pub fn compare(
     if judge.runners.list.is_empty() {
         anyhow::bail!("the config has no [[runners]] entry with a [runners.machine] section");
     }
-    let mut replay = Replay::new(&collected);
+    let mut replay = Replay::new(&collected)
+        .with_create_line_delay(chrono::TimeDelta::milliseconds(opts.create_line_delay_ms));
     upstream_log::stream_events(&paths, opts, |e| {
         replay.push(e, &mut |p| judge.judge(p));
     })?;

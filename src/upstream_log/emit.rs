@@ -94,6 +94,7 @@ pub struct Emitter<'a> {
     max_builds: i64,
     start_of: HashMap<String, i64>,
     builds: i64,
+    journal: bool,
     out: String,
 }
 
@@ -112,8 +113,15 @@ impl<'a> Emitter<'a> {
             max_builds: config.concurrent,
             start_of: HashMap::new(),
             builds: 0,
+            journal: false,
             out: String::new(),
         }
+    }
+
+    /// Prefixes every line as `journalctl -o short-iso-precise --utc` prints it.
+    pub fn journal_iso(mut self) -> Self {
+        self.journal = true;
+        self
     }
 
     fn wall(&self, at: u64) -> DateTime<Utc> {
@@ -126,6 +134,13 @@ impl<'a> Emitter<'a> {
     }
 
     fn line(&mut self, t: DateTime<Utc>, level: &str, msg: &str, fields: Vec<(&str, Val)>) {
+        if self.journal {
+            let _ = write!(
+                self.out,
+                "{} runner-host gitlab-runner[4242]: ",
+                t.format("%Y-%m-%dT%H:%M:%S%.6f+0000")
+            );
+        }
         match self.format {
             EmitFormat::Json => {
                 let mut m = Map::new();

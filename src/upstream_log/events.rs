@@ -196,6 +196,9 @@ pub struct Parser {
     fallback_year: i32,
     fallback_offset: FixedOffset,
     unanchored: VecDeque<(Record, u64)>,
+    /// Records with no time before the first timed one (a runner-format log starts with
+    /// untimed lines): they take the first time seen.
+    untimed_head: VecDeque<(Record, u64)>,
     out: VecDeque<Event>,
     last_at: Option<DateTime<Utc>>,
     /// Process start derived from `now - m`, to detect restarts without `Runtime platform`.
@@ -216,6 +219,7 @@ impl Parser {
             fallback_year,
             fallback_offset,
             unanchored: VecDeque::new(),
+            untimed_head: VecDeque::new(),
             out: VecDeque::new(),
             last_at: None,
             process_start: None,
@@ -479,19 +483,30 @@ impl Parser {
 
     fn emit(&mut self, rec: Record, line: u64) {
         let resolved = self.resolve_time(&rec);
+        if resolved.is_none() && self.last_at.is_none() && self.untimed_head.len() < MAX_UNANCHORED
+        {
+            self.untimed_head.push_back((rec, line));
+            return;
+        }
+        if let Some((t, _)) = resolved {
+            if self.last_at.is_none() {
+                while let Some((r, l)) = self.untimed_head.pop_front() {
+                    self.stats.untimed_lines += 1;
+                    self.emit_at(r, l, t, false);
+                }
+            }
+        }
         let (at, precise) = match resolved {
             Some(r) => r,
-            None => match self.last_at {
-                Some(t) => {
-                    self.stats.untimed_lines += 1;
-                    (t, false)
-                }
-                None => {
-                    self.stats.untimed_lines += 1;
-                    (DateTime::<Utc>::UNIX_EPOCH, false)
-                }
-            },
+            None => {
+                self.stats.untimed_lines += 1;
+                (self.last_at.unwrap_or(DateTime::<Utc>::UNIX_EPOCH), false)
+            }
         };
+        self.emit_at(rec, line, at, precise);
+    }
+
+    fn emit_at(&mut self, rec: Record, line: u64, at: DateTime<Utc>, precise: bool) {
         // Stream order is reliable; a whole-second time may read slightly before the previous
         // precise one: never let time go backwards within the stream.
         let at = match self.last_at {
@@ -678,6 +693,11 @@ impl Parser {
     pub fn finish(&mut self) {
         self.flush_pending();
         self.drain_unanchored();
+        let at = self.last_at.unwrap_or(DateTime::<Utc>::UNIX_EPOCH);
+        while let Some((r, l)) = self.untimed_head.pop_front() {
+            self.stats.untimed_lines += 1;
+            self.emit_at(r, l, at, false);
+        }
     }
 }
 

@@ -57,6 +57,9 @@ pub struct ReadOptions {
     pub fallback_year: i32,
     /// The host's UTC offset assumed until then.
     pub fallback_offset: FixedOffset,
+    /// How long upstream takes from a creation decision to its first docker-machine line
+    /// (see [`Replay::with_create_line_delay`]), in milliseconds.
+    pub create_line_delay_ms: i64,
 }
 
 impl Default for ReadOptions {
@@ -64,6 +67,7 @@ impl Default for ReadOptions {
         ReadOptions {
             fallback_year: Utc::now().year(),
             fallback_offset: Utc.fix(),
+            create_line_delay_ms: 500,
         }
     }
 }

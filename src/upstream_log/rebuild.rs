@@ -448,8 +448,9 @@ pub struct DecisionPoint {
     pub pool: Vec<PoolMachine>,
     /// Jobs picked up and not yet on a machine, with the short token that picked them up.
     pub pending: Vec<(u64, String)>,
-    /// For creations: the start of the name's second, and the pool at that instant when
-    /// something changed between it and the first create line (the decision lies in between).
+    /// For creations: the earliest instant the decision can have been taken (the name's
+    /// second, at most the create-line delay before the line), and the pool then, when
+    /// something changed between it and the first create line.
     pub earlier: Option<(DateTime<Utc>, Vec<PoolMachine>, Vec<(u64, String)>)>,
     /// The source line.
     pub line: u64,
@@ -488,6 +489,7 @@ pub struct Replay<'c> {
     /// Creations whose start is not in the log (not judged).
     pub unjudged_creations: u64,
     released: HashSet<u64>,
+    create_line_delay: TimeDelta,
 }
 
 const JOURNAL_SECS: i64 = 3;
@@ -504,7 +506,16 @@ impl<'c> Replay<'c> {
             timeline: Vec::new(),
             unjudged_creations: 0,
             released: HashSet::new(),
+            create_line_delay: TimeDelta::milliseconds(500),
         }
+    }
+
+    /// How long upstream may take from a creation decision to its first docker-machine line
+    /// (default 0.5 s; spec: about 0.3 s). Pool changes in that window before the line make
+    /// the decision's state uncertain. drover's emitter writes the line at the decision: 0.
+    pub fn with_create_line_delay(mut self, d: TimeDelta) -> Self {
+        self.create_line_delay = d;
+        self
     }
 
     fn listing(&self) -> Vec<PoolMachine> {
@@ -840,9 +851,11 @@ impl<'c> Replay<'c> {
     ) {
         let earlier = name_second(name)
             .filter(|s| *s <= at && (at - *s).num_seconds() <= JOURNAL_SECS)
-            .and_then(|s| {
-                let (pool, pending, changed) = self.pool_at(s);
-                changed.then_some((s, pool, pending))
+            .map(|s| s.max(at - self.create_line_delay))
+            .filter(|from| *from < at)
+            .and_then(|from| {
+                let (pool, pending, changed) = self.pool_at(from);
+                changed.then_some((from, pool, pending))
             });
         let point = DecisionPoint {
             at,
