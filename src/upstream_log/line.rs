@@ -201,7 +201,10 @@ const MONTHS: [&str; 12] = [
 
 /// Splits `host ident[pid]: rest` into (ident, rest).
 fn split_host_ident(s: &str) -> Option<(String, &str)> {
-    let (_host, rest) = s.split_once(' ')?;
+    let (host, rest) = s.split_once(' ')?;
+    if host.is_empty() || host.starts_with(char::is_whitespace) || host.contains('\t') {
+        return None;
+    }
     let colon = rest
         .find(": ")
         .or_else(|| rest.strip_suffix(':').map(|r| r.len()))?;
@@ -209,7 +212,13 @@ fn split_host_ident(s: &str) -> Option<(String, &str)> {
     if tag.is_empty() || tag.contains(' ') || tag.len() > 128 {
         return None;
     }
-    let ident = tag.split('[').next().unwrap_or(tag).to_string();
+    // `ident[pid]`, as journald and syslog print it.
+    let (ident, pid) = tag.split_once('[')?;
+    let pid = pid.strip_suffix(']')?;
+    if ident.is_empty() || pid.is_empty() || !pid.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let ident = ident.to_string();
     let body = rest.get(colon + 2..).unwrap_or("");
     Some((ident, body))
 }
@@ -358,22 +367,11 @@ pub fn split_runner_fields(s: &str) -> Vec<(String, String)> {
         }
         i += 1;
     }
-    let mut chosen: Vec<(usize, usize)> = Vec::new();
-    for (k, eq) in starts {
-        let key = &s[k..eq];
-        match chosen.last() {
-            None => {
-                if k == 0 {
-                    chosen.push((k, eq));
-                }
-            }
-            Some(&(pk, peq)) => {
-                if key > &s[pk..peq] {
-                    chosen.push((k, eq));
-                }
-            }
-        }
-    }
+    // The fields are sorted, so the real field starts are the longest run of candidates with
+    // strictly increasing keys (a ` m=` inside a `now=` value, or a ` key=` inside an error
+    // text, breaks the order and is left in the value). The first field starts the text.
+    starts.truncate(256);
+    let chosen = longest_increasing(s, &starts);
     let mut out = Vec::with_capacity(chosen.len());
     for (n, &(k, eq)) in chosen.iter().enumerate() {
         let end = chosen.get(n + 1).map_or(s.len(), |&(nk, _)| nk);
@@ -384,6 +382,40 @@ pub fn split_runner_fields(s: &str) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// The longest chain of candidates (by position) whose keys strictly increase, starting with
+/// the candidate at position 0 if there is one.
+fn longest_increasing(s: &str, starts: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    let key = |i: usize| &s[starts[i].0..starts[i].1];
+    let n = starts.len();
+    let mut best = vec![0usize; n];
+    let mut prev = vec![usize::MAX; n];
+    for i in 0..n {
+        if starts[i].0 == 0 {
+            best[i] = 1;
+            continue;
+        }
+        for j in 0..i {
+            if best[j] > 0 && key(j) < key(i) && best[j] + 1 > best[i] {
+                best[i] = best[j] + 1;
+                prev[i] = j;
+            }
+        }
+    }
+    let Some(mut end) = (0..n)
+        .filter(|&i| best[i] > 0)
+        .max_by_key(|&i| (best[i], usize::MAX - i))
+    else {
+        return Vec::new();
+    };
+    let mut chain = vec![starts[end]];
+    while prev[end] != usize::MAX {
+        end = prev[end];
+        chain.push(starts[end]);
+    }
+    chain.reverse();
+    chain
 }
 
 /// Finds where the fields of a runner-format body begin: two spaces followed by `key=`.
@@ -662,6 +694,11 @@ mod tests {
         );
         assert_eq!(f[2].1, "2021-04-12 21:07:46.637317249 +0000 UTC m=+10.5");
         assert_eq!(f[3].1, "too many idle machines");
+        let f = split_runner_fields(
+            "created=2026-09-08 07:00:00 +0000 UTC m=+5.1 docker=tcp://10.1.2.3:2376 job=9001 name=x",
+        );
+        let keys: Vec<&str> = f.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["created", "docker", "job", "name"]);
     }
 
     #[test]
