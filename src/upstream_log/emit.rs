@@ -202,8 +202,27 @@ impl<'a> Emitter<'a> {
         JOB_ID_BASE as i64 + job as i64
     }
 
-    /// The whole log.
-    pub fn emit(mut self, version: &str) -> String {
+    /// The whole log, as a string (small runs).
+    pub fn emit(self, version: &str) -> String {
+        let mut buf = Vec::new();
+        // Writing to a Vec cannot fail.
+        let _ = self.emit_to(&mut buf, version);
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    /// Streams the whole log to `w` (a week of a busy fleet is gigabytes).
+    pub fn emit_to(mut self, w: &mut dyn std::io::Write, version: &str) -> std::io::Result<()> {
+        self.write_all(w, version)?;
+        self.flush(w)
+    }
+
+    fn flush(&mut self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        w.write_all(self.out.as_bytes())?;
+        self.out.clear();
+        Ok(())
+    }
+
+    fn write_all(&mut self, w: &mut dyn std::io::Write, version: &str) -> std::io::Result<()> {
         let t0 = self.trace.start;
         // Lines before the first config load are always in the runner format.
         let saved = self.format;
@@ -242,6 +261,9 @@ impl<'a> Emitter<'a> {
         let mut used_counts: HashMap<String, i64> = HashMap::new();
         let mut ip = 0u32;
         for (at, ev) in &trace.events {
+            if self.out.len() > 1 << 20 {
+                self.flush(w)?;
+            }
             let t = self.wall(*at);
             let mono = self.mono(t);
             match ev {
@@ -453,7 +475,7 @@ impl<'a> Emitter<'a> {
             }
         }
         let _ = use_at;
-        self.out
+        Ok(())
     }
 
     fn job_fields(
