@@ -154,7 +154,8 @@ fn main() {
         ..opts
     };
     let started = Instant::now();
-    let report = drover::cli::upstream::compare(&config, &paths, opts, 1).unwrap_or_else(|e| die(e));
+    let report =
+        drover::cli::upstream::compare(&config, &paths, opts, 1).unwrap_or_else(|e| die(e));
     let secs = started.elapsed().as_secs_f64();
     println!(
         "compare --upstream-log: {secs:.1} s end to end; {}",

@@ -672,9 +672,6 @@ impl Parser {
                 None
             }
         };
-        if kind.is_none() {
-            return None;
-        }
         kind
     }
 

@@ -476,14 +476,15 @@ fn json_value_text(v: &serde_json::Value) -> String {
     }
 }
 
-fn parse_json(
-    body: &str,
-) -> Option<(
+/// What a JSON line holds: level, message, `time` and the other fields.
+type JsonParts = (
     Level,
     String,
     Option<DateTime<FixedOffset>>,
     Vec<(String, String)>,
-)> {
+);
+
+fn parse_json(body: &str) -> Option<JsonParts> {
     let v: serde_json::Value = serde_json::from_str(body).ok()?;
     let obj = v.as_object()?;
     let msg = obj.get("msg").map(json_value_text).unwrap_or_default();

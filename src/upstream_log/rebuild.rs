@@ -451,10 +451,13 @@ pub struct DecisionPoint {
     /// For creations: the earliest instant the decision can have been taken (the name's
     /// second, at most the create-line delay before the line), and the pool then, when
     /// something changed between it and the first create line.
-    pub earlier: Option<(DateTime<Utc>, Vec<PoolMachine>, Vec<(u64, String)>)>,
+    pub earlier: Option<EarlierPool>,
     /// The source line.
     pub line: u64,
 }
+
+/// The pool at an earlier instant: (instant, machines in listing order, waiting jobs).
+pub type EarlierPool = (DateTime<Utc>, Vec<PoolMachine>, Vec<(u64, String)>);
 
 /// One change of the pool's counts, for the timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
