@@ -50,63 +50,16 @@ fn m(kind: &str, offset: i64, hex: &str) -> String {
 
 /// (file, version, has queue times, whole-second line times, duplicated, continuation lines,
 /// foreign lines)
+#[rustfmt::skip]
 const ALL: [(&str, &str, bool, bool, bool, u64, u64); 8] = [
-    (
-        "v19-json-journal-cat.log",
-        "19.3.0",
-        true,
-        false,
-        false,
-        1,
-        0,
-    ),
-    (
-        "v19-runner-journal-iso.log",
-        "19.3.0",
-        true,
-        false,
-        false,
-        1,
-        1,
-    ),
-    ("v19-text-docker.log", "19.3.0", true, false, false, 1, 0),
-    (
-        "v18-runner-journal-short.log",
-        "18.2.0",
-        true,
-        true,
-        false,
-        2,
-        1,
-    ),
-    (
-        "v17-text-journal-short.log",
-        "17.5.0",
-        true,
-        true,
-        false,
-        1,
-        1,
-    ),
-    (
-        "v16-runner-syslog-dup.log",
-        "16.11.0",
-        true,
-        true,
-        true,
-        3,
-        1,
-    ),
-    ("v15-runner-docker.log", "15.9.0", false, false, false, 2, 0),
-    (
-        "v14-json-journal-cat.log",
-        "14.10.0",
-        false,
-        true,
-        false,
-        1,
-        0,
-    ),
+    ("v19-json-journal-cat.log",     "19.3.0",  true,  false, false, 0, 0),
+    ("v19-runner-journal-iso.log",   "19.3.0",  true,  false, false, 1, 1),
+    ("v19-text-docker.log",          "19.3.0",  true,  false, false, 0, 0),
+    ("v18-runner-journal-short.log", "18.2.0",  true,  true,  false, 2, 1),
+    ("v17-text-journal-short.log",   "17.5.0",  true,  true,  false, 0, 1),
+    ("v16-runner-syslog-dup.log",    "16.11.0", true,  true,  true,  3, 1),
+    ("v15-runner-docker.log",        "15.9.0",  false, false, false, 2, 0),
+    ("v14-json-journal-cat.log",     "14.10.0", false, true,  false, 0, 0),
 ];
 
 #[test]

@@ -289,7 +289,7 @@ impl Collector {
                     j.on_machine_at = Some(at);
                 }
                 if let Some(m) = self.machine_mut(name, at, false) {
-                    if m.jobs.len() < 1_000_000 && !m.jobs.contains(job) {
+                    if m.jobs.len() < 1_000_000 && m.jobs.last() != Some(job) {
                         m.jobs.push(*job);
                     }
                     if m.before_log && m.first_used_count.is_none() {
@@ -460,7 +460,7 @@ pub struct DecisionPoint {
 pub type EarlierPool = (DateTime<Utc>, Vec<PoolMachine>, Vec<(u64, String)>);
 
 /// One change of the pool's counts, for the timeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolCounts {
     /// Idle + Acquired.
     pub idle: u32,
@@ -489,6 +489,7 @@ pub struct Replay<'c> {
     started: bool,
     /// The pool counts after each change, in time order.
     pub timeline: Vec<(DateTime<Utc>, PoolCounts)>,
+    counts: PoolCounts,
     /// Creations whose start is not in the log (not judged).
     pub unjudged_creations: u64,
     released: HashSet<u64>,
@@ -507,6 +508,7 @@ impl<'c> Replay<'c> {
             journal: VecDeque::new(),
             started: false,
             timeline: Vec::new(),
+            counts: PoolCounts::default(),
             unjudged_creations: 0,
             released: HashSet::new(),
             create_line_delay: TimeDelta::milliseconds(500),
@@ -531,13 +533,33 @@ impl<'c> Replay<'c> {
         self.pending.iter().map(|(j, r)| (*j, r.clone())).collect()
     }
 
+    fn count(&mut self, state: PoolState, add: bool) {
+        let c = &mut self.counts;
+        let slot = match state {
+            PoolState::Idle | PoolState::Acquired => &mut c.idle,
+            PoolState::Used => &mut c.used,
+            PoolState::Creating => &mut c.creating,
+            PoolState::Removing => &mut c.removing,
+        };
+        *slot = if add {
+            slot.saturating_add(1)
+        } else {
+            slot.saturating_sub(1)
+        };
+    }
+
     fn set(&mut self, at: DateTime<Utc>, m: PoolMachine) {
+        self.count(m.state, true);
         let prev = self.pool.insert(m.name.clone(), m.clone());
+        if let Some(p) = &prev {
+            self.count(p.state, false);
+        }
         self.journal.push_back((at, Undo::Machine(m.name, prev)));
     }
 
     fn delete(&mut self, at: DateTime<Utc>, name: &str) {
         if let Some(prev) = self.pool.remove(name) {
+            self.count(prev.state, false);
             self.journal
                 .push_back((at, Undo::Machine(name.to_string(), Some(prev))));
         }
@@ -583,20 +605,7 @@ impl<'c> Replay<'c> {
     }
 
     fn record(&mut self, at: DateTime<Utc>) {
-        let mut c = PoolCounts {
-            idle: 0,
-            used: 0,
-            creating: 0,
-            removing: 0,
-        };
-        for m in self.pool.values() {
-            match m.state {
-                PoolState::Idle | PoolState::Acquired => c.idle += 1,
-                PoolState::Used => c.used += 1,
-                PoolState::Creating => c.creating += 1,
-                PoolState::Removing => c.removing += 1,
-            }
-        }
+        let c = self.counts;
         match self.timeline.last_mut() {
             Some((t, last)) if *t == at => *last = c,
             Some((_, last)) if *last == c => {}
@@ -624,6 +633,7 @@ impl<'c> Replay<'c> {
             })
             .collect();
         for m in before {
+            self.count(m.state, true);
             self.pool.insert(m.name.clone(), m);
         }
         self.record(at);
