@@ -387,3 +387,178 @@ proptest! {
 }
 
 use chrono::Offset;
+
+/// The pools the replay hands to the judge, by machine decided on.
+fn pools(text: &str) -> Vec<(String, Vec<upstream_log::PoolMachine>)> {
+    let (events, _) = parse_str(text, opts());
+    let mut c = Collector::default();
+    for e in &events {
+        c.push(e);
+    }
+    c.finish();
+    let mut replay = upstream_log::Replay::new(&c);
+    let mut out = Vec::new();
+    for e in &events {
+        replay.push(e, &mut |p| out.push((p.machine.clone(), p.pool.clone())));
+    }
+    out
+}
+
+fn json_line(time: &str, level: &str, msg: &str, fields: &str) -> String {
+    format!(
+        "{{{fields}\"level\":\"{level}\",\"msg\":\"{msg}\",\"time\":\"2026-09-08T07:{time}Z\"}}\n"
+    )
+}
+
+#[test]
+fn a_restart_finds_every_machine_again_idle_with_one_use() {
+    let a = format!("runner-alphatoke-auto-{}-aaaaaaaa", T0 - 100);
+    let b = format!("runner-alphatoke-auto-{}-bbbbbbbb", T0 - 50);
+    let mut log = String::new();
+    log += &json_line(
+        "00:00.0",
+        "info",
+        "Runtime platform",
+        "\"pid\":1,\"version\":\"19.3.0\",",
+    );
+    log += &json_line(
+        "00:01.0",
+        "info",
+        "Running pre-create checks...",
+        &format!("\"name\":\"{a}\",\"operation\":\"create\","),
+    );
+    log += &json_line(
+        "01:01.0",
+        "info",
+        "Machine created",
+        &format!("\"duration\":60000000000,\"name\":\"{a}\","),
+    );
+    log += &json_line(
+        "01:02.0",
+        "info",
+        "Checking for jobs... received",
+        "\"job\":1,\"runner\":\"alphatoke\",",
+    );
+    log += &json_line(
+        "01:04.0",
+        "info",
+        "Using existing docker-machine",
+        &format!("\"job\":1,\"name\":\"{a}\",\"usedCount\":3,"),
+    );
+    log += &json_line(
+        "02:00.0",
+        "info",
+        "Runtime platform",
+        "\"pid\":2,\"version\":\"19.3.0\",",
+    );
+    log += &json_line(
+        "02:05.0",
+        "warning",
+        "Requesting machine removal",
+        &format!("\"name\":\"{b}\",\"reason\":\"too many idle machines\",\"usedCount\":1,"),
+    );
+    let p = pools(&log);
+    let removal = p
+        .iter()
+        .find(|(m, _)| *m == b)
+        .unwrap_or_else(|| panic!("{p:#?}"));
+    let ma = removal
+        .1
+        .iter()
+        .find(|m| m.name == a)
+        .unwrap_or_else(|| panic!("{removal:#?}"));
+    // Before the restart it was Used with 3 builds; the new process finds it Idle, used once.
+    assert_eq!(ma.state, upstream_log::PoolState::Idle);
+    assert_eq!(ma.used_count, 1);
+    assert_eq!(ma.last_used, t(120.0));
+    // The first creation was judged on a pool holding only the machine from before the log:
+    // the log starts with a process start, which finds it again (Idle, used once): its state
+    // is known.
+    let (first, pool) = p.first().unwrap_or_else(|| panic!("no decision"));
+    assert_eq!(first, &a);
+    let names: Vec<(&str, bool)> = pool
+        .iter()
+        .map(|m| (m.name.as_str(), m.confirmed))
+        .collect();
+    assert_eq!(names, [(b.as_str(), true)]);
+}
+
+#[test]
+fn the_machine_a_job_will_use_is_acquired_from_its_pickup() {
+    let a = format!("runner-alphatoke-auto-{}-aaaaaaaa", T0 - 100);
+    let b = format!("runner-alphatoke-auto-{}-bbbbbbbb", T0 - 50);
+    let mut log = String::new();
+    log += &json_line(
+        "00:00.0",
+        "info",
+        "Runtime platform",
+        "\"pid\":1,\"version\":\"19.3.0\",",
+    );
+    for (n, s) in [(&a, "00"), (&b, "10")] {
+        log += &json_line(
+            &format!("00:{s}.5"),
+            "info",
+            "Running pre-create checks...",
+            &format!("\"name\":\"{n}\",\"operation\":\"create\","),
+        );
+        log += &json_line(
+            &format!("01:{s}.0"),
+            "info",
+            "Machine created",
+            &format!("\"name\":\"{n}\","),
+        );
+    }
+    log += &json_line(
+        "05:00.0",
+        "info",
+        "Checking for jobs... received",
+        "\"job\":7,\"runner\":\"alphatoke\",",
+    );
+    log += &json_line(
+        "05:00.5",
+        "warning",
+        "Requesting machine removal",
+        &format!("\"name\":\"{a}\",\"reason\":\"too many idle machines\",\"usedCount\":0,"),
+    );
+    log += &json_line(
+        "05:02.0",
+        "info",
+        "Using existing docker-machine",
+        &format!("\"job\":7,\"name\":\"{b}\",\"usedCount\":1,"),
+    );
+    let p = pools(&log);
+    let removal = p
+        .iter()
+        .rfind(|(m, _)| *m == a)
+        .unwrap_or_else(|| panic!("{p:#?}"));
+    let mb = removal
+        .1
+        .iter()
+        .find(|m| m.name == b)
+        .unwrap_or_else(|| panic!("{removal:#?}"));
+    assert_eq!(mb.state, upstream_log::PoolState::Acquired);
+    let ma = removal
+        .1
+        .iter()
+        .find(|m| m.name == a)
+        .unwrap_or_else(|| panic!("{removal:#?}"));
+    assert_eq!(ma.state, upstream_log::PoolState::Idle);
+    assert_eq!(ma.last_used, t(60.0));
+}
+
+#[test]
+fn a_restart_without_runtime_platform_shows_in_the_monotonic_clock() {
+    let name = format!("runner-alphatoke-auto-{}-aaaaaaaa", T0);
+    let line = |clock: &str, m: &str| {
+        format!("Machine created                                     duration=1s name={name} now=2026-09-08 07:{clock} +0000 UTC m=+{m}\n")
+    };
+    let log = line("00:10", "10.000000000")
+        + &line("05:00", "300.000000000")
+        + &line("06:00", "5.000000000");
+    let (events, _) = parse_str(&log, opts());
+    let starts = events
+        .iter()
+        .filter(|e| matches!(e.kind, upstream_log::EventKind::ProcessStart { .. }))
+        .count();
+    assert_eq!(starts, 1, "{events:#?}");
+}
