@@ -109,7 +109,7 @@ fn run(config: &Config, paths: &[PathBuf]) -> Report {
         create_line_delay_ms: 0,
         ..ReadOptions::default()
     };
-    match compare(config, paths, opts, 1) {
+    match compare(config, paths, opts, 1, None) {
         Ok(r) => r,
         Err(e) => panic!("{e:#}"),
     }

@@ -50,6 +50,11 @@ pub struct CompareArgs {
     #[arg(long = "upstream-log", value_name = "FILE", conflicts_with_all = ["old", "new"])]
     pub upstream_log: Vec<PathBuf>,
 
+    /// A GitLab jobs export giving the queue times of jobs the log lacks them for (runners
+    /// before 16.10)
+    #[arg(long, value_name = "EXPORT.json", requires = "upstream_log")]
+    pub jobs_export: Option<PathBuf>,
+
     /// Year of year-less journald/syslog times before the first line with a full date
     /// (default: this year)
     #[arg(long, value_name = "YEAR")]
@@ -79,7 +84,17 @@ fn run_upstream(args: &CompareArgs) -> anyhow::Result<bool> {
         opts.fallback_year = y;
     }
     opts.fallback_offset = chrono::Local::now().offset().fix();
-    let report = super::upstream::compare(&config, &args.upstream_log, opts, args.run.seed)?;
+    let queue = match &args.jobs_export {
+        Some(p) => Some(super::upstream::read_queue_entries(p)?),
+        None => None,
+    };
+    let report = super::upstream::compare(
+        &config,
+        &args.upstream_log,
+        opts,
+        args.run.seed,
+        queue.as_ref(),
+    )?;
     if let Some(path) = &args.plot {
         write_file(
             path,

@@ -572,17 +572,23 @@ pub struct Report {
 pub fn workload_from_jobs(
     collected: &Collector,
     config: Option<&Config>,
+    queue_entries: Option<&HashMap<u64, DateTime<Utc>>>,
 ) -> (Workload, BTreeMap<String, u64>) {
     let runners = config.map(Runners::new);
     let mut jobs = Vec::new();
     let mut unplaced: BTreeMap<String, u64> = BTreeMap::new();
     let mut skip = |why: &str| *unplaced.entry(why.to_string()).or_insert(0) += 1;
     for j in &collected.jobs {
-        let Some(queued) = j.queued_at else {
-            skip(
+        let Some(queued) = j
+            .queued_at
+            .or_else(|| queue_entries.and_then(|q| q.get(&j.id).copied()))
+        else {
+            skip(if queue_entries.is_some() {
+                "no time_in_queue_seconds in the log and not in the jobs export"
+            } else {
                 "no time_in_queue_seconds (runner older than 16.10, or no `Added job to processing \
-                 list` line): give a GitLab jobs export for the queue times",
-            );
+                 list` line): give a GitLab jobs export for the queue times (--jobs-export)"
+            });
             continue;
         };
         let Some(on_machine) = j.on_machine_s() else {
@@ -714,12 +720,20 @@ fn upstream_trace(
     t
 }
 
+/// Reads a GitLab jobs export's queue entries (for logs of runners before 16.10).
+pub fn read_queue_entries(path: &std::path::Path) -> anyhow::Result<HashMap<u64, DateTime<Utc>>> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {name}"))?;
+    Ok(crate::sim::import::queue_entries(&text, &name)?)
+}
+
 /// Runs the whole comparison.
 pub fn compare(
     config: &Config,
     paths: &[PathBuf],
     opts: ReadOptions,
     seed: u64,
+    queue_entries: Option<&HashMap<u64, DateTime<Utc>>>,
 ) -> anyhow::Result<Report> {
     let paths = upstream_log::order_files(paths, opts);
     let (collected, stats) = upstream_log::collect(&paths, opts)?;
@@ -754,7 +768,7 @@ pub fn compare(
         ..
     } = judge;
     // As a whole: the same jobs through the simulator, creation times as observed.
-    let (workload, unplaced) = workload_from_jobs(&collected, Some(config));
+    let (workload, unplaced) = workload_from_jobs(&collected, Some(config), queue_entries);
     let mut notes = stats.notes.clone();
     let creation_ms: Vec<SimTime> = collected
         .machines

@@ -14,7 +14,7 @@ use std::io::Read;
 use std::path::Path;
 
 use super::simulate::{fail, load_config, write_file};
-use super::upstream::workload_from_jobs;
+use super::upstream::{read_queue_entries, workload_from_jobs};
 use crate::sim::import::{import_jobs_export, looks_like_export};
 use crate::upstream_log;
 
@@ -43,6 +43,9 @@ pub enum WorkloadCommand {
         /// (runners before 18.9 log only the token)
         #[arg(short = 'c', long = "config", value_name = "FILE")]
         config: Option<PathBuf>,
+        /// For logs of runners before 16.10: a GitLab jobs export with the queue times
+        #[arg(long, value_name = "EXPORT.json")]
+        jobs_export: Option<PathBuf>,
     },
 }
 
@@ -52,9 +55,15 @@ fn run_inner(args: &WorkloadArgs) -> anyhow::Result<()> {
             export,
             output,
             config,
+            jobs_export,
         } => {
             if is_runner_log(export)? {
-                return import_logs(export, output.as_deref(), config.as_deref());
+                return import_logs(
+                    export,
+                    output.as_deref(),
+                    config.as_deref(),
+                    jobs_export.as_deref(),
+                );
             }
             let [export] = export.as_slice() else {
                 anyhow::bail!("give one jobs export, or gitlab-runner logs (several allowed)");
@@ -103,7 +112,12 @@ fn import_logs(
     paths: &[PathBuf],
     output: Option<&Path>,
     config: Option<&Path>,
+    jobs_export: Option<&Path>,
 ) -> anyhow::Result<()> {
+    let queue = match jobs_export {
+        Some(p) => Some(read_queue_entries(p)?),
+        None => None,
+    };
     let config = match config {
         Some(p) => Some(load_config(Some(p))?.0),
         None => None,
@@ -111,7 +125,7 @@ fn import_logs(
     let opts = upstream_log::ReadOptions::default();
     let paths = upstream_log::order_files(paths, opts);
     let (collected, stats) = upstream_log::collect(&paths, opts)?;
-    let (workload, unplaced) = workload_from_jobs(&collected, config.as_ref());
+    let (workload, unplaced) = workload_from_jobs(&collected, config.as_ref(), queue.as_ref());
     let csv = workload.to_csv();
     match output {
         Some(path) => write_file(path, &csv)?,
