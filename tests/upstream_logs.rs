@@ -196,6 +196,35 @@ fn workload_import_reads_a_runner_log_and_says_what_it_left_out() {
         err.contains("left out 4 job(s): no time_in_queue_seconds"),
         "{err}"
     );
+    // A GitLab jobs export supplies them: queue entry = started_at - queued_duration.
+    let export = dir.path().join("jobs.json");
+    let jobs: Vec<String> = (9001..=9004)
+        .map(|id| {
+            format!(
+                "{{\"id\": {id}, \"created_at\": \"2026-09-08T06:00:00Z\", \
+                 \"started_at\": \"2026-09-08T07:00:20Z\", \"queued_duration\": 4.0}}"
+            )
+        })
+        .collect();
+    std::fs::write(&export, format!("[{}]", jobs.join(","))).unwrap_or_else(|e| panic!("{e}"));
+    let o = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["workload", "import", "-c"])
+        .arg(fixture("config.toml"))
+        .arg(fixture("v15-runner-docker.log"))
+        .arg("--jobs-export")
+        .arg(&export)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && err.contains("imported 4 of 4"),
+        "{err}"
+    );
+    let csv = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{e}"));
+    let first = csv.lines().nth(1).unwrap_or_default();
+    assert!(first.starts_with("2026-09-08T07:00:16Z,61,beta"), "{csv}");
 }
 
 #[test]
