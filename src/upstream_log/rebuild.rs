@@ -670,6 +670,7 @@ impl<'c> Replay<'c> {
                         m.used_count = 1;
                         m.last_used = at;
                         m.retry_count = 0;
+                        m.attempts = 0;
                         m.on_disk = true;
                     });
                 }
