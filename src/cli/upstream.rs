@@ -1074,25 +1074,9 @@ impl Report {
             a.until,
             self.drover_trace.jobs.len()
         ));
-        let fa = a.figures();
-        let fb = b.figures();
-        for ((name, va), (_, vb)) in fa.iter().zip(fb.iter()) {
-            out.push_str(&format!(
-                "  {name:<40} {:>12} {:>12}\n",
-                crate::sim::report::number(*va),
-                crate::sim::report::number(*vb)
-            ));
-        }
-        let reasons: std::collections::BTreeSet<&String> =
-            a.removals.keys().chain(b.removals.keys()).collect();
-        for r in reasons {
-            out.push_str(&format!(
-                "  {:<40} {:>12} {:>12}\n",
-                format!("removals: {r}"),
-                a.removals.get(r).copied().unwrap_or(0),
-                b.removals.get(r).copied().unwrap_or(0)
-            ));
-        }
+        out.push_str(&crate::sim::compare::figures_table(
+            &a, "upstream", &b, "drover",
+        ));
         let s = &self.stats;
         out.push_str(&format!(
             "\nlog: {} lines, {} jobs, {} machines, {} restart(s), version {}; {} unknown, {} \
