@@ -497,6 +497,8 @@ pub struct Replay<'c> {
 }
 
 const JOURNAL_SECS: i64 = 3;
+/// Most undo entries kept (hostile input could put any number of lines in one second).
+const MAX_JOURNAL: usize = 100_000;
 
 impl<'c> Replay<'c> {
     /// A replay over the first pass's results.
@@ -645,11 +647,9 @@ impl<'c> Replay<'c> {
         if !self.started {
             self.start(at);
         }
-        while self
-            .journal
-            .front()
-            .is_some_and(|(t, _)| (at - *t).num_seconds() > JOURNAL_SECS)
-        {
+        while self.journal.front().is_some_and(|(t, _)| {
+            (at - *t).num_seconds() > JOURNAL_SECS || self.journal.len() > MAX_JOURNAL
+        }) {
             self.journal.pop_front();
         }
         match &e.kind {
