@@ -33,3 +33,4 @@ pub mod metrics;
 pub mod provider;
 pub mod secrets;
 pub mod sim;
+pub mod upstream_log;

@@ -203,13 +203,33 @@ fn pick_runner<'c>(
     }
 }
 
-/// Runs one pass for the runner over the state, without touching any machine.
-pub fn decide(
+/// A fresh engine holding the machines of a state file for one runner, ready for a pass (or
+/// for any other input, e.g. a release): the one way a state file becomes engine state, shared
+/// by `autoscale decide` and `compare --upstream-log`.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The engine (one runner, [`RunnerId`] 0).
+    pub engine: Engine,
+    /// The runner's id in the engine.
+    pub runner: RunnerId,
+    /// The runner's name.
+    pub runner_name: String,
+    /// The on-disk listing, in the file's order.
+    pub on_disk: Vec<String>,
+    /// Connectivity answers by machine name.
+    pub reachable: HashMap<String, bool>,
+    /// Non-fatal findings.
+    pub warnings: Vec<String>,
+}
+
+/// Builds the engine for `runner` (by name; default: the first docker+machine runner) with
+/// the machines of `state` tracked as they are.
+pub fn prepare(
     config: &Config,
     runner: Option<&str>,
     state: &StateFile,
     now: Time,
-) -> anyhow::Result<Decision> {
+) -> anyhow::Result<Prepared> {
     let rc = pick_runner(config, runner)?;
     let policy = RunnerPolicy::from_runner(rc)?;
     if policy.machine_name.is_empty() {
@@ -219,7 +239,7 @@ pub fn decide(
             rc.name
         );
     }
-    let mut warnings: Vec<String> = naming::machine_name_warning(&policy.machine_name)
+    let warnings: Vec<String> = naming::machine_name_warning(&policy.machine_name)
         .into_iter()
         .collect();
     let r = RunnerId(0);
@@ -231,7 +251,7 @@ pub fn decide(
         if !seen.insert(m.name.as_str()) {
             bail!("machine {:?} is listed twice in the state file", m.name);
         }
-        reachable.insert(m.name.as_str(), m.reachable);
+        reachable.insert(m.name.clone(), m.reachable);
         if m.on_disk {
             on_disk.push(m.name.clone());
         }
@@ -249,6 +269,31 @@ pub fn decide(
             )?;
         }
     }
+    Ok(Prepared {
+        engine,
+        runner: r,
+        runner_name: rc.name.clone(),
+        on_disk,
+        reachable,
+        warnings,
+    })
+}
+
+/// Runs one pass for the runner over the state, without touching any machine.
+pub fn decide(
+    config: &Config,
+    runner: Option<&str>,
+    state: &StateFile,
+    now: Time,
+) -> anyhow::Result<Decision> {
+    let Prepared {
+        mut engine,
+        runner: r,
+        runner_name,
+        on_disk,
+        reachable,
+        mut warnings,
+    } = prepare(config, runner, state, now)?;
     let mut step = engine.begin_acquire(r, &on_disk, now)?;
     let outcome = loop {
         match step {
@@ -270,7 +315,7 @@ pub fn decide(
         }
     }
     Ok(Decision {
-        runner: rc.name.clone(),
+        runner: runner_name,
         outcome,
         counts_after,
         warnings,

@@ -21,6 +21,7 @@ use clap::{Parser, Subcommand};
 
 pub mod compare;
 pub mod simulate;
+pub mod upstream;
 pub mod workload;
 
 pub mod config_file;

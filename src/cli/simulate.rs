@@ -154,9 +154,9 @@ impl RunArgs {
     /// The provider model these options describe.
     pub fn model(&self) -> ProviderModel {
         ProviderModel {
-            create_latency: self.create_latency,
+            create_latency: self.create_latency.clone(),
             create_failure_rate: self.create_failure_rate,
-            remove_latency: self.remove_latency,
+            remove_latency: self.remove_latency.clone(),
             remove_failure_rate: self.remove_failure_rate,
             seed: self.seed,
         }

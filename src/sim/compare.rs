@@ -59,6 +59,46 @@ fn by_instant(trace: &Trace) -> BTreeMap<SimTime, Vec<String>> {
     map
 }
 
+/// Two summaries side by side: one row per figure with both values and the delta, rows in A's
+/// order, then any only B has (a removal reason A never used).
+pub fn figures_table(a: &Summary, a_label: &str, b: &Summary, b_label: &str) -> String {
+    let mut out = String::new();
+    let fa = a.figures();
+    let fb: BTreeMap<_, _> = b.figures().into_iter().collect();
+    let mut rows: Vec<(String, f64, f64)> = fa
+        .iter()
+        .map(|(l, v)| (l.clone(), *v, fb.get(l).copied().unwrap_or(0.0)))
+        .collect();
+    for (l, v) in b.figures() {
+        if !fa.iter().any(|(k, _)| *k == l) {
+            rows.push((l, 0.0, v));
+        }
+    }
+    let w = a_label.len().max(b_label.len()).max(10);
+    let _ = writeln!(
+        out,
+        "  {:<34} {:>w$} {:>w$} {:>10}",
+        "", a_label, b_label, "delta"
+    );
+    for (label, va, vb) in rows {
+        let delta = vb - va;
+        let delta = if delta == 0.0 {
+            "=".to_string()
+        } else if delta > 0.0 {
+            format!("+{}", number(delta))
+        } else {
+            number(delta)
+        };
+        let _ = writeln!(
+            out,
+            "  {label:<34} {:>w$} {:>w$} {delta:>10}",
+            number(va),
+            number(vb)
+        );
+    }
+    out
+}
+
 impl Comparison {
     /// How many divergence points are listed.
     pub const SHOWN: usize = 5;
@@ -109,40 +149,13 @@ impl Comparison {
             "simulated {} .. {} (seed {})\n",
             self.a.from, self.a.until, self.a.seed
         );
-        let fa = self.a.figures();
-        let fb: BTreeMap<_, _> = self.b.figures().into_iter().collect();
-        // Rows in A's order, then any label only B has (a removal reason A never used).
-        let mut rows: Vec<(String, f64, f64)> = fa
-            .iter()
-            .map(|(l, v)| (l.clone(), *v, fb.get(l).copied().unwrap_or(0.0)))
-            .collect();
-        for (l, v) in self.b.figures() {
-            if !fa.iter().any(|(k, _)| *k == l) {
-                rows.push((l, 0.0, v));
-            }
-        }
+        out.push_str(&figures_table(
+            &self.a,
+            &self.a_label,
+            &self.b,
+            &self.b_label,
+        ));
         let w = self.a_label.len().max(self.b_label.len()).max(10);
-        let _ = writeln!(
-            out,
-            "  {:<34} {:>w$} {:>w$} {:>10}",
-            "", self.a_label, self.b_label, "delta"
-        );
-        for (label, va, vb) in rows {
-            let delta = vb - va;
-            let delta = if delta == 0.0 {
-                "=".to_string()
-            } else if delta > 0.0 {
-                format!("+{}", number(delta))
-            } else {
-                number(delta)
-            };
-            let _ = writeln!(
-                out,
-                "  {label:<34} {:>w$} {:>w$} {delta:>10}",
-                number(va),
-                number(vb)
-            );
-        }
         if self.identical {
             out.push_str("\nidentical: the same decisions at the same times\n");
         } else if self.divergent_instants == 0 {

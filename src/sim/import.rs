@@ -26,6 +26,8 @@ struct ApiJob {
     #[serde(default)]
     finished_at: Option<String>,
     #[serde(default)]
+    queued_duration: Option<f64>,
+    #[serde(default)]
     tag_list: Vec<String>,
     #[serde(default)]
     runner: Option<ApiRunner>,
@@ -166,9 +168,53 @@ pub fn import_jobs_export(text: &str, source_name: &str) -> Result<Imported, Imp
     Ok(out)
 }
 
+/// Each job's queue entry by id, from a jobs export: `started_at − queued_duration` when both
+/// are there, else `created_at`. For gitlab-runner logs without `time_in_queue_seconds`
+/// (runners before 16.10), whose jobs the log identifies by id.
+pub fn queue_entries(
+    text: &str,
+    source_name: &str,
+) -> Result<std::collections::HashMap<u64, DateTime<Utc>>, ImportError> {
+    let mut out = std::collections::HashMap::new();
+    for page in serde_json::Deserializer::from_str(text).into_iter::<Vec<ApiJob>>() {
+        let page = page.map_err(|source| ImportError::Json {
+            source_name: source_name.to_string(),
+            source,
+        })?;
+        for job in page {
+            let Some(id) = job.id else { continue };
+            let parse = |v: &Option<String>| {
+                v.as_deref()
+                    .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+                    .map(|t| t.with_timezone(&Utc))
+            };
+            let from_queue = parse(&job.started_at).and_then(|s| {
+                let q = job.queued_duration.filter(|q| q.is_finite() && *q >= 0.0)?;
+                chrono::TimeDelta::try_milliseconds((q * 1000.0).round() as i64)
+                    .and_then(|d| s.checked_sub_signed(d))
+            });
+            if let Some(t) = from_queue.or_else(|| parse(&job.created_at)) {
+                out.insert(id, t);
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queue_entries_prefer_started_minus_queued_duration() {
+        let text = r#"[{"id": 5, "created_at": "2026-01-05T09:00:00Z",
+            "started_at": "2026-01-05T09:10:00Z", "queued_duration": 30.5},
+            {"id": 6, "created_at": "2026-01-05T09:01:00Z", "started_at": null}, {"status": "x"}]"#;
+        let q = queue_entries(text, "e.json").unwrap();
+        assert_eq!(q.len(), 2);
+        assert_eq!(q[&5].to_rfc3339(), "2026-01-05T09:09:29.500+00:00");
+        assert_eq!(q[&6].to_rfc3339(), "2026-01-05T09:01:00+00:00");
+    }
 
     const EXPORT: &str = r#"[
       {"id": 3, "status": "success", "created_at": "2026-01-05T09:10:00.000Z",

@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use super::queue::{secs_to_ms, SimTime};
 
 /// A latency: a fixed value or a seeded distribution.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Latency {
     /// Always this many milliseconds.
     Fixed(SimTime),
@@ -23,6 +23,9 @@ pub enum Latency {
     Uniform(SimTime, SimTime),
     /// Exponentially distributed with this mean (milliseconds).
     Exponential(SimTime),
+    /// Drawn uniformly from these observed values (milliseconds; e.g. the creation times an
+    /// upstream log shows). Empty means 0.
+    Empirical(std::sync::Arc<[SimTime]>),
 }
 
 /// A latency or failure-rate specification that could not be parsed.
@@ -77,6 +80,7 @@ impl fmt::Display for Latency {
             Latency::Fixed(ms) => write!(f, "{}s", s(ms)),
             Latency::Uniform(a, b) => write!(f, "uniform:{}-{}", s(a), s(b)),
             Latency::Exponential(m) => write!(f, "exp:{}", s(m)),
+            Latency::Empirical(ref v) => write!(f, "observed:{} values", v.len()),
         }
     }
 }
@@ -94,6 +98,10 @@ impl Latency {
                 // Cap at 100 means so one unlucky draw cannot stall a run for years.
                 x.min(mean as f64 * 100.0).round() as SimTime
             }
+            Latency::Empirical(ref v) => match v.len() {
+                0 => 0,
+                n => v[rng.random_range(0..n)],
+            },
         }
     }
 }

@@ -16,7 +16,7 @@ use super::provider::ProviderModel;
 use super::queue::{EventQueue, SimTime};
 use super::scenario::{is_machine_runner, Resolved, Scenario, ScenarioError, GIVE_UP_AFTER};
 use super::store::Store;
-use super::trace::{Counts, Decision, JobOutcome, Trace};
+use super::trace::{Counts, Decision, JobOutcome, RunEvent, Trace};
 use super::workers::Worker;
 use crate::engine::{self, Command, Engine, MachineState, Notice, RunnerId, RunnerPolicy, UseId};
 
@@ -91,6 +91,10 @@ pub struct Simulation {
     pub(crate) queued: u32,
     pub(crate) finished: usize,
     until: Option<SimTime>,
+    /// Whether to record [`RunEvent`]s.
+    pub(crate) log_events: bool,
+    /// Removals already recorded from their pass report.
+    pub(crate) logged_removals: std::collections::HashSet<String>,
 }
 
 impl Simulation {
@@ -163,9 +167,26 @@ impl Simulation {
             queued: 0,
             finished: 0,
             until,
+            log_events: false,
+            logged_removals: Default::default(),
         };
         sim.record();
         Ok(sim)
+    }
+
+    /// Also records every machine and job event in [`Trace::events`] (memory grows with the
+    /// run: for tests and benchmarks that write the run as upstream's log).
+    pub fn record_events(mut self) -> Self {
+        self.log_events = true;
+        self
+    }
+
+    /// Records a run event at the current instant, if asked to.
+    pub(crate) fn log(&mut self, event: impl FnOnce() -> RunEvent) {
+        if self.log_events {
+            let now = self.now();
+            self.trace.events.push((now, event()));
+        }
     }
 
     /// Runs to the end and returns what happened.
@@ -287,6 +308,11 @@ impl Simulation {
         let now = self.now();
         match cmd {
             Command::Create { name, reason, .. } => {
+                if reason == engine::Reason::OnDemand {
+                    self.log(|| RunEvent::CreateStart {
+                        machine: name.clone(),
+                    });
+                }
                 if !self.owner.contains_key(&name) {
                     if let Some(r) = self.owner_by_filter(&name) {
                         self.owner.insert(name.clone(), r);
@@ -319,6 +345,9 @@ impl Simulation {
                     .schedule(now, Ev::Provider(engine::Event::Stopped { name }));
             }
             Command::Remove { name, .. } => {
+                self.log(|| RunEvent::RemovalAttempt {
+                    machine: name.clone(),
+                });
                 let outcome = self.model.removal(self.removals_issued);
                 self.removals_issued += 1;
                 self.events.schedule(
@@ -344,11 +373,29 @@ impl Simulation {
         let now = self.now();
         match notice {
             Notice::Created { name, .. } => {
+                self.log(|| RunEvent::Created {
+                    machine: name.clone(),
+                    ok: true,
+                });
                 self.disk.insert(name.clone());
                 self.ready_at.insert(name, now);
             }
-            Notice::CreationFailed { .. } => self.trace.creation_failures += 1,
+            Notice::CreationFailed { name, .. } => {
+                self.log(|| RunEvent::Created {
+                    machine: name.clone(),
+                    ok: false,
+                });
+                self.trace.creation_failures += 1
+            }
             Notice::Removing { name, reason } => {
+                if !self.logged_removals.remove(&name) {
+                    let used_count = self.engine.machine(&name).map_or(0, |m| m.used_count);
+                    self.log(|| RunEvent::RemovalRequested {
+                        machine: name.clone(),
+                        reason: reason.to_string(),
+                        used_count,
+                    });
+                }
                 self.trace.decisions.push(Decision {
                     at: now,
                     runner: self.runner_label(&name),
@@ -357,6 +404,9 @@ impl Simulation {
                 });
             }
             Notice::Removed { name, reason, .. } => {
+                self.log(|| RunEvent::Removed {
+                    machine: name.clone(),
+                });
                 self.disk.remove(&name);
                 self.owner.remove(&name);
                 self.ready_at.remove(&name);

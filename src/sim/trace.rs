@@ -70,6 +70,71 @@ pub struct JobOutcome {
     pub failed: bool,
 }
 
+/// One machine or job event of a run, as gitlab-runner would log it. Recorded only when asked
+/// ([`crate::sim::Simulation::record_events`]), to write a run as upstream's log
+/// ([`crate::upstream_log::emit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunEvent {
+    /// A runner received a job (`Checking for jobs... received`).
+    Pickup {
+        /// Index of the job in the workload.
+        job: usize,
+        /// The runner's `name`.
+        runner: String,
+    },
+    /// The job started on a machine (`Using existing` / `Created docker-machine`).
+    Use {
+        /// The job.
+        job: usize,
+        /// The machine.
+        machine: String,
+        /// Its used count after this use.
+        used_count: i64,
+        /// True when it is the machine Acquire reserved.
+        existing: bool,
+    },
+    /// The job ended on its machine (`Cleaned up docker-machine`, then the job end lines).
+    JobEnd {
+        /// The job.
+        job: usize,
+        /// The machine, if it got one.
+        machine: Option<String>,
+        /// True if the job failed for lack of a machine.
+        failed: bool,
+    },
+    /// A creation was decided (its first `docker-machine create` line).
+    CreateStart {
+        /// The machine.
+        machine: String,
+    },
+    /// A creation ended.
+    Created {
+        /// The machine.
+        machine: String,
+        /// Whether it succeeded.
+        ok: bool,
+    },
+    /// A removal was decided (`Requesting machine removal`).
+    RemovalRequested {
+        /// The machine.
+        machine: String,
+        /// Upstream's reason string.
+        reason: String,
+        /// Its used count.
+        used_count: i64,
+    },
+    /// One `docker-machine rm` attempt (`Removing machine`).
+    RemovalAttempt {
+        /// The machine.
+        machine: String,
+    },
+    /// The machine is gone (`Machine removed`).
+    Removed {
+        /// The machine.
+        machine: String,
+    },
+}
+
 /// Everything one simulation run recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Trace {
@@ -93,6 +158,8 @@ pub struct Trace {
     pub removals: Vec<String>,
     /// Warnings the engine raised (deduplicated, in order of first appearance).
     pub warnings: Vec<String>,
+    /// Machine and job events in order, when the run recorded them (empty otherwise).
+    pub events: Vec<(SimTime, RunEvent)>,
 }
 
 impl Trace {
@@ -112,6 +179,7 @@ impl Trace {
             creation_failures: 0,
             removals: Vec::new(),
             warnings: Vec::new(),
+            events: Vec::new(),
         }
     }
 

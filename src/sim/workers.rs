@@ -12,6 +12,7 @@
 //! unhealthy.
 
 use super::run::{Ev, Simulation};
+use super::trace::RunEvent;
 use crate::engine::{AcquireResult, AcquireStep, RunnerId, UseId, UseStep};
 
 /// What a worker is doing.
@@ -145,6 +146,14 @@ impl Simulation {
                 return;
             };
             self.claim(runner);
+            if self.log_events {
+                let name = self
+                    .runners
+                    .get(runner)
+                    .map(|r| r.name.clone())
+                    .unwrap_or_default();
+                self.log(|| RunEvent::Pickup { job, runner: name });
+            }
             self.begin_use(w, runner, id, job, acquired);
             if strict {
                 return;
@@ -169,14 +178,31 @@ impl Simulation {
             .engine
             .begin_acquire(id, self.disk.listing(), now)
             .ok()?;
-        let result = loop {
+        let outcome = loop {
             match step {
                 AcquireStep::CheckConnectivity { name } => {
                     step = self.engine.connectivity_result(&name, true, now).ok()?;
                 }
-                AcquireStep::Done(outcome) => break outcome.result,
+                AcquireStep::Done(outcome) => break outcome,
             }
         };
+        if self.log_events {
+            // The pass's decisions in the order the engine took them: removals, then creations.
+            for r in &outcome.report.removals {
+                self.logged_removals.insert(r.name.clone());
+                self.log(|| RunEvent::RemovalRequested {
+                    machine: r.name.clone(),
+                    reason: r.reason.to_string(),
+                    used_count: r.used_count,
+                });
+            }
+            for c in &outcome.report.created {
+                self.log(|| RunEvent::CreateStart {
+                    machine: c.name.clone(),
+                });
+            }
+        }
+        let result = outcome.result;
         self.pump();
         Some(result)
     }
@@ -254,6 +280,16 @@ impl Simulation {
                 .get(&machine)
                 .is_some_and(|&ready| ready > outcome.submitted);
         }
+        if self.log_events {
+            let used_count = self.engine.machine(&machine).map_or(0, |m| m.used_count);
+            let existing = acquired.as_deref() == Some(machine.as_str());
+            self.log(|| RunEvent::Use {
+                job,
+                machine: machine.clone(),
+                used_count,
+                existing,
+            });
+        }
         let acquired = acquired.filter(|a| *a != machine);
         if let Some(worker) = self.workers.get_mut(w) {
             worker.state = WorkerState::Running {
@@ -281,6 +317,11 @@ impl Simulation {
         if let Some(outcome) = self.trace.jobs.get_mut(job) {
             outcome.failed = true;
         }
+        self.log(|| RunEvent::JobEnd {
+            job,
+            machine: None,
+            failed: true,
+        });
         self.finished += 1;
         self.end_build(runner);
         self.release(runner, acquired.as_deref());
@@ -312,6 +353,11 @@ impl Simulation {
         if let Some(outcome) = self.trace.jobs.get_mut(job) {
             outcome.finished = Some(now);
         }
+        self.log(|| RunEvent::JobEnd {
+            job,
+            machine: Some(machine.clone()),
+            failed: false,
+        });
         self.finished += 1;
         self.end_build(runner);
         // The executor's cleanup releases the machine Use returned; then the runner's deferred
