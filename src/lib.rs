@@ -23,6 +23,7 @@ pub mod config;
 pub mod engine;
 pub mod executor;
 pub mod gitlab;
+pub mod helper;
 pub mod job;
 pub mod provider;
 pub mod sim;

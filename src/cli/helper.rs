@@ -1,13 +1,15 @@
 //! `drover helper …` (hidden): drover acting as `gitlab-runner-helper` for the helper commands
 //! the executor emits, so a locally built helper image (drover plus bash and git) works
 //! without GitLab's registry. The image's `/usr/bin/gitlab-runner-helper` runs
-//! `drover helper "$@"`. Only the commands drover emits are implemented, with upstream's
-//! names and flags.
+//! `drover helper "$@"`. The commands live in `crate::helper`; this is their
+//! command line, with upstream's names and flags.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+
+use crate::helper::health_check;
 
 /// Arguments of `drover helper`.
 #[derive(Debug, Args)]
@@ -26,6 +28,14 @@ pub enum HelperCommand {
         /// The directory to open up
         dir: PathBuf,
     },
+    /// Wait until a service accepts a TCP connection (address and ports from the
+    /// environment: `*_TCP_ADDR`, `*_TCP_PORT`), as upstream's `health-check`
+    #[command(name = "health-check")]
+    HealthCheck {
+        /// Service port (replaces the ports from the environment)
+        #[arg(short = 'p', long = "port")]
+        port: Vec<String>,
+    },
 }
 
 /// Runs a helper command.
@@ -38,6 +48,18 @@ pub fn run(args: HelperArgs) -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        HelperCommand::HealthCheck { port } => {
+            match health_check::target_from_env(std::env::vars(), &port) {
+                Ok(target) => {
+                    health_check::wait(&target, &mut std::io::stdout());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("FATAL: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
     }
 }
 

@@ -49,6 +49,8 @@ pub(crate) struct JobRun<'r> {
     volumes: Volumes,
     cancel_consumed: bool,
     started: Instant,
+    /// The per-build network, removed after the containers.
+    network: Option<String>,
 }
 
 impl<'r> JobRun<'r> {
@@ -64,6 +66,7 @@ impl<'r> JobRun<'r> {
             volumes: Volumes::default(),
             cancel_consumed: false,
             started: Instant::now(),
+            network: None,
         }
     }
 
@@ -493,6 +496,9 @@ impl<'r> JobRun<'r> {
                     Err(e) if not_found(&e) => {}
                     Err(e) => problems.push(format!("removing volume {v}: {e}")),
                 }
+            }
+            if let Some(network) = self.network.take() {
+                problems.extend(crate::executor::services::remove_network(&docker, &network).await);
             }
             problems
         };

@@ -3,6 +3,7 @@
 //! permission fixes, and the job image, ending in the container inputs the stages use.
 //! A child of `run`, which decides when it runs and what happens after.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{JobRun, Prepared};
@@ -15,6 +16,7 @@ use crate::executor::labels::LabelFacts;
 use crate::executor::paths::{self, JobPaths, PathInputs};
 use crate::executor::script::detect_shell_command;
 use crate::executor::script::variables::{job_variables, VarInputs, VarList};
+use crate::executor::services::{self, ServiceDefinition, StartedService};
 use crate::executor::trace::Trace;
 use crate::executor::volumes;
 use crate::job::JobPayload;
@@ -103,6 +105,10 @@ impl JobRun<'_> {
         })
         .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
         let job_image = job_image_raw.map(|n| first.expand(n));
+        // FF_NETWORK_PER_BUILD makes a bridge network for the job unless network_mode is set.
+        let network_name = (ds.network_mode.is_none()
+            && first.bool("FF_NETWORK_PER_BUILD").unwrap_or(false))
+        .then(|| services::network_name(&short, payload.job_info.project_id, payload.id));
         let vars = job_variables(
             payload,
             runner,
@@ -110,10 +116,11 @@ impl JobRun<'_> {
             &VarInputs {
                 job_image: job_image.as_deref(),
                 short_token: &short,
-                network_name: None,
+                network_name: network_name.as_deref(),
             },
         )
         .expanded();
+        let service_defs = services::definitions(&ds.services, &payload.services, &vars)?;
 
         let image_name = image::resolve_job_image(
             job_image.as_deref(),
@@ -192,7 +199,7 @@ impl JobRun<'_> {
         let facts = self.label_facts(&short, &vars);
         // Services mount the volumes and start before the helper container, so with services
         // the fix must come first, in its own containers, as upstream does.
-        let fix = if payload.services.is_empty() {
+        let fix = if service_defs.is_empty() {
             volumes::PermissionFix::DeferToHelper
         } else {
             volumes::PermissionFix::Containers
@@ -210,6 +217,38 @@ impl JobRun<'_> {
             .await?;
 
         self.mark("volumes ready");
+        let network = services::JobNetwork {
+            mode: network_name.clone().or_else(|| ds.network_mode.clone()),
+            per_build: network_name.is_some(),
+        };
+        if let Some(name) = &network_name {
+            let mut labels = facts.labels("", &[]);
+            labels.retain(|k, _| !k.ends_with(".type"));
+            services::create_network(&docker, name, labels, &ds.services).await?;
+            self.network = Some(name.clone());
+        }
+        let mut container_labels = HashMap::new();
+        for (k, v) in &ds.container_labels {
+            container_labels.insert(k.clone(), vars.expand(v));
+        }
+        let started = self
+            .start_services(
+                trace,
+                &mut puller,
+                &service_defs,
+                &ServiceJob {
+                    vars: &vars,
+                    auth_configs: &auth_configs,
+                    helper_image: &helper.id,
+                    random_name: &random_name,
+                    labels: &facts.labels("", &[]),
+                    container_labels: &container_labels,
+                    binds: &plan.binds(),
+                    network: &network,
+                },
+            )
+            .await?;
+        self.mark("services ready");
         // The job image.
         let image_opts = payload.image.as_ref();
         let requested: &[String] = image_opts
@@ -239,9 +278,7 @@ impl JobRun<'_> {
             .unwrap_or_default();
         let mut labels = facts.labels("", &[]);
         labels.retain(|k, _| !k.ends_with(".type"));
-        for (k, v) in &ds.container_labels {
-            labels.insert(k.clone(), vars.expand(v));
-        }
+        labels.extend(container_labels);
         let inputs = ContainerInputs {
             random_name,
             hostname: ds
@@ -260,6 +297,12 @@ impl JobRun<'_> {
             build_user: build_user(ds, image_user)?,
             build_platform: platform,
             build_cmd: detect_shell_command(),
+            service_links: if network.needs_links() {
+                services::links(&started)
+            } else {
+                Vec::new()
+            },
+            network,
         };
         Ok(Prepared {
             engine,
@@ -269,6 +312,98 @@ impl JobRun<'_> {
             inputs,
             permission_fix,
         })
+    }
+
+    /// Pulls and starts the services in order ("Starting service …"), then waits for them
+    /// (the health check warns and never fails the job).
+    async fn start_services(
+        &mut self,
+        trace: &mut Trace<'_>,
+        puller: &mut Puller<'_>,
+        defs: &[ServiceDefinition],
+        job: &ServiceJob<'_>,
+    ) -> Result<Vec<StartedService>, JobOrSystem> {
+        let ds = &self.req.runner.docker;
+        let payload = self.req.payload;
+        let wait = services::wait_timeout(ds.services.wait_timeout);
+        let start_inputs = services::StartInputs {
+            random_name: job.random_name,
+            labels: job.labels,
+            container_labels: job.container_labels,
+            binds: job.binds,
+            network: job.network,
+            settings: ds,
+            wait_timeout: wait
+                .unwrap_or_default()
+                .max(Duration::from_secs(services::DEFAULT_WAIT_TIMEOUT)),
+        };
+        let mut taken = services::Aliases::default();
+        let mut started = Vec::new();
+        for (index, def) in defs.iter().enumerate() {
+            let name = services::parse_name(&def.image);
+            trace.info(&format!(
+                "Starting service {}:{} ...",
+                name.service, name.version
+            ));
+            let policies = image::effective_pull_policies(
+                &def.pull_policy,
+                &ds.pull_policy,
+                &ds.allowed_pull_policies,
+            )?;
+            let creds = image::credentials_for(&name.image, job.auth_configs, &payload.credentials);
+            let image = puller
+                .get(&name.image, &policies, creds, None, trace)
+                .await
+                .map_err(map_image_error)?;
+            let (aliases, warnings) = taken.claim(&name, def);
+            for w in warnings {
+                trace.warning(&w);
+            }
+            let svc = services::ServiceToStart {
+                env: services::service_env(payload, job.vars, def),
+                def: def.clone(),
+                name,
+                image_ref: image.reference,
+                aliases,
+            };
+            let s = services::start(
+                &self.engine_docker()?,
+                index,
+                &svc,
+                &start_inputs,
+                &mut self.containers.created,
+            )
+            .await?;
+            started.push(s);
+        }
+        if let (Some(timeout), false) = (wait, started.is_empty()) {
+            trace.info(&format!(
+                "Waiting for services to be up and running (timeout {} seconds)...",
+                timeout.as_secs()
+            ));
+            let blocks = services::wait_for_services(
+                &self.engine_docker()?,
+                &started,
+                job.helper_image,
+                job.labels,
+                job.network,
+                timeout,
+            )
+            .await;
+            for block in blocks {
+                for line in block.lines() {
+                    trace.write(format!("\x1b[0;33m{line}\x1b[0;m\n").as_bytes());
+                }
+            }
+        }
+        Ok(started)
+    }
+
+    fn engine_docker(&self) -> Result<bollard::Docker, SystemError> {
+        self.engine
+            .as_ref()
+            .map(|e| e.docker.clone())
+            .ok_or_else(|| SystemError::Engine("not connected to the Docker Engine".into()))
     }
 
     fn label_facts(&self, short: &str, vars: &VarList) -> LabelFacts {
@@ -312,6 +447,18 @@ impl JobRun<'_> {
     }
 }
 
+/// The job facts the services need.
+struct ServiceJob<'a> {
+    vars: &'a VarList,
+    auth_configs: &'a [String],
+    helper_image: &'a str,
+    random_name: &'a str,
+    labels: &'a HashMap<String, String>,
+    container_labels: &'a HashMap<String, String>,
+    binds: &'a [String],
+    network: &'a services::JobNetwork,
+}
+
 /// Registry auth sources in upstream's precedence: the `DOCKER_AUTH_CONFIG` variable, then
 /// the runner user's `~/.docker/config.json`, else `~/.dockercfg`.
 fn docker_auth_configs(vars: &VarList) -> Vec<String> {
@@ -330,17 +477,11 @@ fn docker_auth_configs(vars: &VarList) -> Vec<String> {
     out
 }
 
-/// What the job asks for that this executor does not do yet (services, caches, artifacts),
-/// one warning each, so that a job log says why a service, cache or artifact is missing.
+/// What the job asks for that this executor does not do yet (caches, artifacts),
+/// one warning each, so that a job log says why a cache or an artifact is missing.
 fn not_yet_supported(payload: &JobPayload) -> Vec<String> {
     let mut out = Vec::new();
     let names = |v: Vec<&str>| v.join(", ");
-    if !payload.services.is_empty() {
-        out.push(format!(
-            "drover does not start services yet; this job runs without: {}",
-            names(payload.services.iter().map(|s| s.name.as_str()).collect())
-        ));
-    }
     let caches: Vec<&str> = payload
         .cache
         .iter()
@@ -390,7 +531,7 @@ mod tests {
     use crate::job::JobPayload;
 
     #[test]
-    fn warns_about_services_caches_and_artifacts() {
+    fn warns_about_caches_and_artifacts() {
         let plain =
             JobPayload::from_json(r#"{"id": 1, "cache": [{"key": "k", "paths": []}]}"#).unwrap();
         assert!(not_yet_supported(&plain).is_empty());
@@ -407,7 +548,6 @@ mod tests {
         assert_eq!(
             not_yet_supported(&p),
             [
-                "drover does not start services yet; this job runs without: postgres:15, redis",
                 "drover does not restore or save caches yet; skipped cache keys: deps",
                 "drover does not upload artifacts yet; skipped: archive, junit",
                 "drover does not download artifacts yet; skipped the artifacts of: build",
