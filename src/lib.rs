@@ -18,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod engine;

@@ -14,6 +14,7 @@ use crate::executor::connect::Engine;
 use crate::executor::containers::{ContainerInputs, Containers, JobOrSystem, Role};
 use crate::executor::error::{not_found, FailureReason, JobError, JobFailure, SystemError};
 use crate::executor::paths::{self, JobPaths};
+use crate::executor::script::cache;
 use crate::executor::script::sources::{get_sources, SourcesInputs};
 use crate::executor::script::variables::VarList;
 use crate::executor::script::{user, ScriptBody};
@@ -36,6 +37,8 @@ struct Prepared {
     inputs: ContainerInputs,
     /// Volume roots whose permission fix runs at the top of `prepare_script`.
     permission_fix: Vec<String>,
+    /// The distributed cache (presigned URLs), or the local archive only.
+    cache_remote: crate::cache::CacheRemote,
 }
 
 /// The job's state, kept for cleanup.
@@ -199,8 +202,22 @@ impl<'r> JobRun<'r> {
             }
         }
 
-        let mut job_status = "success";
+        // restore_cache: a failed stage (only an unknown policy fails it) skips the user steps
+        // and after_script, as a failed get_sources does.
+        let mut ready = sources_ok;
         if sources_ok {
+            let body = cache::restore(&self.cache_inputs(&p));
+            if let Some(f) = self
+                .optional_stage(trace, &p, "restore_cache", "Restoring cache", body)
+                .await?
+            {
+                ready = false;
+                result = Err(f.into());
+            }
+        }
+
+        let mut job_status = "success";
+        if ready {
             // One `step_<name>` stage per step except after_script (normally just `script`),
             // all bounded together by RUNNER_SCRIPT_TIMEOUT.
             let script_deadline = p.settings.script_timeout.map(|t| Instant::now() + t);
@@ -259,6 +276,23 @@ impl<'r> JobRun<'r> {
             }
             self.after_script(trace, &p, job_status, &mut result)
                 .await?;
+        }
+
+        // archive_cache / archive_cache_on_failure (also after a failed get_sources).
+        let succeeded = result.is_ok();
+        let body = cache::archive(&self.cache_inputs(&p), succeeded);
+        let (name, description) = if succeeded {
+            ("archive_cache", "Saving cache for successful job")
+        } else {
+            ("archive_cache_on_failure", "Saving cache for failed job")
+        };
+        if let Some(f) = self
+            .optional_stage(trace, &p, name, description, body)
+            .await?
+        {
+            if result.is_ok() {
+                result = Err(f.into());
+            }
         }
 
         let body = user::cleanup_file_variables(
@@ -341,6 +375,46 @@ impl<'r> JobRun<'r> {
             *result = Err(failure.into());
         }
         Ok(())
+    }
+
+    /// The cache stages' inputs: the local archive, plus presigned URLs when a distributed
+    /// cache is configured.
+    fn cache_inputs<'a>(&'a self, p: &'a Prepared) -> cache::CacheInputs<'a> {
+        cache::CacheInputs {
+            payload: self.req.payload,
+            vars: &p.vars,
+            paths: &p.paths,
+            remote: &p.cache_remote,
+            timeout_minutes: p
+                .vars
+                .value("CACHE_REQUEST_TIMEOUT")
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|m| *m > 0)
+                .unwrap_or(10),
+        }
+    }
+
+    /// Runs a helper-container stage whose generator may have nothing to do (`None`: skipped
+    /// silently). Returns the failure of a stage that failed; a stopped stage ends the job.
+    async fn optional_stage(
+        &mut self,
+        trace: &mut Trace<'_>,
+        p: &Prepared,
+        name: &str,
+        description: &str,
+        body: Option<ScriptBody>,
+    ) -> Result<Option<JobFailure>, JobError> {
+        let Some(body) = body else {
+            return Ok(None);
+        };
+        match self
+            .stage(trace, p, name, description, Role::Helper, body, None, false)
+            .await?
+        {
+            StageOutcome::Ok => Ok(None),
+            StageOutcome::Failed(f) => Ok(Some(f)),
+            StageOutcome::Stopped(f) => Err(f.into()),
+        }
     }
 
     /// Logs how far into the job a step is (`RUST_LOG=drover=debug`).

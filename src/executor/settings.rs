@@ -43,6 +43,8 @@ pub struct RunnerSettings {
     pub debug_trace_disabled: bool,
     /// `[runners.docker]`.
     pub docker: DockerSettings,
+    /// `[runners.cache]` (the distributed cache; `None`: local archives only).
+    pub cache: Option<crate::config::cache::CacheConfig>,
 }
 
 /// `[runners.docker]` settings the executor applies.
@@ -269,6 +271,7 @@ impl RunnerSettings {
             post_build_script: non_empty(&r.post_build_script),
             feature_flags: r.feature_flags.clone(),
             debug_trace_disabled: r.debug_trace_disabled,
+            cache: r.cache.clone(),
             docker: DockerSettings {
                 image: d.image.clone(),
                 helper_image: non_empty(&d.helper_image),

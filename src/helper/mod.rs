@@ -3,4 +3,7 @@
 //! helper image). Each command lives in its own module with upstream's behaviour, exit codes and
 //! messages; the CLI (`src/cli/helper.rs`) only parses flags and maps results to exit codes.
 
+pub mod archive;
+pub mod cache;
 pub mod health_check;
+pub mod http;

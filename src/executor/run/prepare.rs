@@ -133,6 +133,23 @@ impl JobRun<'_> {
         for w in not_yet_supported(payload) {
             trace.warning(&w);
         }
+        let (cache_remote, cache_warnings) = if payload
+            .cache
+            .iter()
+            .any(|c| !c.paths.is_empty() || c.untracked)
+        {
+            crate::cache::CacheRemote::from_config(
+                runner.cache.as_ref(),
+                &short,
+                payload.job_info.project_id,
+                Duration::from_secs(self.timeout_secs),
+            )
+        } else {
+            (crate::cache::CacheRemote::local(), Vec::new())
+        };
+        for w in cache_warnings {
+            trace.warning(&w);
+        }
 
         let engine = self.connect(trace).await?;
         self.mark("connected");
@@ -311,6 +328,7 @@ impl JobRun<'_> {
             settings,
             inputs,
             permission_fix,
+            cache_remote,
         })
     }
 
@@ -477,23 +495,11 @@ fn docker_auth_configs(vars: &VarList) -> Vec<String> {
     out
 }
 
-/// What the job asks for that this executor does not do yet (caches, artifacts),
-/// one warning each, so that a job log says why a cache or an artifact is missing.
+/// What the job asks for that this executor does not do yet (artifacts),
+/// one warning each, so that a job log says why an artifact is missing.
 fn not_yet_supported(payload: &JobPayload) -> Vec<String> {
     let mut out = Vec::new();
     let names = |v: Vec<&str>| v.join(", ");
-    let caches: Vec<&str> = payload
-        .cache
-        .iter()
-        .filter(|c| !c.paths.is_empty() || c.untracked)
-        .map(|c| c.key.as_str())
-        .collect();
-    if !caches.is_empty() {
-        out.push(format!(
-            "drover does not restore or save caches yet; skipped cache keys: {}",
-            names(caches)
-        ));
-    }
     let artifacts: Vec<&str> = payload
         .artifacts
         .iter()
@@ -531,7 +537,7 @@ mod tests {
     use crate::job::JobPayload;
 
     #[test]
-    fn warns_about_caches_and_artifacts() {
+    fn warns_about_artifacts() {
         let plain =
             JobPayload::from_json(r#"{"id": 1, "cache": [{"key": "k", "paths": []}]}"#).unwrap();
         assert!(not_yet_supported(&plain).is_empty());
@@ -548,7 +554,6 @@ mod tests {
         assert_eq!(
             not_yet_supported(&p),
             [
-                "drover does not restore or save caches yet; skipped cache keys: deps",
                 "drover does not upload artifacts yet; skipped: archive, junit",
                 "drover does not download artifacts yet; skipped the artifacts of: build",
             ]
