@@ -10,7 +10,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use crate::helper::{cache, health_check};
+use crate::executor::script::variables::parse_go_duration;
+use crate::helper::{artifacts, cache, health_check};
 
 /// Arguments of `drover helper`.
 #[derive(Debug, Args)]
@@ -41,6 +42,34 @@ pub struct CacheCommon {
     pub env_file: Option<PathBuf>,
 }
 
+/// The files a cache or artifact archive holds.
+#[derive(Debug, Args)]
+pub struct FileSelection {
+    /// A path or glob to pack (repeatable)
+    #[arg(long = "path")]
+    pub path: Vec<String>,
+    /// A path or glob to leave out (repeatable)
+    #[arg(long = "exclude")]
+    pub exclude: Vec<String>,
+    /// Add git's untracked files
+    #[arg(long)]
+    pub untracked: bool,
+}
+
+/// GitLab's URL and the job the artifact commands act for.
+#[derive(Debug, Args)]
+pub struct JobApi {
+    /// GitLab's URL
+    #[arg(long)]
+    pub url: String,
+    /// The job token
+    #[arg(long)]
+    pub token: String,
+    /// The job ID
+    #[arg(long)]
+    pub id: i64,
+}
+
 /// Helper commands.
 #[derive(Debug, Subcommand)]
 pub enum HelperCommand {
@@ -65,15 +94,9 @@ pub enum HelperCommand {
         /// The flags both cache commands share
         #[command(flatten)]
         common: CacheCommon,
-        /// A path or glob to archive (repeatable)
-        #[arg(long = "path")]
-        path: Vec<String>,
-        /// A path or glob to leave out (repeatable)
-        #[arg(long = "exclude")]
-        exclude: Vec<String>,
-        /// Add git's untracked files
-        #[arg(long)]
-        untracked: bool,
+        /// What to pack
+        #[command(flatten)]
+        files: FileSelection,
         /// Presigned URL to PUT the archive to
         #[arg(long)]
         url: Option<String>,
@@ -89,6 +112,44 @@ pub enum HelperCommand {
         /// Refuse to upload an archive bigger than this many bytes (0: no limit)
         #[arg(long = "max-uploaded-archive-size", default_value_t = 0)]
         max_uploaded_archive_size: u64,
+    },
+    /// Pack paths and upload them as the job's artifacts, as upstream's `artifacts-uploader`
+    #[command(name = "artifacts-uploader")]
+    ArtifactsUploader {
+        /// GitLab and the job
+        #[command(flatten)]
+        job: JobApi,
+        /// What to pack
+        #[command(flatten)]
+        files: FileSelection,
+        /// The archive's name (default `artifacts`)
+        #[arg(long, default_value = "")]
+        name: String,
+        /// How long GitLab keeps the artifacts
+        #[arg(long = "expire-in", default_value = "")]
+        expire_in: String,
+        /// zip (default), gzip or raw
+        #[arg(long = "artifact-format", default_value = "")]
+        artifact_format: String,
+        /// The artifact type (archive, junit, …)
+        #[arg(long = "artifact-type", default_value = "")]
+        artifact_type: String,
+        /// Overall timeout of one upload (Go duration)
+        #[arg(long, default_value = "1h0m0s")]
+        timeout: String,
+        /// Time to wait for GitLab's response headers (Go duration; accepted for compatibility)
+        #[arg(long = "response-header-timeout", default_value = "10m0s")]
+        response_header_timeout: String,
+    },
+    /// Download a job's artifacts and extract them, as upstream's `artifacts-downloader`
+    #[command(name = "artifacts-downloader")]
+    ArtifactsDownloader {
+        /// GitLab and the job (the dependency's token and ID)
+        #[command(flatten)]
+        job: JobApi,
+        /// Ask for a direct download from object storage first (default: FF_USE_DIRECT_DOWNLOAD)
+        #[arg(long = "direct-download")]
+        direct_download: Option<bool>,
     },
     /// Download (optionally) and extract the cache file, as upstream's `cache-extractor`
     #[command(name = "cache-extractor")]
@@ -151,9 +212,7 @@ pub fn run(args: HelperArgs) -> ExitCode {
         }
         HelperCommand::CacheArchiver {
             common,
-            path,
-            exclude,
-            untracked,
+            files,
             url,
             header,
             max_uploaded_archive_size,
@@ -161,9 +220,9 @@ pub fn run(args: HelperArgs) -> ExitCode {
         } => {
             let options = cache::ArchiverOptions {
                 file: common.file,
-                paths: path,
-                excludes: exclude,
-                untracked,
+                paths: files.path,
+                excludes: files.exclude,
+                untracked: files.untracked,
                 url,
                 headers: header,
                 timeout_minutes: common.timeout,
@@ -171,6 +230,57 @@ pub fn run(args: HelperArgs) -> ExitCode {
                 gocloud_url: common.gocloud_url,
             };
             in_workdir(|rt, dir| rt.block_on(cache::archive(&options, dir, &mut std::io::stdout())))
+        }
+        HelperCommand::ArtifactsUploader {
+            job,
+            files,
+            name,
+            expire_in,
+            artifact_format,
+            artifact_type,
+            timeout,
+            ..
+        } => {
+            let Some(timeout) = parse_go_duration(&timeout) else {
+                return fatal(format!(
+                    "--timeout {timeout:?}: not a duration such as 1h0m0s"
+                ));
+            };
+            let options = artifacts::UploadOptions {
+                url: job.url,
+                token: job.token,
+                id: job.id,
+                paths: files.path,
+                excludes: files.exclude,
+                untracked: files.untracked,
+                name,
+                expire_in,
+                format: artifact_format,
+                artifact_type,
+                timeout,
+            };
+            in_workdir(|rt, dir| {
+                rt.block_on(artifacts::upload(&options, dir, &mut std::io::stdout()))
+            })
+        }
+        HelperCommand::ArtifactsDownloader {
+            job,
+            direct_download,
+        } => {
+            let from_env = std::env::var("FF_USE_DIRECT_DOWNLOAD")
+                .ok()
+                .and_then(|v| crate::executor::script::variables::parse_bool(&v))
+                .unwrap_or(false);
+            let options = artifacts::DownloadOptions {
+                url: job.url,
+                token: job.token,
+                id: job.id,
+                direct_download: direct_download.unwrap_or(from_env),
+                timeout: std::time::Duration::from_secs(3600),
+            };
+            in_workdir(|rt, dir| {
+                rt.block_on(artifacts::download(&options, dir, &mut std::io::stdout()))
+            })
         }
         HelperCommand::CacheExtractor {
             common,

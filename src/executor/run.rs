@@ -14,9 +14,9 @@ use crate::executor::connect::Engine;
 use crate::executor::containers::{ContainerInputs, Containers, JobOrSystem, Role};
 use crate::executor::error::{not_found, FailureReason, JobError, JobFailure, SystemError};
 use crate::executor::paths::{self, JobPaths};
-use crate::executor::script::cache;
 use crate::executor::script::sources::{get_sources, SourcesInputs};
 use crate::executor::script::variables::VarList;
+use crate::executor::script::{artifacts, cache};
 use crate::executor::script::{user, ScriptBody};
 use crate::executor::stages::{run_stage, StageEnd, StopReason};
 use crate::executor::trace::Trace;
@@ -216,6 +216,23 @@ impl<'r> JobRun<'r> {
             }
         }
 
+        if ready {
+            let body = artifacts::download(&self.artifact_inputs(&p));
+            if let Some(f) = self
+                .optional_stage(
+                    trace,
+                    &p,
+                    "download_artifacts",
+                    "Downloading artifacts",
+                    body,
+                )
+                .await?
+            {
+                ready = false;
+                result = Err(f.into());
+            }
+        }
+
         let mut job_status = "success";
         if ready {
             // One `step_<name>` stage per step except after_script (normally just `script`),
@@ -285,6 +302,29 @@ impl<'r> JobRun<'r> {
             ("archive_cache", "Saving cache for successful job")
         } else {
             ("archive_cache_on_failure", "Saving cache for failed job")
+        };
+        if let Some(f) = self
+            .optional_stage(trace, &p, name, description, body)
+            .await?
+        {
+            if result.is_ok() {
+                result = Err(f.into());
+            }
+        }
+
+        // upload_artifacts_on_success / _on_failure: a failed upload fails a job that had not
+        // failed yet.
+        let body = artifacts::upload(&self.artifact_inputs(&p), succeeded);
+        let (name, description) = if succeeded {
+            (
+                "upload_artifacts_on_success",
+                "Uploading artifacts for successful job",
+            )
+        } else {
+            (
+                "upload_artifacts_on_failure",
+                "Uploading artifacts for failed job",
+            )
         };
         if let Some(f) = self
             .optional_stage(trace, &p, name, description, body)
@@ -391,6 +431,16 @@ impl<'r> JobRun<'r> {
                 .and_then(|v| v.trim().parse().ok())
                 .filter(|m| *m > 0)
                 .unwrap_or(10),
+        }
+    }
+
+    /// The artifact stages' inputs.
+    fn artifact_inputs<'a>(&'a self, p: &'a Prepared) -> artifacts::ArtifactInputs<'a> {
+        artifacts::ArtifactInputs {
+            payload: self.req.payload,
+            vars: &p.vars,
+            paths: &p.paths,
+            url: &self.req.runner.url,
         }
     }
 

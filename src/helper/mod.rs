@@ -4,6 +4,7 @@
 //! messages; the CLI (`src/cli/helper.rs`) only parses flags and maps results to exit codes.
 
 pub mod archive;
+pub mod artifacts;
 pub mod cache;
 pub mod health_check;
 pub mod http;

@@ -19,7 +19,6 @@ use crate::executor::script::variables::{job_variables, VarInputs, VarList};
 use crate::executor::services::{self, ServiceDefinition, StartedService};
 use crate::executor::trace::Trace;
 use crate::executor::volumes;
-use crate::job::JobPayload;
 
 fn map_image_error(e: ImageError) -> JobOrSystem {
     match e {
@@ -130,9 +129,6 @@ impl JobRun<'_> {
         trace.info(&format!(
             "Using Docker executor with image {image_name} ..."
         ));
-        for w in not_yet_supported(payload) {
-            trace.warning(&w);
-        }
         let (cache_remote, cache_warnings) = if payload
             .cache
             .iter()
@@ -493,70 +489,4 @@ fn docker_auth_configs(vars: &VarList) -> Vec<String> {
         }
     }
     out
-}
-
-/// What the job asks for that this executor does not do yet (artifacts),
-/// one warning each, so that a job log says why an artifact is missing.
-fn not_yet_supported(payload: &JobPayload) -> Vec<String> {
-    let mut out = Vec::new();
-    let names = |v: Vec<&str>| v.join(", ");
-    let artifacts: Vec<&str> = payload
-        .artifacts
-        .iter()
-        .filter(|a| !a.paths.is_empty() || a.untracked)
-        .map(|a| match (a.name.as_str(), a.artifact_type.as_str()) {
-            ("", "") => "archive",
-            ("", t) => t,
-            (n, _) => n,
-        })
-        .collect();
-    if !artifacts.is_empty() {
-        out.push(format!(
-            "drover does not upload artifacts yet; skipped: {}",
-            names(artifacts)
-        ));
-    }
-    let dependencies: Vec<&str> = payload
-        .dependencies
-        .iter()
-        .filter(|d| d.artifacts_file.is_some())
-        .map(|d| d.name.as_str())
-        .collect();
-    if !dependencies.is_empty() {
-        out.push(format!(
-            "drover does not download artifacts yet; skipped the artifacts of: {}",
-            names(dependencies)
-        ));
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::not_yet_supported;
-    use crate::job::JobPayload;
-
-    #[test]
-    fn warns_about_artifacts() {
-        let plain =
-            JobPayload::from_json(r#"{"id": 1, "cache": [{"key": "k", "paths": []}]}"#).unwrap();
-        assert!(not_yet_supported(&plain).is_empty());
-        let p = JobPayload::from_json(
-            r#"{"id": 1,
-                "services": [{"name": "postgres:15"}, {"name": "redis"}],
-                "cache": [{"key": "deps", "paths": ["vendor/"]}],
-                "artifacts": [{"name": "", "paths": ["out/"]},
-                              {"artifact_type": "junit", "paths": ["report.xml"]}],
-                "dependencies": [{"id": 3, "name": "build", "artifacts_file": {"filename": "a.zip", "size": 10}},
-                                 {"id": 4, "name": "lint"}]}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            not_yet_supported(&p),
-            [
-                "drover does not upload artifacts yet; skipped: archive, junit",
-                "drover does not download artifacts yet; skipped the artifacts of: build",
-            ]
-        );
-    }
 }
