@@ -200,23 +200,24 @@ mod tests {
     #[test]
     fn registration_sends_network_features_only() {
         let v = serde_json::to_value(Info::registration()).unwrap();
-        let trues: Vec<_> = v["features"]
+        let mut trues: Vec<_> = v["features"]
             .as_object()
             .unwrap()
             .iter()
             .filter(|(_, v)| **v == true)
             .map(|(k, _)| k.as_str())
             .collect();
+        trues.sort_unstable();
         assert_eq!(
             trues,
             [
-                "trace_reset",
-                "trace_checksum",
-                "trace_size",
-                "cancelable",
                 "cancel_gracefully",
-                "two_phase_job_commit",
-                "job_inputs"
+                "cancelable",
+                "job_inputs",
+                "trace_checksum",
+                "trace_reset",
+                "trace_size",
+                "two_phase_job_commit"
             ]
         );
         assert_eq!(v["config"]["gpus"], "");
