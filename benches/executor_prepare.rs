@@ -4,7 +4,7 @@
 //! `/builds` volume with its permission fix, helper and build containers). Target: ≤ 1 s.
 //!
 //! Run: `cargo bench --bench executor_prepare` (needs /var/run/docker.sock; builds the local
-//! test images first). Prints min / median / max over the runs after one warm-up run.
+//! test images first); `DROVER_BENCH_SERVICES=N` adds N health-checked services. Prints min / median / max over the runs after one warm-up run.
 
 use std::io;
 use std::process::Command;
@@ -62,13 +62,25 @@ fn main() {
     runner.docker.helper_image = Some("drover-test-executor-helper:latest".into());
     runner.docker.pull_policy = vec!["if-not-present".into()];
     runner.docker.volumes = vec!["/cache".into()];
+    // DROVER_BENCH_SERVICES=N adds N services (the local HTTP service image, health-checked),
+    // so the added prepare time per service is the difference to N=0.
+    let services: usize = std::env::var("DROVER_BENCH_SERVICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let service_list: Vec<serde_json::Value> = (0..services)
+        .map(|i| serde_json::json!({"name": "drover-test-executor-service:latest", "alias": format!("svc{i}")}))
+        .collect();
     let payload = JobPayload::from_json(
-        r#"{"id": 1, "job_info": {"project_id": 900}, "runner_info": {"timeout": 120},
+        &serde_json::json!({"id": 1, "job_info": {"project_id": 900}, "runner_info": {"timeout": 120},
             "git_info": {"repo_url": "http://127.0.0.1:9/bench/project.git"},
             "variables": [{"key": "GIT_STRATEGY", "value": "none"}],
-            "steps": [{"name": "script", "script": ["echo drover-bench-first-line"]}]}"#,
+            "services": service_list,
+            "steps": [{"name": "script", "script": ["echo drover-bench-first-line"]}]})
+        .to_string(),
     )
     .expect("payload");
+    println!("services per job: {services}");
     let endpoint = DockerEndpoint::default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

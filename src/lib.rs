@@ -22,11 +22,13 @@
 #![warn(missing_docs)]
 
 pub mod bounded;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod executor;
 pub mod gitlab;
+pub mod helper;
 pub mod job;
 pub mod ledger;
 pub mod metrics;

@@ -9,16 +9,6 @@ use drover::executor::{FailureReason, JobError};
 use executor_common::*;
 use serde_json::json;
 
-macro_rules! engine_test {
-    () => {{
-        if !engine_available() {
-            return;
-        }
-        ensure_images();
-        ENGINE_LOCK.lock().await
-    }};
-}
-
 fn failure(r: &Result<(), JobError>) -> (FailureReason, Option<i32>) {
     match r {
         Err(JobError::Failed(f)) => (f.reason, f.exit_code),

@@ -62,6 +62,10 @@ pub struct ContainerInputs {
     pub build_platform: Option<String>,
     /// The build container's command.
     pub build_cmd: Vec<String>,
+    /// Service links on the default bridge: `alias:ip` entries added to `ExtraHosts`.
+    pub service_links: Vec<String>,
+    /// The job's network (the per-build network gives the containers aliases).
+    pub network: crate::executor::services::JobNetwork,
 }
 
 /// The build container's user: `[runners.docker] user`, else the image's `docker: user`;
@@ -88,7 +92,7 @@ pub fn build_user(
     Ok(user)
 }
 
-fn nano_cpus(cpus: &str) -> Option<i64> {
+pub(crate) fn nano_cpus(cpus: &str) -> Option<i64> {
     let v: f64 = cpus.trim().parse().ok()?;
     (v.is_finite() && v > 0.0).then_some((v * 1e9) as i64)
 }
@@ -161,15 +165,25 @@ pub fn host_config(s: &DockerSettings, binds: &[String], image_name: &str) -> Ho
         devices: (!s.devices.is_empty()).then(|| s.devices.iter().map(|d| device(d)).collect()),
         ulimits: (!s.ulimit.is_empty())
             .then(|| s.ulimit.iter().filter_map(|(n, v)| ulimit(n, v)).collect()),
-        restart_policy: Some(RestartPolicy {
-            name: Some(RestartPolicyNameEnum::NO),
-            maximum_retry_count: None,
-        }),
-        log_config: Some(HostConfigLogConfig {
-            typ: Some("json-file".into()),
-            config: Some(HashMap::new()),
-        }),
+        restart_policy: Some(no_restart()),
+        log_config: Some(json_file_logging()),
         ..Default::default()
+    }
+}
+
+/// Restart policy `no`, as upstream sets on every container.
+pub(crate) fn no_restart() -> RestartPolicy {
+    RestartPolicy {
+        name: Some(RestartPolicyNameEnum::NO),
+        maximum_retry_count: None,
+    }
+}
+
+/// The `json-file` log driver, as upstream sets on every container.
+pub(crate) fn json_file_logging() -> HostConfigLogConfig {
+    HostConfigLogConfig {
+        typ: Some("json-file".into()),
+        config: Some(HashMap::new()),
     }
 }
 
@@ -200,7 +214,19 @@ pub fn container_body(role: Role, i: &ContainerInputs, s: &DockerSettings) -> Co
             i.build_image_name.as_str(),
         ),
     };
+    let mut host_config = host_config(s, &i.binds, image_name);
+    if !i.service_links.is_empty() {
+        host_config
+            .extra_hosts
+            .get_or_insert_with(Vec::new)
+            .extend(i.service_links.iter().cloned());
+    }
+    if i.network.per_build {
+        host_config.network_mode = i.network.mode.clone();
+    }
+    let name = format!("{}-{}", i.random_name, role.kind());
     ContainerCreateBody {
+        networking_config: i.network.endpoint(vec!["build".to_string(), name]),
         image: Some(image),
         cmd: Some(cmd),
         entrypoint,
@@ -214,7 +240,7 @@ pub fn container_body(role: Role, i: &ContainerInputs, s: &DockerSettings) -> Co
         attach_stderr: Some(true),
         open_stdin: Some(true),
         stdin_once: Some(true),
-        host_config: Some(host_config(s, &i.binds, image_name)),
+        host_config: Some(host_config),
         ..Default::default()
     }
 }
@@ -336,27 +362,30 @@ impl Containers {
         self.helper = None;
         self.build = None;
         let removals = ids.iter().map(|id| async move {
-            match docker
-                .remove_container(
-                    id,
-                    Some(RemoveContainerOptions {
-                        force: true,
-                        v: true,
-                        ..Default::default()
-                    }),
-                )
+            force_remove(docker, id)
                 .await
-            {
-                Ok(()) => None,
-                Err(e) if not_found(&e) => None,
-                Err(e) => Some(format!("removing container {id}: {e}")),
-            }
+                .err()
+                .map(|e| format!("removing container {id}: {e}"))
         });
         futures_util::future::join_all(removals)
             .await
             .into_iter()
             .flatten()
             .collect()
+    }
+}
+
+/// Force-removes a container with its anonymous volumes; a container that is already gone is
+/// fine.
+pub async fn force_remove(docker: &Docker, id: &str) -> Result<(), bollard::errors::Error> {
+    let options = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    match docker.remove_container(id, Some(options)).await {
+        Err(e) if not_found(&e) => Ok(()),
+        r => r,
     }
 }
 

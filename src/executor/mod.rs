@@ -10,7 +10,8 @@
 //! The executor never talks to GitLab: the manager (or `drover exec-job`) feeds it payloads and
 //! forwards the trace and the result. Flow decisions live in `run`; the other modules are
 //! the pieces (connect, images, volumes, labels, containers, stage execution, scripts, trace).
-//! Services, cache and artifacts are part 2 and slot in as further stages and helper commands.
+//! Services (`services`) start during preparation; cache and artifacts slot in as further
+//! stages and helper commands.
 
 pub mod build_settings;
 pub mod connect;
@@ -22,6 +23,7 @@ pub mod paths;
 pub mod plan;
 mod run;
 pub mod script;
+pub mod services;
 pub mod settings;
 pub mod stages;
 pub mod trace;

@@ -29,6 +29,8 @@ pub struct JobPlan {
     pub expanded_volumes: Vec<String>,
     /// The image to run (normalised, checked against `allowed_images`).
     pub image_name: String,
+    /// The per-build network (`FF_NETWORK_PER_BUILD` without a `network_mode`), if any.
+    pub network_name: Option<String>,
 }
 
 /// Works out a job's variables, paths, settings and image.
@@ -82,6 +84,12 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
     })
     .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
     let job_image = job_image_raw.map(|n| first.expand(n));
+    // FF_NETWORK_PER_BUILD makes a bridge network for the job unless network_mode is set.
+    let network_name = (ds.network_mode.is_none()
+        && first.bool("FF_NETWORK_PER_BUILD").unwrap_or(false))
+    .then(|| {
+        crate::executor::services::network_name(&short, payload.job_info.project_id, payload.id)
+    });
     let vars = job_variables(
         payload,
         runner,
@@ -89,7 +97,7 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
         &VarInputs {
             job_image: job_image.as_deref(),
             short_token: &short,
-            network_name: None,
+            network_name: network_name.as_deref(),
         },
     )
     .expanded();
@@ -107,5 +115,6 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
         warnings,
         expanded_volumes,
         image_name,
+        network_name,
     })
 }

@@ -16,6 +16,7 @@ use crate::executor::error::{not_found, FailureReason, JobError, JobFailure, Sys
 use crate::executor::paths::{self, JobPaths};
 use crate::executor::script::sources::{get_sources, SourcesInputs};
 use crate::executor::script::variables::VarList;
+use crate::executor::script::{artifacts, cache};
 use crate::executor::script::{user, ScriptBody};
 use crate::executor::stages::{run_stage, StageEnd, StopReason};
 use crate::executor::trace::Trace;
@@ -45,6 +46,8 @@ struct Prepared {
     inputs: ContainerInputs,
     /// Volume roots whose permission fix runs at the top of `prepare_script`.
     permission_fix: Vec<String>,
+    /// The distributed cache (presigned URLs), or the local archive only.
+    cache_remote: crate::cache::CacheRemote,
 }
 
 /// The job's state, kept for cleanup.
@@ -58,6 +61,8 @@ pub(crate) struct JobRun<'r> {
     volumes: Volumes,
     cancel_consumed: bool,
     started: Instant,
+    /// The per-build network, removed after the containers.
+    network: Option<String>,
 }
 
 impl<'r> JobRun<'r> {
@@ -73,6 +78,7 @@ impl<'r> JobRun<'r> {
             volumes: Volumes::default(),
             cancel_consumed: false,
             started: Instant::now(),
+            network: None,
         }
     }
 
@@ -205,8 +211,39 @@ impl<'r> JobRun<'r> {
             }
         }
 
-        let mut job_status = "success";
+        // restore_cache: a failed stage (only an unknown policy fails it) skips the user steps
+        // and after_script, as a failed get_sources does.
+        let mut ready = sources_ok;
         if sources_ok {
+            let body = cache::restore(&self.cache_inputs(&p));
+            if let Some(f) = self
+                .optional_stage(trace, &p, "restore_cache", "Restoring cache", body)
+                .await?
+            {
+                ready = false;
+                result = Err(f.into());
+            }
+        }
+
+        if ready {
+            let body = artifacts::download(&self.artifact_inputs(&p));
+            if let Some(f) = self
+                .optional_stage(
+                    trace,
+                    &p,
+                    "download_artifacts",
+                    "Downloading artifacts",
+                    body,
+                )
+                .await?
+            {
+                ready = false;
+                result = Err(f.into());
+            }
+        }
+
+        let mut job_status = "success";
+        if ready {
             // One `step_<name>` stage per step except after_script (normally just `script`),
             // all bounded together by RUNNER_SCRIPT_TIMEOUT.
             let script_deadline = p.settings.script_timeout.map(deadline_in);
@@ -265,6 +302,46 @@ impl<'r> JobRun<'r> {
             }
             self.after_script(trace, &p, job_status, &mut result)
                 .await?;
+        }
+
+        // archive_cache / archive_cache_on_failure (also after a failed get_sources).
+        let succeeded = result.is_ok();
+        let body = cache::archive(&self.cache_inputs(&p), succeeded);
+        let (name, description) = if succeeded {
+            ("archive_cache", "Saving cache for successful job")
+        } else {
+            ("archive_cache_on_failure", "Saving cache for failed job")
+        };
+        if let Some(f) = self
+            .optional_stage(trace, &p, name, description, body)
+            .await?
+        {
+            if result.is_ok() {
+                result = Err(f.into());
+            }
+        }
+
+        // upload_artifacts_on_success / _on_failure: a failed upload fails a job that had not
+        // failed yet.
+        let body = artifacts::upload(&self.artifact_inputs(&p), succeeded);
+        let (name, description) = if succeeded {
+            (
+                "upload_artifacts_on_success",
+                "Uploading artifacts for successful job",
+            )
+        } else {
+            (
+                "upload_artifacts_on_failure",
+                "Uploading artifacts for failed job",
+            )
+        };
+        if let Some(f) = self
+            .optional_stage(trace, &p, name, description, body)
+            .await?
+        {
+            if result.is_ok() {
+                result = Err(f.into());
+            }
         }
 
         let body = user::cleanup_file_variables(
@@ -347,6 +424,56 @@ impl<'r> JobRun<'r> {
             *result = Err(failure.into());
         }
         Ok(())
+    }
+
+    /// The cache stages' inputs: the local archive, plus presigned URLs when a distributed
+    /// cache is configured.
+    fn cache_inputs<'a>(&'a self, p: &'a Prepared) -> cache::CacheInputs<'a> {
+        cache::CacheInputs {
+            payload: self.req.payload,
+            vars: &p.vars,
+            paths: &p.paths,
+            remote: &p.cache_remote,
+            timeout_minutes: p
+                .vars
+                .value("CACHE_REQUEST_TIMEOUT")
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|m| *m > 0)
+                .unwrap_or(10),
+        }
+    }
+
+    /// The artifact stages' inputs.
+    fn artifact_inputs<'a>(&'a self, p: &'a Prepared) -> artifacts::ArtifactInputs<'a> {
+        artifacts::ArtifactInputs {
+            payload: self.req.payload,
+            vars: &p.vars,
+            paths: &p.paths,
+            url: &self.req.runner.url,
+        }
+    }
+
+    /// Runs a helper-container stage whose generator may have nothing to do (`None`: skipped
+    /// silently). Returns the failure of a stage that failed; a stopped stage ends the job.
+    async fn optional_stage(
+        &mut self,
+        trace: &mut Trace<'_>,
+        p: &Prepared,
+        name: &str,
+        description: &str,
+        body: Option<ScriptBody>,
+    ) -> Result<Option<JobFailure>, JobError> {
+        let Some(body) = body else {
+            return Ok(None);
+        };
+        match self
+            .stage(trace, p, name, description, Role::Helper, body, None, false)
+            .await?
+        {
+            StageOutcome::Ok => Ok(None),
+            StageOutcome::Failed(f) => Ok(Some(f)),
+            StageOutcome::Stopped(f) => Err(f.into()),
+        }
     }
 
     /// Logs how far into the job a step is (`RUST_LOG=drover=debug`).
@@ -502,6 +629,9 @@ impl<'r> JobRun<'r> {
                     Err(e) if not_found(&e) => {}
                     Err(e) => problems.push(format!("removing volume {v}: {e}")),
                 }
+            }
+            if let Some(network) = self.network.take() {
+                problems.extend(crate::executor::services::remove_network(&docker, &network).await);
             }
             problems
         };

@@ -43,6 +43,8 @@ pub struct RunnerSettings {
     pub debug_trace_disabled: bool,
     /// `[runners.docker]`.
     pub docker: DockerSettings,
+    /// `[runners.cache]` (the distributed cache; `None`: local archives only).
+    pub cache: Option<crate::config::cache::CacheConfig>,
 }
 
 /// `[runners.docker]` settings the executor applies.
@@ -138,6 +140,63 @@ pub struct DockerSettings {
     pub devices: Vec<String>,
     /// `ulimit` (name → `soft[:hard]`).
     pub ulimit: BTreeMap<String, String>,
+    /// The service settings (`[[runners.docker.services]]`, `services_*`, `service_*`).
+    pub services: ServiceSettings,
+}
+
+/// One `[[runners.docker.services]]` entry.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConfigService {
+    /// `name`: the service image.
+    pub name: String,
+    /// `alias`: space- or comma-separated aliases.
+    pub alias: String,
+    /// `command`.
+    pub command: Vec<String>,
+    /// `entrypoint`.
+    pub entrypoint: Vec<String>,
+    /// `environment`: `KEY=value` entries.
+    pub environment: Vec<String>,
+}
+
+/// `[runners.docker]` settings for services and the per-build network.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServiceSettings {
+    /// `[[runners.docker.services]]` (started for every job, not checked against
+    /// `allowed_services`).
+    pub services: Vec<ConfigService>,
+    /// `services_limit` (unset or negative: no limit).
+    pub limit: Option<i64>,
+    /// `wait_for_services_timeout` in seconds (0: 30; negative: no health check).
+    pub wait_timeout: i64,
+    /// `allowed_services` (doublestar globs; empty = any).
+    pub allowed: Vec<String>,
+    /// `services_privileged` (unset: `privileged`).
+    pub privileged: Option<bool>,
+    /// `allowed_privileged_services` (empty = all).
+    pub allowed_privileged: Vec<String>,
+    /// `services_security_opt`.
+    pub security_opt: Vec<String>,
+    /// `services_tmpfs`.
+    pub tmpfs: BTreeMap<String, String>,
+    /// `service_memory` in bytes.
+    pub memory: Option<i64>,
+    /// `service_memory_swap` in bytes.
+    pub memory_swap: Option<i64>,
+    /// `service_memory_reservation` in bytes.
+    pub memory_reservation: Option<i64>,
+    /// `service_cpus`.
+    pub cpus: Option<String>,
+    /// `service_cpu_shares`.
+    pub cpu_shares: Option<i64>,
+    /// `service_cpuset_cpus`.
+    pub cpuset_cpus: Option<String>,
+    /// `service_cgroup_parent`.
+    pub cgroup_parent: Option<String>,
+    /// `network_mtu` of the per-build network (0: Docker's default).
+    pub network_mtu: i64,
+    /// `enable_ipv6` on the per-build network.
+    pub enable_ipv6: bool,
 }
 
 impl RunnerSettings {
@@ -212,6 +271,7 @@ impl RunnerSettings {
             post_build_script: non_empty(&r.post_build_script),
             feature_flags: r.feature_flags.clone(),
             debug_trace_disabled: r.debug_trace_disabled,
+            cache: r.cache.clone(),
             docker: DockerSettings {
                 image: d.image.clone(),
                 helper_image: non_empty(&d.helper_image),
@@ -258,6 +318,35 @@ impl RunnerSettings {
                 userns_mode: non_empty(&d.userns_mode),
                 devices: d.devices.clone(),
                 ulimit: d.ulimit.clone(),
+                services: ServiceSettings {
+                    services: d
+                        .services
+                        .iter()
+                        .map(|s| ConfigService {
+                            name: s.name.clone(),
+                            alias: s.alias.clone(),
+                            command: s.command.clone(),
+                            entrypoint: s.entrypoint.clone(),
+                            environment: s.environment.clone(),
+                        })
+                        .collect(),
+                    limit: d.services_limit,
+                    wait_timeout: d.wait_for_services_timeout,
+                    allowed: d.allowed_services.clone(),
+                    privileged: d.services_privileged,
+                    allowed_privileged: d.allowed_privileged_services.clone(),
+                    security_opt: d.services_security_opt.clone(),
+                    tmpfs: d.services_tmpfs.clone(),
+                    memory: parse_memory(&d.service_memory),
+                    memory_swap: parse_memory(&d.service_memory_swap),
+                    memory_reservation: parse_memory(&d.service_memory_reservation),
+                    cpus: non_empty(&d.service_cpus),
+                    cpu_shares: (d.service_cpu_shares > 0).then_some(d.service_cpu_shares),
+                    cpuset_cpus: non_empty(&d.service_cpuset_cpus),
+                    cgroup_parent: non_empty(&d.service_cgroup_parent),
+                    network_mtu: d.network_mtu,
+                    enable_ipv6: d.enable_ipv6,
+                },
             },
         }
     }

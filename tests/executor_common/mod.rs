@@ -42,6 +42,19 @@ pub fn ensure_images() {
     *done = true;
 }
 
+/// The guard of an Engine test: returns early when no Engine is available (outside CI), builds
+/// the images once and serialises the Engine tests.
+#[macro_export]
+macro_rules! engine_test {
+    () => {{
+        if !engine_available() {
+            return;
+        }
+        ensure_images();
+        ENGINE_LOCK.lock().await
+    }};
+}
+
 /// Runner settings for the test images, with a per-test token (so labels tell tests apart).
 pub fn settings(test: &str) -> RunnerSettings {
     let mut s = RunnerSettings {
@@ -203,6 +216,39 @@ pub fn assert_clean_and_remove_reusable(short: &str) {
 /// A payload from JSON with defaults filled in for the test server.
 pub fn payload(json: serde_json::Value) -> JobPayload {
     JobPayload::from_json(&json.to_string()).expect("test payload")
+}
+
+/// A job without a repository (`GIT_STRATEGY=none`, 120 s timeout) running `script`, with
+/// `extra` top-level payload keys merged in (a `variables` entry adds to GIT_STRATEGY).
+pub fn no_git_job(
+    id: i64,
+    project_id: i64,
+    script: &[&str],
+    extra: serde_json::Value,
+) -> JobPayload {
+    let mut job = serde_json::json!({
+        "id": id, "token": "glcbt-nogitjobtoken",
+        "job_info": {"project_id": project_id, "name": format!("job-{id}")},
+        "git_info": {"repo_url": "http://127.0.0.1:1/group/project.git", "sha": "0", "ref": "main"},
+        "runner_info": {"timeout": 120},
+        "variables": [{"key": "GIT_STRATEGY", "value": "none", "public": true}],
+        "steps": [{"name": "script", "script": script}]
+    });
+    if let (Some(base), Some(extra)) = (job.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            match (k.as_str(), v.as_array()) {
+                ("variables", Some(more)) => {
+                    if let Some(list) = base.get_mut("variables").and_then(|l| l.as_array_mut()) {
+                        list.extend(more.iter().cloned());
+                    }
+                }
+                _ => {
+                    base.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    payload(job)
 }
 
 /// A git repository served over HTTP by `git http-backend`, requiring basic auth

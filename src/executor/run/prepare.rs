@@ -3,6 +3,7 @@
 //! permission fixes, and the job image, ending in the container inputs the stages use.
 //! A child of `run`, which decides when it runs and what happens after.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{JobRun, Prepared};
@@ -16,9 +17,9 @@ use crate::executor::paths;
 use crate::executor::plan;
 use crate::executor::script::detect_shell_command;
 use crate::executor::script::variables::VarList;
+use crate::executor::services::{self, ServiceDefinition, StartedService};
 use crate::executor::trace::Trace;
 use crate::executor::volumes;
-use crate::job::JobPayload;
 
 fn map_image_error(e: ImageError) -> JobOrSystem {
     match e {
@@ -64,12 +65,28 @@ impl JobRun<'_> {
             settings,
             expanded_volumes,
             image_name,
+            network_name,
             ..
         } = plan;
+        let service_defs = services::definitions(&ds.services, &payload.services, &vars)?;
         trace.info(&format!(
             "Using Docker executor with image {image_name} ..."
         ));
-        for w in not_yet_supported(payload) {
+        let (cache_remote, cache_warnings) = if payload
+            .cache
+            .iter()
+            .any(|c| !c.paths.is_empty() || c.untracked)
+        {
+            crate::cache::CacheRemote::from_config(
+                runner.cache.as_ref(),
+                &short,
+                payload.job_info.project_id,
+                Duration::from_secs(self.timeout_secs),
+            )
+        } else {
+            (crate::cache::CacheRemote::local(), Vec::new())
+        };
+        for w in cache_warnings {
             trace.warning(&w);
         }
 
@@ -138,7 +155,7 @@ impl JobRun<'_> {
         let facts = self.label_facts(&short, &vars);
         // Services mount the volumes and start before the helper container, so with services
         // the fix must come first, in its own containers, as upstream does.
-        let fix = if payload.services.is_empty() {
+        let fix = if service_defs.is_empty() {
             volumes::PermissionFix::DeferToHelper
         } else {
             volumes::PermissionFix::Containers
@@ -156,6 +173,38 @@ impl JobRun<'_> {
             .await?;
 
         self.mark("volumes ready");
+        let network = services::JobNetwork {
+            mode: network_name.clone().or_else(|| ds.network_mode.clone()),
+            per_build: network_name.is_some(),
+        };
+        if let Some(name) = &network_name {
+            let mut labels = facts.labels("", &[]);
+            labels.retain(|k, _| !k.ends_with(".type"));
+            services::create_network(&docker, name, labels, &ds.services).await?;
+            self.network = Some(name.clone());
+        }
+        let mut container_labels = HashMap::new();
+        for (k, v) in &ds.container_labels {
+            container_labels.insert(k.clone(), vars.expand(v));
+        }
+        let started = self
+            .start_services(
+                trace,
+                &mut puller,
+                &service_defs,
+                &ServiceJob {
+                    vars: &vars,
+                    auth_configs: &auth_configs,
+                    helper_image: &helper.id,
+                    random_name: &random_name,
+                    labels: &facts.labels("", &[]),
+                    container_labels: &container_labels,
+                    binds: &plan.binds(),
+                    network: &network,
+                },
+            )
+            .await?;
+        self.mark("services ready");
         // The job image.
         let image_opts = payload.image.as_ref();
         let requested: &[String] = image_opts
@@ -185,9 +234,7 @@ impl JobRun<'_> {
             .unwrap_or_default();
         let mut labels = facts.labels("", &[]);
         labels.retain(|k, _| !k.ends_with(".type"));
-        for (k, v) in &ds.container_labels {
-            labels.insert(k.clone(), vars.expand(v));
-        }
+        labels.extend(container_labels);
         let inputs = ContainerInputs {
             random_name,
             hostname: ds
@@ -206,6 +253,12 @@ impl JobRun<'_> {
             build_user: build_user(ds, image_user)?,
             build_platform: platform,
             build_cmd: detect_shell_command(),
+            service_links: if network.needs_links() {
+                services::links(&started)
+            } else {
+                Vec::new()
+            },
+            network,
         };
         Ok(Prepared {
             engine,
@@ -214,7 +267,100 @@ impl JobRun<'_> {
             settings,
             inputs,
             permission_fix,
+            cache_remote,
         })
+    }
+
+    /// Pulls and starts the services in order ("Starting service …"), then waits for them
+    /// (the health check warns and never fails the job).
+    async fn start_services(
+        &mut self,
+        trace: &mut Trace<'_>,
+        puller: &mut Puller<'_>,
+        defs: &[ServiceDefinition],
+        job: &ServiceJob<'_>,
+    ) -> Result<Vec<StartedService>, JobOrSystem> {
+        let ds = &self.req.runner.docker;
+        let payload = self.req.payload;
+        let wait = services::wait_timeout(ds.services.wait_timeout);
+        let start_inputs = services::StartInputs {
+            random_name: job.random_name,
+            labels: job.labels,
+            container_labels: job.container_labels,
+            binds: job.binds,
+            network: job.network,
+            settings: ds,
+            wait_timeout: wait
+                .unwrap_or_default()
+                .max(Duration::from_secs(services::DEFAULT_WAIT_TIMEOUT)),
+        };
+        let mut taken = services::Aliases::default();
+        let mut started = Vec::new();
+        for (index, def) in defs.iter().enumerate() {
+            let name = services::parse_name(&def.image);
+            trace.info(&format!(
+                "Starting service {}:{} ...",
+                name.service, name.version
+            ));
+            let policies = image::effective_pull_policies(
+                &def.pull_policy,
+                &ds.pull_policy,
+                &ds.allowed_pull_policies,
+            )?;
+            let creds = image::credentials_for(&name.image, job.auth_configs, &payload.credentials);
+            let image = puller
+                .get(&name.image, &policies, creds, None, trace)
+                .await
+                .map_err(map_image_error)?;
+            let (aliases, warnings) = taken.claim(&name, def);
+            for w in warnings {
+                trace.warning(&w);
+            }
+            let svc = services::ServiceToStart {
+                env: services::service_env(payload, job.vars, def),
+                def: def.clone(),
+                name,
+                image_ref: image.reference,
+                aliases,
+            };
+            let s = services::start(
+                &self.engine_docker()?,
+                index,
+                &svc,
+                &start_inputs,
+                &mut self.containers.created,
+            )
+            .await?;
+            started.push(s);
+        }
+        if let (Some(timeout), false) = (wait, started.is_empty()) {
+            trace.info(&format!(
+                "Waiting for services to be up and running (timeout {} seconds)...",
+                timeout.as_secs()
+            ));
+            let blocks = services::wait_for_services(
+                &self.engine_docker()?,
+                &started,
+                job.helper_image,
+                job.labels,
+                job.network,
+                timeout,
+            )
+            .await;
+            for block in blocks {
+                for line in block.lines() {
+                    trace.write(format!("\x1b[0;33m{line}\x1b[0;m\n").as_bytes());
+                }
+            }
+        }
+        Ok(started)
+    }
+
+    fn engine_docker(&self) -> Result<bollard::Docker, SystemError> {
+        self.engine
+            .as_ref()
+            .map(|e| e.docker.clone())
+            .ok_or_else(|| SystemError::Engine("not connected to the Docker Engine".into()))
     }
 
     fn label_facts(&self, short: &str, vars: &VarList) -> LabelFacts {
@@ -258,6 +404,18 @@ impl JobRun<'_> {
     }
 }
 
+/// The job facts the services need.
+struct ServiceJob<'a> {
+    vars: &'a VarList,
+    auth_configs: &'a [String],
+    helper_image: &'a str,
+    random_name: &'a str,
+    labels: &'a HashMap<String, String>,
+    container_labels: &'a HashMap<String, String>,
+    binds: &'a [String],
+    network: &'a services::JobNetwork,
+}
+
 /// Registry auth sources in upstream's precedence: the `DOCKER_AUTH_CONFIG` variable, then
 /// the runner user's `~/.docker/config.json`, else `~/.dockercfg`.
 fn docker_auth_configs(vars: &VarList) -> Vec<String> {
@@ -274,90 +432,4 @@ fn docker_auth_configs(vars: &VarList) -> Vec<String> {
         }
     }
     out
-}
-
-/// What the job asks for that this executor does not do yet (services, caches, artifacts),
-/// one warning each, so that a job log says why a service, cache or artifact is missing.
-fn not_yet_supported(payload: &JobPayload) -> Vec<String> {
-    let mut out = Vec::new();
-    let names = |v: Vec<&str>| v.join(", ");
-    if !payload.services.is_empty() {
-        out.push(format!(
-            "drover does not start services yet; this job runs without: {}",
-            names(payload.services.iter().map(|s| s.name.as_str()).collect())
-        ));
-    }
-    let caches: Vec<&str> = payload
-        .cache
-        .iter()
-        .filter(|c| !c.paths.is_empty() || c.untracked)
-        .map(|c| c.key.as_str())
-        .collect();
-    if !caches.is_empty() {
-        out.push(format!(
-            "drover does not restore or save caches yet; skipped cache keys: {}",
-            names(caches)
-        ));
-    }
-    let artifacts: Vec<&str> = payload
-        .artifacts
-        .iter()
-        .filter(|a| !a.paths.is_empty() || a.untracked)
-        .map(|a| match (a.name.as_str(), a.artifact_type.as_str()) {
-            ("", "") => "archive",
-            ("", t) => t,
-            (n, _) => n,
-        })
-        .collect();
-    if !artifacts.is_empty() {
-        out.push(format!(
-            "drover does not upload artifacts yet; skipped: {}",
-            names(artifacts)
-        ));
-    }
-    let dependencies: Vec<&str> = payload
-        .dependencies
-        .iter()
-        .filter(|d| d.artifacts_file.is_some())
-        .map(|d| d.name.as_str())
-        .collect();
-    if !dependencies.is_empty() {
-        out.push(format!(
-            "drover does not download artifacts yet; skipped the artifacts of: {}",
-            names(dependencies)
-        ));
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::not_yet_supported;
-    use crate::job::JobPayload;
-
-    #[test]
-    fn warns_about_services_caches_and_artifacts() {
-        let plain =
-            JobPayload::from_json(r#"{"id": 1, "cache": [{"key": "k", "paths": []}]}"#).unwrap();
-        assert!(not_yet_supported(&plain).is_empty());
-        let p = JobPayload::from_json(
-            r#"{"id": 1,
-                "services": [{"name": "postgres:15"}, {"name": "redis"}],
-                "cache": [{"key": "deps", "paths": ["vendor/"]}],
-                "artifacts": [{"name": "", "paths": ["out/"]},
-                              {"artifact_type": "junit", "paths": ["report.xml"]}],
-                "dependencies": [{"id": 3, "name": "build", "artifacts_file": {"filename": "a.zip", "size": 10}},
-                                 {"id": 4, "name": "lint"}]}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            not_yet_supported(&p),
-            [
-                "drover does not start services yet; this job runs without: postgres:15, redis",
-                "drover does not restore or save caches yet; skipped cache keys: deps",
-                "drover does not upload artifacts yet; skipped: archive, junit",
-                "drover does not download artifacts yet; skipped the artifacts of: build",
-            ]
-        );
-    }
 }

@@ -6,6 +6,8 @@
 //! runner feeds to a container's shell on stdin. Nothing here talks to Docker or reads the
 //! clock, so the scripts are unit-tested as strings.
 
+pub mod artifacts;
+pub mod cache;
 pub mod sources;
 pub mod user;
 pub mod variables;

@@ -1,0 +1,256 @@
+//! S3 presigning with rusty-s3: the endpoint (`ServerAddress`, https unless `Insecure`, or
+//! AWS's regional endpoint), `BucketLocation` as the region, path style (`PathStyle`, or
+//! automatically: path style for a custom `ServerAddress`, virtual-host style on AWS), access
+//! keys with an optional session token, and the server-side-encryption headers the PUT is
+//! signed with.
+
+use std::time::Duration;
+
+use rusty_s3::{Bucket, Credentials, S3Action, UrlStyle};
+
+use crate::config::cache::CacheS3Config;
+use crate::executor::script::cache::{Download, Upload};
+
+/// Why an S3 cache cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum S3Error {
+    /// `BucketName` is empty.
+    #[error("[runners.cache.s3] BucketName is empty")]
+    NoBucket,
+    /// IAM (instance profile) credentials are not supported.
+    #[error("[runners.cache.s3] IAM credentials (no ServerAddress/AccessKey/SecretKey, or AuthenticationType = \"iam\") are not implemented by drover; set AccessKey and SecretKey")]
+    Iam,
+    /// `RoleARN` / `UploadRoleARN` need GoCloud URLs with STS credentials.
+    #[error("[runners.cache.s3] RoleARN/UploadRoleARN are not implemented by drover")]
+    RoleArn,
+    /// An unknown `AuthenticationType`.
+    #[error("[runners.cache.s3] AuthenticationType {0:?} is not one of access-key, iam")]
+    AuthType(String),
+    /// An unknown `ServerSideEncryption`.
+    #[error("[runners.cache.s3] ServerSideEncryption {0:?} is not one of S3, KMS, DSSE-KMS")]
+    Encryption(String),
+    /// The endpoint or bucket is not valid.
+    #[error("[runners.cache.s3] endpoint {endpoint:?}, bucket {bucket:?}: {message}")]
+    Endpoint {
+        /// The endpoint URL.
+        endpoint: String,
+        /// The bucket.
+        bucket: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A configured S3 cache.
+#[derive(Debug, Clone)]
+pub struct S3Cache {
+    bucket: Bucket,
+    credentials: Credentials,
+    expires: Duration,
+    encryption: Vec<(String, String)>,
+}
+
+impl S3Cache {
+    /// The cache from `[runners.cache.s3]`, with URLs valid for `expires`.
+    pub fn new(c: &CacheS3Config, expires: Duration) -> Result<Self, S3Error> {
+        if c.bucket_name.trim().is_empty() {
+            return Err(S3Error::NoBucket);
+        }
+        if !c.role_arn.is_empty() || !c.upload_role_arn.is_empty() {
+            return Err(S3Error::RoleArn);
+        }
+        match c.auth_type() {
+            Some("access-key") => {}
+            Some(_) => return Err(S3Error::Iam),
+            None => return Err(S3Error::AuthType(c.authentication_type.clone())),
+        }
+        let region = if c.bucket_location.is_empty() {
+            "us-east-1".to_string()
+        } else {
+            c.bucket_location.clone()
+        };
+        let custom = !c.server_address.is_empty();
+        let endpoint = if custom {
+            let scheme = if c.insecure { "http" } else { "https" };
+            format!("{scheme}://{}", c.server_address.trim_end_matches('/'))
+        } else {
+            format!("https://s3.{region}.amazonaws.com")
+        };
+        let path_style = c
+            .path_style
+            .unwrap_or(custom || c.bucket_name.contains('.'));
+        let style = if path_style {
+            UrlStyle::Path
+        } else {
+            UrlStyle::VirtualHost
+        };
+        let bad = |message: String| S3Error::Endpoint {
+            endpoint: endpoint.clone(),
+            bucket: c.bucket_name.clone(),
+            message,
+        };
+        let url = reqwest::Url::parse(&endpoint).map_err(|e| bad(e.to_string()))?;
+        let bucket = Bucket::new(url, style, c.bucket_name.clone(), region)
+            .map_err(|e| bad(e.to_string()))?;
+        let credentials = if c.session_token.is_empty() {
+            Credentials::new(c.access_key.clone(), c.secret_key.clone())
+        } else {
+            Credentials::new_with_token(
+                c.access_key.clone(),
+                c.secret_key.clone(),
+                c.session_token.clone(),
+            )
+        };
+        let kms = |alg: &str| {
+            let mut h = vec![("x-amz-server-side-encryption".to_string(), alg.to_string())];
+            if !c.server_side_encryption_key_id.is_empty() {
+                h.push((
+                    "x-amz-server-side-encryption-aws-kms-key-id".to_string(),
+                    c.server_side_encryption_key_id.clone(),
+                ));
+            }
+            h
+        };
+        let encryption = match c.server_side_encryption.to_ascii_uppercase().as_str() {
+            "" => Vec::new(),
+            "S3" | "AES256" => vec![(
+                "x-amz-server-side-encryption".to_string(),
+                "AES256".to_string(),
+            )],
+            "KMS" | "AWS:KMS" => kms("aws:kms"),
+            "DSSE-KMS" | "AWS:KMS:DSSE" => kms("aws:kms:dsse"),
+            _ => return Err(S3Error::Encryption(c.server_side_encryption.clone())),
+        };
+        Ok(S3Cache {
+            bucket,
+            credentials,
+            expires,
+            encryption,
+        })
+    }
+
+    /// Presigned GET and HEAD URLs for `object`.
+    pub fn download(&self, object: &str) -> Download {
+        let get = self.bucket.get_object(Some(&self.credentials), object);
+        let head = self.bucket.head_object(Some(&self.credentials), object);
+        Download {
+            url: get.sign(self.expires).to_string(),
+            head_url: Some(head.sign(self.expires).to_string()),
+        }
+    }
+
+    /// A presigned PUT for `object`, signed with the cache key metadata and the encryption
+    /// headers, which the helper must send as they are.
+    pub fn upload(&self, object: &str, key: &str) -> Upload {
+        let mut put = self.bucket.put_object(Some(&self.credentials), object);
+        let mut headers = vec![("x-amz-meta-cachekey".to_string(), key.to_string())];
+        headers.extend(self.encryption.iter().cloned());
+        for (k, v) in &headers {
+            put.headers_mut().insert(k.clone(), v.clone());
+        }
+        Upload {
+            url: put.sign(self.expires).to_string(),
+            headers: headers.iter().map(|(k, v)| format!("{k}: {v}")).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> CacheS3Config {
+        CacheS3Config {
+            server_address: "127.0.0.1:9000".into(),
+            access_key: "AKIDEXAMPLE".into(),
+            secret_key: "secret".into(),
+            bucket_name: "cache".into(),
+            insecure: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn custom_endpoint_is_path_style_and_http_when_insecure() {
+        let s3 = S3Cache::new(&config(), Duration::from_secs(600)).unwrap();
+        let d = s3.download("project/1/key");
+        assert!(
+            d.url
+                .starts_with("http://127.0.0.1:9000/cache/project/1/key?"),
+            "{}",
+            d.url
+        );
+        assert!(d.url.contains("X-Amz-Expires=600"), "{}", d.url);
+        assert!(d.url.contains("X-Amz-Credential=AKIDEXAMPLE"), "{}", d.url);
+        let mut c = config();
+        c.server_address = "minio.internal:9000".into();
+        c.insecure = false;
+        c.path_style = Some(false);
+        let s3 = S3Cache::new(&c, Duration::from_secs(600)).unwrap();
+        let url = s3.download("k").url;
+        assert!(
+            url.starts_with("https://cache.minio.internal:9000/k?"),
+            "{url}"
+        );
+    }
+
+    #[test]
+    fn aws_endpoint_and_signed_encryption_headers() {
+        let mut c = config();
+        c.server_address.clear();
+        c.bucket_location = "eu-west-1".into();
+        c.authentication_type = "access-key".into();
+        c.server_side_encryption = "KMS".into();
+        c.server_side_encryption_key_id = "alias/cache".into();
+        let s3 = S3Cache::new(&c, Duration::from_secs(60)).unwrap();
+        let u = s3.upload("project/1/k", "k");
+        assert!(
+            u.url
+                .starts_with("https://cache.s3.eu-west-1.amazonaws.com/project/1/k?"),
+            "{}",
+            u.url
+        );
+        assert!(
+            u.url.contains("x-amz-meta-cachekey"),
+            "signed headers listed: {}",
+            u.url
+        );
+        assert!(u.url.contains("x-amz-server-side-encryption"), "{}", u.url);
+        assert_eq!(
+            u.headers,
+            vec![
+                "x-amz-meta-cachekey: k",
+                "x-amz-server-side-encryption: aws:kms",
+                "x-amz-server-side-encryption-aws-kms-key-id: alias/cache"
+            ]
+        );
+    }
+
+    #[test]
+    fn unsupported_settings_are_errors() {
+        let mut c = config();
+        c.access_key.clear();
+        assert_eq!(
+            S3Cache::new(&c, Duration::from_secs(1)).unwrap_err(),
+            S3Error::Iam
+        );
+        let mut c = config();
+        c.role_arn = "arn:aws:iam::1:role/x".into();
+        assert_eq!(
+            S3Cache::new(&c, Duration::from_secs(1)).unwrap_err(),
+            S3Error::RoleArn
+        );
+        let mut c = config();
+        c.server_side_encryption = "rot13".into();
+        assert!(matches!(
+            S3Cache::new(&c, Duration::from_secs(1)),
+            Err(S3Error::Encryption(_))
+        ));
+        let mut c = config();
+        c.bucket_name.clear();
+        assert_eq!(
+            S3Cache::new(&c, Duration::from_secs(1)).unwrap_err(),
+            S3Error::NoBucket
+        );
+    }
+}

@@ -1,0 +1,498 @@
+//! The cache stages (`restore_cache`, `archive_cache`, `archive_cache_on_failure`): upstream's
+//! key sanitising, policies, `when`, fallback keys and `CACHE_FALLBACK_KEY`, the local archive
+//! path relative to the project dir, and the helper commands (`cache-extractor`,
+//! `cache-archiver`) with presigned URLs when a distributed cache is configured. Every helper
+//! call sits inside if/else: a cache failure never fails the job. Pure.
+
+use super::user::write_exports;
+use super::variables::VarList;
+use super::{quote, ScriptBody};
+use crate::executor::paths::JobPaths;
+use crate::job::{Cache, JobPayload};
+
+/// Presigned download URLs for one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    /// GET URL.
+    pub url: String,
+    /// HEAD URL.
+    pub head_url: Option<String>,
+}
+
+/// A presigned upload for one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    /// PUT URL.
+    pub url: String,
+    /// Headers the signature covers (`Key: Value`), which the helper must send.
+    pub headers: Vec<String>,
+}
+
+/// The distributed cache, as far as the scripts need it (signing happens runner-side).
+pub trait Remote {
+    /// URLs to download `key`, if there is a distributed cache.
+    fn download(&self, key: &str) -> Option<Download>;
+    /// The upload of `key`, if there is a distributed cache.
+    fn upload(&self, key: &str) -> Option<Upload>;
+    /// `MaxUploadedArchiveSize` (0: none).
+    fn max_upload_size(&self) -> u64 {
+        0
+    }
+}
+
+/// No distributed cache: the local archive only.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LocalOnly;
+
+impl Remote for LocalOnly {
+    fn download(&self, _key: &str) -> Option<Download> {
+        None
+    }
+    fn upload(&self, _key: &str) -> Option<Upload> {
+        None
+    }
+}
+
+/// Upstream's key sanitising: `%2F`/`%2E` decoded, `\` as `/`, `.` and `..` resolved inside a
+/// virtual root, trailing whitespace stripped from each segment, empty segments dropped.
+/// `None` when nothing is left.
+pub fn sanitize_key(raw: &str) -> Option<String> {
+    let decoded = raw
+        .replace("%2f", "/")
+        .replace("%2F", "/")
+        .replace("%2e", ".")
+        .replace("%2E", ".")
+        .replace('\\', "/");
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in decoded.split('/') {
+        match seg.trim_end() {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            s => parts.push(s),
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
+/// The policy of a cache entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Policy {
+    Pull,
+    Push,
+    PullPush,
+}
+
+fn policy(entry: &Cache, vars: &VarList) -> Result<Policy, String> {
+    match vars.expand(&entry.policy).as_str() {
+        "" | "pull-push" => Ok(Policy::PullPush),
+        "pull" => Ok(Policy::Pull),
+        "push" => Ok(Policy::Push),
+        other => Err(format!(
+            "unknown cache policy {other:?} for cache {:?}: use pull, push or pull-push",
+            entry.key
+        )),
+    }
+}
+
+/// A key after expansion and sanitising, with the warning to print when it changed, or `None`
+/// (with a notice) when nothing is left.
+fn key_of(raw: &str, b: &mut ScriptBody) -> Option<String> {
+    match sanitize_key(raw) {
+        None => {
+            b.warning(&format!(
+                "Skipping cache with an empty key ({raw:?} after sanitising)"
+            ));
+            None
+        }
+        Some(k) => {
+            if k != raw {
+                b.warning(&format!("cache key {raw:?} sanitized to {k:?}"));
+            }
+            Some(k)
+        }
+    }
+}
+
+fn primary_key(entry: &Cache, payload: &JobPayload, vars: &VarList) -> String {
+    let raw = vars.expand(&entry.key);
+    if raw.is_empty() {
+        format!("{}/{}", payload.job_info.name, payload.git_info.r#ref)
+    } else {
+        raw
+    }
+}
+
+/// The archive path of `key`, relative to the project dir (the helper's working directory).
+pub fn archive_file(paths: &JobPaths, key: &str) -> String {
+    let depth = paths.build_dir.split('/').filter(|s| !s.is_empty()).count();
+    let mut rel = "../".repeat(depth);
+    rel.push_str(paths.cache_dir.trim_start_matches('/'));
+    format!("{rel}/{key}/cache.zip")
+}
+
+fn in_use(entry: &Cache) -> bool {
+    !entry.paths.is_empty() || entry.untracked
+}
+
+const HELPER: &str = "gitlab-runner-helper";
+
+/// What the cache stages need.
+pub struct CacheInputs<'a> {
+    /// The job payload.
+    pub payload: &'a JobPayload,
+    /// The job's variables, expanded.
+    pub vars: &'a VarList,
+    /// The job's paths.
+    pub paths: &'a JobPaths,
+    /// The distributed cache.
+    pub remote: &'a dyn Remote,
+    /// `CACHE_REQUEST_TIMEOUT` in minutes.
+    pub timeout_minutes: u64,
+}
+
+/// A cache stage's start: the exports, then `cd` into the project dir.
+fn stage_body(i: &CacheInputs<'_>) -> ScriptBody {
+    let mut b = ScriptBody::new();
+    write_exports(&mut b, i.vars, true);
+    b.line(format!("cd {}", quote(&i.paths.build_dir)));
+    b
+}
+
+/// What to do with one cache entry in a stage.
+enum Use {
+    /// Use it under this (sanitised) key.
+    Key(String),
+    /// Skip it (empty key, or its policy excludes this stage), with a message.
+    Skip,
+    /// An unknown policy: the stage fails.
+    Fail,
+}
+
+/// The entry's key and whether its policy lets this stage (`skip_on` excludes it) use it.
+fn use_entry(
+    entry: &Cache,
+    i: &CacheInputs<'_>,
+    b: &mut ScriptBody,
+    skip_on: Policy,
+    verb: &str,
+) -> Use {
+    let Some(key) = key_of(&primary_key(entry, i.payload, i.vars), b) else {
+        return Use::Skip;
+    };
+    match policy(entry, i.vars) {
+        Err(e) => {
+            b.error(&e);
+            b.line("exit 1");
+            Use::Fail
+        }
+        Ok(p) if p == skip_on => {
+            b.notice(&format!("Not {verb} cache {key} due to policy"));
+            Use::Skip
+        }
+        Ok(_) => Use::Key(key),
+    }
+}
+
+/// The `restore_cache` body, or `None` when no cache entry has paths or `untracked`.
+pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
+    let entries: Vec<&Cache> = i.payload.cache.iter().filter(|c| in_use(c)).collect();
+    if entries.is_empty() {
+        return None;
+    }
+    let mut b = stage_body(i);
+    for entry in entries {
+        let key = match use_entry(entry, i, &mut b, Policy::Push, "downloading") {
+            Use::Key(k) => k,
+            Use::Skip => continue,
+            Use::Fail => return Some(b),
+        };
+        let mut chain = vec![key];
+        for f in &entry.fallback_keys {
+            if let Some(k) = key_of(&i.vars.expand(f), &mut b) {
+                chain.push(k);
+            }
+        }
+        if let Some(f) = i.vars.value("CACHE_FALLBACK_KEY").filter(|f| !f.is_empty()) {
+            if f.trim_end_matches(['.', ' ']).ends_with("-protected") {
+                b.warning(&format!(
+                    "CACHE_FALLBACK_KEY {f:?} not allowed to end in \"-protected\""
+                ));
+            } else if let Some(k) = key_of(&f, &mut b) {
+                chain.push(k);
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        chain.retain(|k| seen.insert(k.clone()));
+        b.line(format!("if {HELPER} --version >/dev/null 2>&1; then"));
+        extract_chain(&mut b, i, &chain);
+        b.line("else");
+        b.warning(&format!("Missing {HELPER}. Extracting cache is disabled."));
+        b.line("fi");
+    }
+    Some(b)
+}
+
+/// Nested if/else: try each key in turn until one extracts.
+fn extract_chain(b: &mut ScriptBody, i: &CacheInputs<'_>, chain: &[String]) {
+    let Some((key, rest)) = chain.split_first() else {
+        return;
+    };
+    b.notice(&format!("Checking cache for {key}..."));
+    let mut cmd = format!(
+        "{HELPER} cache-extractor --file {} --timeout {}",
+        quote(&archive_file(i.paths, key)),
+        i.timeout_minutes
+    );
+    if let Some(d) = i.remote.download(key) {
+        cmd.push_str(&format!(" --url {}", quote(&d.url)));
+        if let Some(h) = d.head_url {
+            cmd.push_str(&format!(" --head-url {}", quote(&h)));
+        }
+    }
+    b.line(format!("if {cmd}; then"));
+    b.notice("Successfully extracted cache");
+    b.line("else");
+    b.warning("Failed to extract cache");
+    extract_chain(b, i, rest);
+    b.line("fi");
+}
+
+/// The `archive_cache` (job succeeded) or `archive_cache_on_failure` body, or `None` when no
+/// entry applies.
+pub fn archive(i: &CacheInputs<'_>, job_succeeded: bool) -> Option<ScriptBody> {
+    let entries: Vec<&Cache> = i
+        .payload
+        .cache
+        .iter()
+        .filter(|c| in_use(c))
+        .filter(|c| match c.when.as_str() {
+            "always" => true,
+            "on_failure" => !job_succeeded,
+            _ => job_succeeded,
+        })
+        .collect();
+    if entries.is_empty() {
+        return None;
+    }
+    let mut b = stage_body(i);
+    let env_file = format!("{}/gitlab_runner_cache_env", i.paths.tmp_dir);
+    for entry in entries {
+        let key = match use_entry(entry, i, &mut b, Policy::Pull, "uploading") {
+            Use::Key(k) => k,
+            Use::Skip => continue,
+            Use::Fail => return Some(b),
+        };
+        let mut cmd = format!(
+            "{HELPER} cache-archiver --file {} --timeout {}",
+            quote(&archive_file(i.paths, &key)),
+            i.timeout_minutes
+        );
+        for p in &entry.paths {
+            cmd.push_str(&format!(" --path {}", quote(&i.vars.expand(p))));
+        }
+        if entry.untracked {
+            cmd.push_str(" --untracked");
+        }
+        if let Some(u) = i.remote.upload(&key) {
+            let max = i.remote.max_upload_size();
+            if max > 0 {
+                cmd.push_str(&format!(" --max-uploaded-archive-size {max}"));
+            }
+            cmd.push_str(&format!(" --url {}", quote(&u.url)));
+            for h in &u.headers {
+                cmd.push_str(&format!(" --header {}", quote(h)));
+            }
+        }
+        cmd.push_str(&format!(" --env-file {}", quote(&env_file)));
+        b.line(format!("if {HELPER} --version >/dev/null 2>&1; then"));
+        b.notice(&format!("Creating cache {key}..."));
+        let metadata = format!("CACHE_METADATA={}", serde_json::json!({ "cachekey": key }));
+        b.line(format!(
+            "printf '%s\\n' {} > {}",
+            quote(&metadata),
+            quote(&env_file)
+        ));
+        b.line(format!("if {cmd}; then"));
+        b.notice("Created cache");
+        b.line("else");
+        b.warning("Failed to create cache");
+        b.line("fi");
+        b.line(format!("rm -f {}", quote(&env_file)));
+        b.line("else");
+        b.warning(&format!("Missing {HELPER}. Uploading cache is disabled."));
+        b.line("fi");
+    }
+    Some(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_sanitised_as_upstream() {
+        assert_eq!(
+            sanitize_key("default-protected").as_deref(),
+            Some("default-protected")
+        );
+        assert_eq!(sanitize_key("a%2Fb%2e%2e/../c").as_deref(), Some("a/c"));
+        assert_eq!(
+            sanitize_key("..\\..\\etc\\passwd").as_deref(),
+            Some("etc/passwd")
+        );
+        assert_eq!(sanitize_key("key /./next  ").as_deref(), Some("key/next"));
+        assert_eq!(sanitize_key("../.."), None);
+        assert_eq!(sanitize_key("   "), None);
+    }
+
+    fn paths() -> JobPaths {
+        JobPaths {
+            root_dir: "/builds".into(),
+            build_dir: "/builds/group/project".into(),
+            tmp_dir: "/builds/group/project.tmp".into(),
+            cache_dir: "/cache/group/project".into(),
+        }
+    }
+
+    #[test]
+    fn archive_path_is_relative_to_the_project_dir() {
+        assert_eq!(
+            archive_file(&paths(), "k/x"),
+            "../../../cache/group/project/k/x/cache.zip"
+        );
+    }
+
+    fn payload(cache: serde_json::Value) -> JobPayload {
+        JobPayload::from_json(
+            &serde_json::json!({
+                "id": 1, "job_info": {"name": "build"}, "git_info": {"ref": "main"},
+                "cache": cache
+            })
+            .to_string(),
+        )
+        .unwrap()
+    }
+
+    struct Fake;
+    impl Remote for Fake {
+        fn download(&self, key: &str) -> Option<Download> {
+            Some(Download {
+                url: format!("http://s3/{key}?sig=get"),
+                head_url: Some(format!("http://s3/{key}?sig=head")),
+            })
+        }
+        fn upload(&self, key: &str) -> Option<Upload> {
+            Some(Upload {
+                url: format!("http://s3/{key}?sig=put"),
+                headers: vec!["x-amz-meta-cachekey: k".into()],
+            })
+        }
+        fn max_upload_size(&self) -> u64 {
+            1000
+        }
+    }
+
+    fn inputs<'a>(
+        p: &'a JobPayload,
+        vars: &'a VarList,
+        paths: &'a JobPaths,
+        remote: &'a dyn Remote,
+    ) -> CacheInputs<'a> {
+        CacheInputs {
+            payload: p,
+            vars,
+            paths,
+            remote,
+            timeout_minutes: 10,
+        }
+    }
+
+    #[test]
+    fn restore_tries_the_fallback_chain_and_never_fails() {
+        let p = payload(serde_json::json!([
+            {"key": "main-key", "paths": ["vendor/"], "fallback_keys": ["fb-1", "main-key"]},
+            {"key": "unused", "paths": []}
+        ]));
+        let vars = VarList {
+            vars: vec![crate::executor::script::variables::Var {
+                key: "CACHE_FALLBACK_KEY".into(),
+                value: "global".into(),
+                ..Default::default()
+            }],
+            tmp_dir: "/t".into(),
+        };
+        let paths = paths();
+        let body = restore(&inputs(&p, &vars, &paths, &LocalOnly)).unwrap();
+        let s = body.as_str();
+        let order: Vec<usize> = [
+            "Checking cache for main-key",
+            "Checking cache for fb-1",
+            "Checking cache for global",
+        ]
+        .iter()
+        .map(|m| s.find(m).unwrap_or_else(|| panic!("{m} missing:\n{s}")))
+        .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{s}");
+        assert!(s.contains("cache-extractor --file ../../../cache/group/project/main-key/cache.zip --timeout 10;"), "{s}");
+        assert!(!s.contains("unused"));
+        assert_eq!(s.matches("Checking cache for main-key").count(), 1, "{s}");
+        assert!(!s.contains("exit 1"));
+        let remote = restore(&inputs(&p, &vars, &paths, &Fake)).unwrap();
+        assert!(
+            remote.as_str().contains(
+                "--url $'http://s3/main-key?sig=get' --head-url $'http://s3/main-key?sig=head'"
+            ),
+            "{}",
+            remote.as_str()
+        );
+        // Nothing to restore: no stage.
+        let none = payload(serde_json::json!([{"key": "k", "paths": []}]));
+        assert!(restore(&inputs(&none, &vars, &paths, &LocalOnly)).is_none());
+    }
+
+    #[test]
+    fn policies_and_when() {
+        let vars = VarList::default();
+        let paths = paths();
+        let p = payload(serde_json::json!([
+            {"key": "pull-only", "paths": ["a"], "policy": "pull"},
+            {"key": "push-only", "paths": ["b"], "policy": "push", "untracked": true},
+            {"key": "failure", "paths": ["c"], "when": "on_failure"}
+        ]));
+        let r = restore(&inputs(&p, &vars, &paths, &LocalOnly)).unwrap();
+        assert!(r
+            .as_str()
+            .contains("Not downloading cache push-only due to policy"));
+        assert!(r.as_str().contains("Checking cache for pull-only"));
+        let a = archive(&inputs(&p, &vars, &paths, &Fake), true).unwrap();
+        let s = a.as_str();
+        assert!(
+            s.contains("Not uploading cache pull-only due to policy"),
+            "{s}"
+        );
+        assert!(s.contains("Creating cache push-only..."), "{s}");
+        assert!(s.contains("--path b --untracked --max-uploaded-archive-size 1000 --url $'http://s3/push-only?sig=put' --header $'x-amz-meta-cachekey: k'"), "{s}");
+        assert!(!s.contains("Creating cache failure"), "{s}");
+        let a = archive(&inputs(&p, &vars, &paths, &LocalOnly), false).unwrap();
+        assert!(a.as_str().contains("Creating cache failure..."));
+        assert!(!a.as_str().contains("Creating cache push-only"));
+        let bad = payload(serde_json::json!([{"key": "k", "paths": ["a"], "policy": "sometimes"}]));
+        let r = restore(&inputs(&bad, &vars, &paths, &LocalOnly)).unwrap();
+        assert!(r.as_str().contains("unknown cache policy") && r.as_str().contains("exit 1"));
+    }
+
+    #[test]
+    fn empty_key_defaults_to_job_and_ref() {
+        let vars = VarList::default();
+        let paths = paths();
+        let p = payload(serde_json::json!([{"key": "", "paths": ["a"]}]));
+        let r = restore(&inputs(&p, &vars, &paths, &LocalOnly)).unwrap();
+        assert!(
+            r.as_str().contains("Checking cache for build/main..."),
+            "{}",
+            r.as_str()
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! Cache on the real Docker Engine, as uid 1000: a cache written by one job is restored by the
+//! next from the local `/cache` volume (with a fallback key after a missing one); with
+//! `[runners.cache.s3]` pointing at moto (a real S3-compatible server started here), the
+//! archive is uploaded through presigned URLs and, after the local volumes are deleted,
+//! restored from S3. Cache failures never fail the job; nothing is left behind.
+
+mod docker_engine;
+mod executor_common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use drover::config::cache::{CacheConfig, CacheS3Config};
+use executor_common::*;
+use serde_json::json;
+
+/// moto in server mode on a free loopback port, killed on drop.
+struct Moto {
+    child: Child,
+    port: u16,
+}
+
+impl Moto {
+    fn start() -> Moto {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let child = Command::new("python3")
+            .args([
+                "-m",
+                "moto.server",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto (fixtures/setup/cache-s3.sh installs it)");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "moto did not start on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Moto { child, port }
+    }
+
+    /// A raw HTTP request to moto (it accepts unsigned requests); returns status line and body.
+    fn request(&self, method: &str, path: &str) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect moto");
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.port
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const SCRIPT_WRITE: &[&str] = &[
+    "mkdir -p vendor/deep && echo cached-content > vendor/deep/file.txt && echo other > vendor/other",
+    "echo uid=$(id -u)",
+];
+const SCRIPT_READ: &[&str] = &["cat vendor/deep/file.txt", "ls vendor"];
+
+fn cache_job(id: i64, script: &[&str], cache: serde_json::Value) -> drover::job::JobPayload {
+    no_git_job(
+        id,
+        701,
+        script,
+        json!({
+            "image": {"name": BUILD_IMAGE, "executor_opts": {"docker": {"user": "1000"}}},
+            "cache": cache,
+        }),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_is_restored_from_the_local_volume() {
+    let _guard = engine_test!();
+    let runner = settings("cachelocal");
+    let short = short_token(&runner);
+    // A key that needs sanitising: `deps%2Fv1/./` → `deps/v1`.
+    let ran = run_job(
+        &cache_job(
+            51,
+            SCRIPT_WRITE,
+            json!([{"key": "deps%2Fv1/./", "paths": ["vendor/"]}]),
+        ),
+        &runner,
+    )
+    .await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(ran.trace.contains("uid=1000"), "{}", ran.trace);
+    assert!(
+        ran.trace
+            .contains("cache key \"deps%2Fv1/./\" sanitized to \"deps/v1\""),
+        "{}",
+        ran.trace
+    );
+    assert!(
+        ran.trace.contains("Creating cache deps/v1..."),
+        "{}",
+        ran.trace
+    );
+    assert!(ran.trace.contains("Created cache"), "{}", ran.trace);
+    assert!(
+        !ran.trace.contains("Failed to create cache"),
+        "{}",
+        ran.trace
+    );
+
+    // The next job: a missing key first, then the fallback key restores it; pull only.
+    let ran = run_job(
+        &cache_job(
+            52,
+            SCRIPT_READ,
+            json!([{"key": "missing", "fallback_keys": ["deps/v1"], "paths": ["vendor/"],
+                    "policy": "pull"}]),
+        ),
+        &runner,
+    )
+    .await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    let t = &ran.trace;
+    let order = [
+        "Checking cache for missing...",
+        "Failed to extract cache",
+        "Checking cache for deps/v1...",
+        "Successfully extracted cache",
+        "\ncached-content\n",
+    ];
+    let mut at = 0;
+    for m in order {
+        at += t[at..]
+            .find(m)
+            .unwrap_or_else(|| panic!("{m:?} missing after byte {at}:\n{t}"));
+    }
+    assert!(
+        t.contains("Not uploading cache missing due to policy"),
+        "{t}"
+    );
+    assert!(!t.contains("Creating cache"), "{t}");
+    assert_clean_and_remove_reusable(&short);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_is_restored_from_s3_after_the_local_volumes_are_gone() {
+    let _guard = engine_test!();
+    let moto = Moto::start();
+    assert!(moto
+        .request("PUT", "/drover-cache")
+        .starts_with("HTTP/1.1 200"));
+    let mut runner = settings("caches3");
+    runner.cache = Some(CacheConfig {
+        cache_type: "s3".into(),
+        path: "ci".into(),
+        s3: Some(CacheS3Config {
+            server_address: format!("127.0.0.1:{}", moto.port),
+            access_key: "AKIDDROVERTEST".into(),
+            secret_key: "drover-test-secret-key".into(),
+            bucket_name: "drover-cache".into(),
+            bucket_location: "us-east-1".into(),
+            insecure: true,
+            server_side_encryption: "S3".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let short = short_token(&runner);
+    let cache = json!([{"key": "deps", "paths": ["vendor/"]}]);
+    let ran = run_job(&cache_job(53, SCRIPT_WRITE, cache.clone()), &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(ran.trace.contains("Created cache"), "{}", ran.trace);
+    assert!(
+        ran.trace
+            .contains("Uploading cache.zip to http://127.0.0.1:"),
+        "{}",
+        ran.trace
+    );
+    // The credentials never reach the job: only presigned URLs, masked in the trace.
+    assert!(!ran.trace.contains("drover-test-secret-key"));
+    assert!(!ran.trace.contains("X-Amz-Signature="), "{}", ran.trace);
+    let listing = moto.request("GET", "/drover-cache?list-type=2");
+    let object = format!("ci/runner/{short}/project/701/deps");
+    assert!(
+        listing.contains(&object),
+        "{object} not in bucket:\n{listing}"
+    );
+
+    // Delete the local cache volume: the next job downloads the archive from S3.
+    assert_clean_and_remove_reusable(&short);
+    let ran = run_job(&cache_job(54, SCRIPT_READ, cache), &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    let t = &ran.trace;
+    assert!(
+        t.contains("Downloading cache.zip from http://127.0.0.1:"),
+        "{t}"
+    );
+    assert!(t.contains("Successfully extracted cache"), "{t}");
+    assert!(t.contains("\ncached-content\n"), "{t}");
+    assert_clean_and_remove_reusable(&short);
+}
