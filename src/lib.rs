@@ -24,5 +24,6 @@ pub mod engine;
 pub mod executor;
 pub mod gitlab;
 pub mod job;
+pub mod manager;
 pub mod provider;
 pub mod sim;
