@@ -471,10 +471,7 @@ impl<S: JobSource> Manager<S> {
                 acquired.as_deref(),
             )
             .await;
-        let (outcome, used_machine) = match used {
-            Some(v) => v,
-            None => (None, None),
-        };
+        let (outcome, used_machine) = used;
         if let Some(outcome) = outcome {
             link.finish(outcome).await;
         }
@@ -503,18 +500,18 @@ impl<S: JobSource> Manager<S> {
         link: &mut S::Link,
         machine: Option<&(Pool, RunnerId)>,
         acquired: Option<&str>,
-    ) -> Option<(Option<JobOutcome>, Option<crate::engine::UsedMachine>)> {
+    ) -> (Option<JobOutcome>, Option<crate::engine::UsedMachine>) {
         match link.start().await {
             Ack::Proceed => {}
-            Ack::Drop => return Some((None, None)),
+            Ack::Drop => return (None, None),
             Ack::Canceling => {
-                return Some((
+                return (
                     Some(JobOutcome::Failed {
                         reason: FailureReason::JobCanceled,
                         exit_code: None,
                     }),
                     None,
-                ))
+                )
             }
         }
         let control = link.control();
@@ -557,13 +554,13 @@ impl<S: JobSource> Manager<S> {
                         } else {
                             FailureReason::RunnerSystemFailure
                         };
-                        return Some((
+                        return (
                             Some(JobOutcome::Failed {
                                 reason: reason.for_gitlab(&payload.features.failure_reasons),
                                 exit_code: None,
                             }),
                             None,
-                        ));
+                        );
                     }
                 }
             }
@@ -578,7 +575,7 @@ impl<S: JobSource> Manager<S> {
         let result = executor::run_job(req, &mut sink, control).await;
         watcher.abort();
         let outcome = self.outcome(payload, result);
-        Some((Some(outcome), used))
+        (Some(outcome), used)
     }
 
     fn outcome(&self, payload: &JobPayload, result: Result<(), JobError>) -> JobOutcome {
