@@ -1,0 +1,75 @@
+//! A hook for metrics: every call to GitLab and every HTTP-level retry is reported to a
+//! [`RequestObserver`], so the manager can feed `gitlab_runner_api_request_*` without this module
+//! knowing about Prometheus.
+
+use std::time::Duration;
+
+/// The GitLab endpoints drover calls, named as upstream's `endpoint` metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// `POST /jobs/request`.
+    RequestJob,
+    /// `PUT /jobs/:id`.
+    UpdateJob,
+    /// `PATCH /jobs/:id/trace`.
+    PatchTrace,
+    /// `POST /runners` (legacy registration).
+    RegisterRunner,
+    /// `POST /runners/verify`.
+    VerifyRunner,
+    /// `DELETE /runners`.
+    UnregisterRunner,
+    /// `DELETE /runners/managers`.
+    UnregisterManager,
+    /// `POST /runners/reset_authentication_token` and the by-ID form.
+    ResetToken,
+}
+
+impl Endpoint {
+    /// The metric label value (`request_job`, `update_job`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::RequestJob => "request_job",
+            Endpoint::UpdateJob => "update_job",
+            Endpoint::PatchTrace => "patch_trace",
+            Endpoint::RegisterRunner => "register_runner",
+            Endpoint::VerifyRunner => "verify_runner",
+            Endpoint::UnregisterRunner => "unregister_runner",
+            Endpoint::UnregisterManager => "unregister_runner_manager",
+            Endpoint::ResetToken => "reset_token",
+        }
+    }
+
+    /// Whether upstream labels this endpoint in `gitlab_runner_api_request_*` (only job request,
+    /// update, trace and token reset are).
+    pub fn is_labelled_upstream(self) -> bool {
+        matches!(
+            self,
+            Endpoint::RequestJob
+                | Endpoint::UpdateJob
+                | Endpoint::PatchTrace
+                | Endpoint::ResetToken
+        )
+    }
+}
+
+/// Receives one report per HTTP response and per retry. Implementations must be cheap and must
+/// not block: they run on the request path. Both methods default to doing nothing.
+pub trait RequestObserver: Send + Sync {
+    /// A response arrived: `method` in lower case (`post`), `status` the HTTP status. Calls that
+    /// never reached the server are not reported, as upstream does not count them.
+    fn request(&self, endpoint: Endpoint, method: &str, status: u16, duration: Duration) {
+        let _ = (endpoint, method, status, duration);
+    }
+
+    /// An HTTP-level retry is about to happen for the request `path` (the URL path).
+    fn retry(&self, path: &str, method: &str) {
+        let _ = (path, method);
+    }
+}
+
+/// The observer that ignores everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopObserver;
+
+impl RequestObserver for NoopObserver {}
