@@ -8,6 +8,7 @@ pub mod exec_job;
 pub mod helper;
 pub mod logging;
 pub mod provider;
+pub mod run;
 
 use std::process::ExitCode;
 
@@ -67,6 +68,10 @@ pub enum Command {
     Autoscale(autoscale::AutoscaleCommand),
     /// Run one job payload (the JSON GitLab sends) on a Docker Engine, without GitLab
     ExecJob(exec_job::ExecJobArgs),
+    /// Run the runners of config.toml (the service gitlab-runner's systemd unit starts)
+    Run(run::RunArgs),
+    /// Run one runner without a worker pool (flags or one config entry)
+    RunSingle(run::RunSingleArgs),
     /// drover acting as gitlab-runner-helper inside a locally built helper image
     #[command(hide = true)]
     Helper(helper::HelperArgs),
@@ -86,6 +91,7 @@ pub fn main() -> ExitCode {
     // command's own verbosity flag asks for its log lines.
     let default_level = match &cli.command {
         Command::Provider(p) if p.verbose() => tracing_subscriber::filter::LevelFilter::INFO,
+        Command::Run(_) | Command::RunSingle(_) => tracing_subscriber::filter::LevelFilter::INFO,
         _ => tracing_subscriber::filter::LevelFilter::WARN,
     };
     match logging::settings(
@@ -109,5 +115,7 @@ pub fn main() -> ExitCode {
         Command::Autoscale(cmd) => autoscale::run(&cmd),
         Command::ExecJob(args) => exec_job::run(args),
         Command::Helper(args) => helper::run(args),
+        Command::Run(args) => run::run(args),
+        Command::RunSingle(args) => run::run_single(args),
     }
 }

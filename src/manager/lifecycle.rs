@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use super::pool::{NoticeObserver, Pool};
-use super::runloop::{Manager, Pools};
+use super::runloop::{Manager, Pools, Turn};
 use super::source::JobSource;
 use crate::config::model::{Config, RunnerConfig};
 use crate::engine::{DrainSettings, RunnerId, RunnerPolicy};
@@ -320,10 +320,24 @@ pub async fn run<S: JobSource>(
             _ = sig.int.recv() => ending = Ending::TimedOut,
         }
     }
+    if shutdown_providers(&manager, &pools, timeout).await == Ending::TimedOut {
+        ending = Ending::TimedOut;
+    }
+    Ok(ending)
+}
+
+/// Shuts the executor providers down within `timeout`: `[machine.shutdown_drain]` when
+/// enabled, then the plugin processes.
+async fn shutdown_providers<S: JobSource>(
+    manager: &Manager<S>,
+    pools: &[StartedPool],
+    timeout: Duration,
+) -> Ending {
+    let mut ending = Ending::Clean;
     tracing::info!(shutdown_timeout = ?timeout, "Shutting down executor providers");
     let drain = DrainSettings::from_config(&manager.config());
     let shutdown = async {
-        for p in &pools {
+        for p in pools {
             tracing::info!(
                 executor = "docker+machine",
                 "Shutting down docker+machine executor provider"
@@ -339,10 +353,83 @@ pub async fn run<S: JobSource>(
         tracing::warn!("Drain operation cancelled or timed out");
         ending = Ending::TimedOut;
     }
-    for p in &pools {
+    for p in pools {
         p.plugin.inner().shutdown(Duration::from_secs(5)).await;
     }
     tracing::info!("All executor providers shut down.");
     tracing::info!("Can exit now!");
-    Ok(ending)
+    ending
+}
+
+/// `run-single`'s stopping rules.
+#[derive(Debug, Clone, Copy)]
+pub struct SingleLimits {
+    /// Exit after this many builds (0: never).
+    pub max_builds: u64,
+    /// Exit after this long without a job.
+    pub wait_timeout: Option<Duration>,
+    /// When the command started.
+    pub started: std::time::Instant,
+}
+
+/// `run-single` (spec §7.9): no worker pool, one runner, Acquire → request → run → Release in
+/// a loop; 3 s after an empty request, 300 s after an unhealthy one. Signals as for `run`.
+pub async fn run_single<S: JobSource>(
+    manager: Arc<Manager<S>>,
+    pools: Vec<StartedPool>,
+    limits: SingleLimits,
+) -> Result<Ending, StartError> {
+    let mut sig = Signals::install()?;
+    let stop = manager.stop.clone();
+    let interrupt = manager.interrupt.clone();
+    let listener = tokio::spawn(async move {
+        tokio::select! {
+            _ = sig.quit.recv() => {
+                tracing::warn!(StopSignal = "quit", "Starting graceful shutdown, waiting for builds to finish");
+                stop.cancel();
+            }
+            _ = sig.term.recv() => { stop.cancel(); interrupt.cancel(); return; }
+            _ = sig.int.recv() => { stop.cancel(); interrupt.cancel(); return; }
+        }
+        tokio::select! {
+            _ = sig.term.recv() => interrupt.cancel(),
+            _ = sig.int.recv() => interrupt.cancel(),
+        }
+    });
+    let Some(mut runner) = manager.config().runners.first().cloned() else {
+        listener.abort();
+        return Ok(Ending::Clean);
+    };
+    // One job at a time: never re-queue.
+    runner.strict_check_interval = Some(true);
+    let mut builds = 0u64;
+    let mut last_job = limits.started;
+    while !manager.stop.is_cancelled() {
+        let pause = match manager.clone().work(runner.clone()).await {
+            Turn::Job => {
+                builds += 1;
+                last_job = std::time::Instant::now();
+                if limits.max_builds > 0 && builds >= limits.max_builds {
+                    tracing::info!(builds, "max-builds reached; exiting");
+                    break;
+                }
+                Duration::ZERO
+            }
+            Turn::Unhealthy => Duration::from_secs(300),
+            Turn::NoJob | Turn::Skipped => Duration::from_secs(3),
+        };
+        if let Some(w) = limits.wait_timeout {
+            if last_job.elapsed() >= w {
+                tracing::info!("wait-timeout reached without a job; exiting");
+                break;
+            }
+        }
+        tokio::select! {
+            () = manager.stop.cancelled() => {}
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+    listener.abort();
+    let timeout = Duration::from_secs(30);
+    Ok(shutdown_providers(&manager, &pools, timeout).await)
 }

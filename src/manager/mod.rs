@@ -5,6 +5,7 @@
 //! Nothing here does scaling arithmetic (the engine decides), speaks GitLab's wire format
 //! (`src/gitlab` does) or runs containers (the executor does).
 
+pub mod gitlab_link;
 pub mod lifecycle;
 pub mod pool;
 pub mod runloop;

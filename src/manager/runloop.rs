@@ -66,6 +66,19 @@ impl Tracker {
     }
 }
 
+/// What one worker turn did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// A job was received and run.
+    Job,
+    /// The request came back empty (or was cancelled).
+    NoJob,
+    /// No request was made (limit, request slots, no free machine).
+    Skipped,
+    /// The request failed in a way that counts against the runner's health.
+    Unhealthy,
+}
+
 /// Per-runner counters, keyed by token so they survive a reload.
 #[derive(Debug)]
 struct RunnerState {
@@ -310,7 +323,7 @@ impl<S: JobSource> Manager<S> {
     }
 
     /// One worker turn for one runner: the gates, the request, the job.
-    async fn work(self: Arc<Self>, r: RunnerConfig) {
+    pub async fn work(self: Arc<Self>, r: RunnerConfig) -> Turn {
         if !supported_executor(&r.executor) {
             tracing::error!(
                 runner = %crate::executor::paths::short_token(&r.token),
@@ -318,17 +331,17 @@ impl<S: JobSource> Manager<S> {
                 "Executor not found; drover runs `docker` and `docker+machine` runners"
             );
             self.health(&r, false);
-            return;
+            return Turn::Unhealthy;
         }
         if !self.take_request_slot(&r) {
-            return;
+            return Turn::Skipped;
         }
         let machine = if r.executor == "docker+machine" {
             match self.acquire(&r).await {
                 Ok(m) => Some(m),
                 Err(()) => {
                     self.end_request(&r, None);
-                    return;
+                    return Turn::Skipped;
                 }
             }
         } else {
@@ -349,13 +362,15 @@ impl<S: JobSource> Manager<S> {
                 }
                 let machine = machine.map(|(pool, id, _)| (pool, id));
                 self.run_job(&r, *payload, link, machine, acquired).await;
+                Turn::Job
             }
-            Requested::NoJob
-            | Requested::PushedBack
-            | Requested::Unhealthy(_)
-            | Requested::Failed(_) => {
+            other => {
                 if let (Some((pool, id, _)), Some(name)) = (machine, acquired) {
                     pool.release(id, name).await;
+                }
+                match other {
+                    Requested::Unhealthy(_) => Turn::Unhealthy,
+                    _ => Turn::NoJob,
                 }
             }
         }
