@@ -25,5 +25,6 @@ pub mod executor;
 pub mod gitlab;
 pub mod job;
 pub mod manager;
+pub mod metrics;
 pub mod provider;
 pub mod sim;

@@ -3,6 +3,9 @@
 //! writes to stderr, so command results on stdout stay machine-readable.
 
 use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::{Layer, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{fmt, Registry};
 
 /// What the global flags asked for, checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,17 +54,36 @@ pub fn settings(
 
 /// Installs the subscriber for the whole process (a second call does nothing).
 pub fn install(s: LogSettings) {
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(s.level)
-        .with_target(false);
-    let _ = if s.json {
-        builder.json().try_init()
+    install_with(s, None::<tracing_subscriber::layer::Identity>);
+}
+
+/// Installs the subscriber with one more layer beside the stderr writer, e.g.
+/// `drover::metrics::Metrics::errors_layer()` for `drover run`, so that warnings and errors are
+/// counted in `gitlab_runner_errors_total`. The level filter applies to both: what is not
+/// written is not counted. A second call does nothing.
+pub fn install_with<L>(s: LogSettings, extra: Option<L>)
+where
+    L: Layer<Registry> + Send + Sync + 'static,
+{
+    let (text, json) = if s.json {
+        let layer = fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .with_target(false);
+        (None, Some(layer))
     } else {
-        builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init()
+        let layer = fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        (Some(layer), None)
     };
+    let _ = tracing_subscriber::registry()
+        .with(extra)
+        .with(text)
+        .with(json)
+        .with(s.level)
+        .try_init();
 }
 
 #[cfg(test)]

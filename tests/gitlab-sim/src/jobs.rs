@@ -45,6 +45,8 @@ pub struct JobSpec {
     pub tags: Vec<String>,
     /// `features.failure_reasons`; the default is Rails' list.
     pub failure_reasons: Vec<String>,
+    /// Top-level keys replacing or adding to the generated payload (odd types, new fields).
+    pub overrides: serde_json::Map<String, Value>,
 }
 
 /// Rails' failure reasons (abridged as in spec §5.1, plus the newer ones it names).
@@ -106,6 +108,7 @@ impl Default for JobSpec {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
+            overrides: serde_json::Map::new(),
         }
     }
 }
@@ -190,6 +193,12 @@ impl JobSpec {
     /// Sets the after_script.
     pub fn after_script<I: IntoIterator<Item = S>, S: Into<String>>(mut self, lines: I) -> Self {
         self.after_script = lines.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Replaces or adds a top-level payload key.
+    pub fn override_key(mut self, key: &str, value: Value) -> Self {
+        self.overrides.insert(key.into(), value);
         self
     }
 
@@ -310,7 +319,7 @@ pub(crate) fn payload(spec: &JobSpec, cx: &PayloadContext<'_>) -> Value {
     } else {
         Value::Null
     };
-    json!({
+    let mut job = json!({
         "id": cx.id,
         "token": cx.token,
         "allow_git_fetch": true,
@@ -341,5 +350,11 @@ pub(crate) fn payload(spec: &JobSpec, cx: &PayloadContext<'_>) -> Value {
         "features": {"trace_sections": true, "token_mask_prefixes": [], "failure_reasons": spec.failure_reasons},
         "inputs": null,
         "secrets": {}
-    })
+    });
+    if let Value::Object(map) = &mut job {
+        for (k, v) in &spec.overrides {
+            map.insert(k.clone(), v.clone());
+        }
+    }
+    job
 }
