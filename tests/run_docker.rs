@@ -38,11 +38,24 @@ async fn jobs_run_with_byte_exact_traces_and_sigquit_waits_for_the_running_job()
             .masked_variable("SECRET_X", "s3cr3t-value"),
     );
     let bad = sim.enqueue(job(&["exit 3"]));
-    let mut drover = Drover::start(&docker_config(&sim, token, 2, ""), &[]);
+    let port = free_port();
+    let mut drover = Drover::start(
+        &docker_config(
+            &sim,
+            token,
+            2,
+            &format!("listen_address = \"127.0.0.1:{port}\""),
+        ),
+        &[],
+    );
 
     let v = finished(&sim, &drover, ok, Duration::from_secs(120)).await;
     assert_eq!(v.state, JobState::Success, "{}", text(&v.trace));
-    assert_eq!(v.output_matches, Some(true), "checksum/bytesize differ from the stored log");
+    assert_eq!(
+        v.output_matches,
+        Some(true),
+        "checksum/bytesize differ from the stored log"
+    );
     let t = text(&v.trace);
     assert!(t.contains("hello from drover"), "{t}");
     assert!(t.contains("Job succeeded"), "{t}");
@@ -54,6 +67,22 @@ async fn jobs_run_with_byte_exact_traces_and_sigquit_waits_for_the_running_job()
     assert_eq!(v.failure_reason.as_deref(), Some("script_failure"));
     assert_eq!(v.exit_code, Some(3));
     assert_eq!(v.output_matches, Some(true));
+
+    // Upstream's metrics, with the runner's labels.
+    let m = http_get(port, "/metrics");
+    let short = &token[5..14];
+    let total =
+        format!("gitlab_runner_jobs_total{{runner=\"{short}\",runner_name=\"drover-test-run\"");
+    let line = m
+        .lines()
+        .find(|l| l.starts_with(&total))
+        .unwrap_or_else(|| panic!("{m}"));
+    assert!(line.ends_with(" 2"), "{line}");
+    assert!(
+        m.contains("gitlab_runner_failed_jobs_total{failure_reason=\"script_failure\""),
+        "{m}"
+    );
+    assert!(m.contains("process_resident_memory_bytes"), "{m}");
 
     // SIGQUIT while a job runs: no new job is taken, the running one finishes, drover exits 0.
     let long = sim.enqueue(job(&["echo started-long", "sleep 4", "echo finished-long"]));

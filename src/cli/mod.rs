@@ -100,7 +100,11 @@ pub fn main() -> ExitCode {
         cli.log_format.as_deref(),
         default_level,
     ) {
-        Ok(s) => logging::install(s),
+        // drover run installs its own subscriber, with the metrics' error counter beside it.
+        Ok(s) => match &cli.command {
+            Command::Run(_) => run::set_log_settings(s),
+            _ => logging::install(s),
+        },
         Err(e) => {
             eprintln!("drover: {e}");
             return ExitCode::from(2);

@@ -16,6 +16,7 @@ use clap::Args;
 use crate::config::model::{Config, RunnerConfig};
 use crate::manager::gitlab_link::Gitlab;
 use crate::manager::lifecycle::{self, Ending};
+use crate::manager::observe::AutoscalingObserver;
 use crate::manager::pool::NoObserver;
 use crate::manager::runloop::Manager;
 
@@ -93,6 +94,54 @@ pub struct RunSingleArgs {
     pub wait_timeout: u64,
 }
 
+static LOG_SETTINGS: std::sync::OnceLock<super::logging::LogSettings> = std::sync::OnceLock::new();
+
+/// The checked global log flags, for `drover run` to install with its metrics layer.
+pub fn set_log_settings(s: super::logging::LogSettings) {
+    let _ = LOG_SETTINGS.set(s);
+}
+
+/// The metrics registry, and logging installed with `gitlab_runner_errors_total` counting.
+fn metrics_and_logging(system_id: &str) -> anyhow::Result<crate::metrics::Metrics> {
+    let metrics = crate::metrics::Metrics::new(system_id, &crate::metrics::BuildInfo::current())?;
+    if let Some(s) = LOG_SETTINGS.get() {
+        super::logging::install_with(*s, Some(metrics.errors_layer()));
+    }
+    Ok(metrics)
+}
+
+/// Starts the metrics server when an address is configured; a listen failure is fatal, as
+/// upstream.
+async fn start_metrics(
+    metrics: crate::metrics::Metrics,
+    cli_address: Option<&str>,
+    config: &Config,
+    stop: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<crate::metrics::Metrics> {
+    use crate::metrics::server::{self, ListenAddress, Readiness};
+    match server::effective_listen_address(cli_address, &config.listen_address) {
+        None => tracing::info!("listen_address not defined, metrics & debug endpoints disabled"),
+        Some(addr) => {
+            let addr = ListenAddress::parse(addr)?;
+            let listener = addr.bind().await?;
+            let bound = listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            tracing::info!(address = %bound, "Metrics server listening");
+            let readiness = Readiness::new();
+            readiness.set_ready(true);
+            let m = metrics.clone();
+            tokio::spawn(async move {
+                if let Err(e) = server::serve(listener, m, readiness, stop).await {
+                    tracing::error!("metrics server: {e}");
+                }
+            });
+        }
+    }
+    Ok(metrics)
+}
+
 fn default_config() -> PathBuf {
     crate::config::default_config_path()
 }
@@ -135,13 +184,15 @@ pub fn run(args: RunArgs) -> ExitCode {
         }
     }
     let path = args.config.clone().unwrap_or_else(default_config);
-    let mut config = match load(&path) {
+    let system_id = crate::gitlab::system_id::load_or_create(&path);
+    let metrics = match metrics_and_logging(&system_id) {
+        Ok(m) => m,
+        Err(e) => return fail(e),
+    };
+    let config = match load(&path) {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
-    if let Some(addr) = &args.listen_address {
-        config.listen_address = addr.clone();
-    }
     if args.user.is_some() {
         tracing::info!(
             "--user is accepted for compatibility; docker jobs run as their image's user"
@@ -153,8 +204,20 @@ pub fn run(args: RunArgs) -> ExitCode {
     };
     rt.block_on(async move {
         tracing::info!(service = %args.service, builds = 0, max_builds = config.concurrent, "Starting multi-runner from {}...", path.display());
-        let system_id = crate::gitlab::system_id::load_or_create(&path);
-        let (pools, started) = match lifecycle::start_pools(&config, Arc::new(NoObserver)) {
+        let server_stop = tokio_util::sync::CancellationToken::new();
+        let metrics = match start_metrics(
+            metrics,
+            args.listen_address.as_deref(),
+            &config,
+            server_stop.clone(),
+        )
+        .await
+        {
+            Ok(m) => m,
+            Err(e) => return fail(e),
+        };
+        let observer = Arc::new(AutoscalingObserver(metrics.autoscaling().clone()));
+        let (pools, started) = match lifecycle::start_pools(&config, observer) {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
@@ -162,11 +225,13 @@ pub fn run(args: RunArgs) -> ExitCode {
             path.parent().map(Path::to_path_buf),
             system_id.clone(),
             config.labels.clone(),
-            None,
+            Some(metrics.clone()),
         );
         tracing::info!("Configuration loaded");
-        let manager = Manager::new(source, config, system_id, pools);
-        match lifecycle::run(manager, path, started).await {
+        let manager = Manager::new(source, config, system_id, pools, Some(metrics));
+        let r = lifecycle::run(manager, path, started).await;
+        server_stop.cancel();
+        match r {
             Ok(ending) => ending_code(ending),
             Err(e) => fail(e),
         }
@@ -250,7 +315,7 @@ pub fn run_single(args: RunSingleArgs) -> ExitCode {
             config.labels.clone(),
             None,
         );
-        let manager = Manager::new(source, config, system_id, pools);
+        let manager = Manager::new(source, config, system_id, pools, None);
         let limits = lifecycle::SingleLimits {
             max_builds: args.max_builds,
             wait_timeout: (args.wait_timeout > 0).then(|| Duration::from_secs(args.wait_timeout)),

@@ -24,7 +24,7 @@ pub struct Gitlab {
     system_id: String,
     global_labels: Mutex<std::collections::BTreeMap<String, String>>,
     clients: Mutex<HashMap<String, Arc<Client>>>,
-    observer: Option<Arc<dyn gitlab::RequestObserver>>,
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 impl Gitlab {
@@ -33,14 +33,14 @@ impl Gitlab {
         config_dir: Option<PathBuf>,
         system_id: String,
         global_labels: std::collections::BTreeMap<String, String>,
-        observer: Option<Arc<dyn gitlab::RequestObserver>>,
+        metrics: Option<crate::metrics::Metrics>,
     ) -> Gitlab {
         Gitlab {
             config_dir,
             system_id,
             global_labels: Mutex::new(global_labels),
             clients: Mutex::new(HashMap::new()),
-            observer,
+            metrics,
         }
     }
 
@@ -49,19 +49,32 @@ impl Gitlab {
         *self.global_labels.lock().unwrap_or_else(|p| p.into_inner()) = labels;
     }
 
+    /// The runner's client (one per runner: its API metrics carry the runner's labels).
     fn client(&self, r: &RunnerConfig) -> Result<Arc<Client>, gitlab::GitlabError> {
         let settings = ClientSettings::for_runner(r, self.config_dir.as_deref());
         let key = format!(
-            "{}|{:?}|{:?}|{:?}",
-            settings.url, settings.tls_ca_file, settings.tls_cert_file, settings.tls_key_file
+            "{}|{}|{}|{:?}|{:?}|{:?}",
+            r.token,
+            r.name,
+            settings.url,
+            settings.tls_ca_file,
+            settings.tls_cert_file,
+            settings.tls_key_file
         );
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = clients.get(&key) {
             return Ok(c.clone());
         }
         let mut c = Client::new(&settings)?;
-        if let Some(o) = &self.observer {
-            c = c.with_observer(o.clone());
+        if let Some(m) = &self.metrics {
+            let labels = crate::metrics::RunnerLabels::new(
+                crate::gitlab::token::short_token(&r.token),
+                r.name.clone(),
+            );
+            c = c.with_observer(Arc::new(super::observe::ApiObserver {
+                runner: m.runner(&labels),
+                metrics: m.clone(),
+            }));
         }
         let c = Arc::new(c);
         clients.insert(key, c.clone());

@@ -7,6 +7,7 @@
 
 pub mod gitlab_link;
 pub mod lifecycle;
+pub mod observe;
 pub mod pool;
 pub mod runloop;
 pub mod source;

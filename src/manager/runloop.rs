@@ -136,6 +136,7 @@ pub struct Manager<S: JobSource> {
     /// SIGTERM/SIGINT: abort running jobs with `runner_interrupted`.
     pub interrupt: CancellationToken,
     tracker: Arc<Tracker>,
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 /// `concurrent` as a worker count (0 or negative is refused when the config loads; 1 here).
@@ -155,6 +156,14 @@ fn check_interval(config: &Config) -> Duration {
 /// Whether the feeder may hand this runner to a worker.
 fn has_token(r: &RunnerConfig) -> bool {
     !r.token.trim().is_empty()
+}
+
+/// A runner's metric labels.
+fn runner_labels(r: &RunnerConfig) -> crate::metrics::RunnerLabels {
+    crate::metrics::RunnerLabels::new(
+        crate::executor::paths::short_token(&r.token),
+        r.name.clone(),
+    )
 }
 
 /// The executors this drover runs.
@@ -178,8 +187,20 @@ pub fn plain_docker_endpoint(r: &RunnerConfig) -> DockerEndpoint {
 
 impl<S: JobSource> Manager<S> {
     /// A manager for `config` with its machine pools already started.
-    pub fn new(source: S, config: Config, system_id: String, pools: Pools) -> Arc<Self> {
+    pub fn new(
+        source: S,
+        config: Config,
+        system_id: String,
+        pools: Pools,
+        metrics: Option<crate::metrics::Metrics>,
+    ) -> Arc<Self> {
         let n = workers_of(&config);
+        if let Some(m) = &metrics {
+            m.set_concurrent(config.concurrent);
+            for r in &config.runners {
+                m.runner(&runner_labels(r)).set_limit(r.limit);
+            }
+        }
         Arc::new(Manager {
             source: Arc::new(source),
             config: RwLock::new(Arc::new(config)),
@@ -192,6 +213,7 @@ impl<S: JobSource> Manager<S> {
             stop: CancellationToken::new(),
             interrupt: CancellationToken::new(),
             tracker: Arc::new(Tracker::default()),
+            metrics,
         })
     }
 
@@ -224,6 +246,12 @@ impl<S: JobSource> Manager<S> {
     /// is read afresh by the feeder and the workers.
     pub fn apply(&self, config: Config) {
         let n = workers_of(&config);
+        if let Some(m) = &self.metrics {
+            m.set_concurrent(config.concurrent);
+            for r in &config.runners {
+                m.runner(&runner_labels(r)).set_limit(r.limit);
+            }
+        }
         {
             let mut cur = lock(&self.concurrent);
             if n > *cur {
@@ -477,6 +505,23 @@ impl<S: JobSource> Manager<S> {
         );
         lock(&self.state).entry(r.token.clone()).or_default().builds += 1;
         tracing::info!(job = id, runner = %short, "Added job to processing list");
+        let job_url = payload
+            .variable("CI_JOB_URL")
+            .unwrap_or_default()
+            .to_string();
+        let metric = self.metrics.as_ref().map(|m| {
+            let job = m
+                .runner(&runner_labels(r))
+                .job_started(crate::metrics::JobPickup {
+                    url: &job_url,
+                    time_in_queue_seconds: payload.job_info.time_in_queue_seconds,
+                    project_jobs_running: "",
+                    queue_size: None,
+                    queue_depth: None,
+                });
+            job.set_state(crate::metrics::JobState::Running);
+            job
+        });
         let used = self
             .job_pipeline(
                 r,
@@ -487,6 +532,18 @@ impl<S: JobSource> Manager<S> {
             )
             .await;
         let (outcome, used_machine) = used;
+        if let Some(job) = metric {
+            if self.interrupt.is_cancelled() {
+                job.set_state(crate::metrics::JobState::Terminated);
+            } else {
+                job.set_state(crate::metrics::JobState::Finished);
+            }
+            let reason = match &outcome {
+                Some(JobOutcome::Failed { reason, .. }) => Some(reason.as_str()),
+                _ => None,
+            };
+            job.finish(reason);
+        }
         if let Some(outcome) = outcome {
             link.finish(outcome).await;
         }

@@ -183,15 +183,40 @@ pub async fn finished(sim: &Sim, drover: &Drover, id: i64, within: Duration) -> 
 
 /// Waits for a job to be running with `marker` in its trace.
 pub async fn running_with(sim: &Sim, drover: &Drover, id: i64, marker: &str) -> JobView {
-    until(drover, Duration::from_secs(90), &format!("{marker:?} in job {id}"), || {
-        sim.job(id).filter(|j| {
-            j.state == JobState::Running && String::from_utf8_lossy(&j.trace).contains(marker)
-        })
-    })
+    until(
+        drover,
+        Duration::from_secs(90),
+        &format!("{marker:?} in job {id}"),
+        || {
+            sim.job(id).filter(|j| {
+                j.state == JobState::Running && String::from_utf8_lossy(&j.trace).contains(marker)
+            })
+        },
+    )
     .await
 }
 
 /// The repository root.
 pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// `GET path` over HTTP/1.0 on 127.0.0.1:port; the whole response.
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read");
+    out
 }
