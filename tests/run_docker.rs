@@ -179,3 +179,93 @@ async fn gitlab_faults_do_not_lose_the_job_or_its_trace() {
     drover.signal(libc::SIGQUIT);
     assert_eq!(exit_code(drover.wait_exit(Duration::from_secs(60))), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_changes_reload_live_and_a_broken_file_keeps_the_old_config() {
+    let token = "glrt-drovertestrunreload";
+    let sim = Sim::start().await.expect("simulator");
+    sim.add_runner(token);
+    let config = docker_config(&sim, token, 1, "");
+    let mut drover = Drover::start(&config, &[]);
+    until(&drover, Duration::from_secs(30), "start-up", || {
+        drover.log().contains("Configuration loaded").then_some(())
+    })
+    .await;
+    // The mtime check (every 3 s) picks up a new concurrent.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::write(
+        drover.config_path(),
+        config.replace("concurrent = 1", "concurrent = 4"),
+    )
+    .expect("rewrite");
+    until(&drover, Duration::from_secs(20), "the reload", || {
+        drover.log().contains("concurrent: 1 -> 4").then_some(())
+    })
+    .await;
+    // A broken file is reported and the running config stays; SIGHUP forces a reload.
+    std::fs::write(drover.config_path(), "concurrent = [").expect("break");
+    drover.signal(libc::SIGHUP);
+    until(
+        &drover,
+        Duration::from_secs(20),
+        "the failed reload",
+        || {
+            drover
+                .log()
+                .contains("keeping the previous one")
+                .then_some(())
+        },
+    )
+    .await;
+    let id = sim.enqueue(job(&["echo still-serving"]));
+    if executor_common::engine_available() {
+        let _g = executor_common::ENGINE_LOCK.lock().await;
+        executor_common::ensure_images();
+        let v = finished(&sim, &drover, id, Duration::from_secs(120)).await;
+        assert_eq!(v.state, JobState::Success, "{}", text(&v.trace));
+    }
+    drover.signal(libc::SIGTERM);
+    assert_eq!(exit_code(drover.wait_exit(Duration::from_secs(60))), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_single_serves_max_builds_jobs_then_exits() {
+    let token = "glrt-drovertestrunsingl";
+    let Some((sim, _g)) = setup(token).await else {
+        return;
+    };
+    let a = sim.enqueue(job(&["echo single-one"]));
+    let b = sim.enqueue(job(&["echo single-two"]));
+    let c = sim.enqueue(job(&["echo single-three"]));
+    let dir = tempfile::Builder::new()
+        .prefix("drover-test-run-")
+        .tempdir()
+        .expect("tempdir");
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, docker_config(&sim, token, 4, "")).expect("config");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["run-single", "-c"])
+        .arg(&path)
+        .args(["--runner-name", "drover-test-run", "--max-builds", "2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run-single");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("run-single did not exit after --max-builds 2");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(exit_code(status), 0);
+    for id in [a, b] {
+        assert_eq!(sim.job(id).map(|j| j.state), Some(JobState::Success));
+    }
+    assert_eq!(sim.job(c).map(|j| j.state), Some(JobState::Pending));
+}
