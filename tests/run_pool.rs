@@ -3,7 +3,12 @@
 //! Use returns the endpoint the plugin reports, and a warm job costs at most one
 //! docker-machine process.
 
+mod docker_engine;
+mod executor_common;
 mod provider_support;
+mod run_machine_support;
+mod run_support;
+mod test_certs;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +18,7 @@ use drover::manager::pool::{NoObserver, Pool};
 use drover::provider::cache::CredentialCache;
 use drover::provider::plugin::Plugin;
 use provider_support::*;
+use run_machine_support::machines;
 use serde_json::json;
 
 const TOKEN: &str = "glrt-pooltest0123456789";
@@ -47,19 +53,6 @@ fn pool(world: &FakeWorld, p: RunnerPolicy) -> Pool {
         Arc::new(CredentialCache::new(Plugin::new(cmd))),
         Arc::new(NoObserver),
     )
-}
-
-fn machines(world: &FakeWorld) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(world.store().join("machines"))
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| !n.starts_with('.'))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
 }
 
 async fn acquire_machine(pool: &Pool) -> String {

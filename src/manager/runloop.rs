@@ -677,3 +677,133 @@ impl<S: JobSource> Manager<S> {
         self.tracker.wait().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manager::source::{Ack, JobLink, JobOutcome};
+
+    /// A GitLab that never has a job (the gates are decided before any request).
+    struct NoGitlab;
+    struct NoLink;
+
+    impl JobLink for NoLink {
+        type Sink = crate::executor::MemorySink;
+        async fn start(&mut self) -> Ack {
+            Ack::Drop
+        }
+        fn sink(&mut self) -> Self::Sink {
+            crate::executor::MemorySink::default()
+        }
+        fn control(&self) -> crate::executor::JobControl {
+            crate::executor::JobControl::default()
+        }
+        async fn finish(self, _outcome: JobOutcome) {}
+    }
+
+    impl JobSource for NoGitlab {
+        type Link = NoLink;
+        async fn request_job(
+            &self,
+            _runner: &RunnerConfig,
+            _cancel: &CancellationToken,
+        ) -> Requested<NoLink> {
+            Requested::NoJob
+        }
+    }
+
+    fn manager(runner: RunnerConfig) -> Arc<Manager<NoGitlab>> {
+        let mut config = crate::config::load_str("concurrent = 4\n", "test")
+            .expect("config")
+            .config;
+        config.runners = vec![runner];
+        Manager::new(NoGitlab, config, String::new(), Pools::default(), None)
+    }
+
+    fn runner() -> RunnerConfig {
+        RunnerConfig {
+            name: "r".into(),
+            token: "glrt-gatetest".into(),
+            executor: "docker".into(),
+            ..RunnerConfig::default()
+        }
+    }
+
+    #[test]
+    fn limit_stops_requests_at_the_runners_build_count() {
+        let r = RunnerConfig {
+            limit: 2,
+            request_concurrency: 10,
+            feature_flags: [("FF_USE_ADAPTIVE_REQUEST_CONCURRENCY".to_string(), false)].into(),
+            ..runner()
+        };
+        let m = manager(r.clone());
+        lock(&m.state).entry(r.token.clone()).or_default().builds = 1;
+        assert!(m.take_request_slot(&r));
+        lock(&m.state).entry(r.token.clone()).or_default().builds = 2;
+        assert!(!m.take_request_slot(&r), "limit 2 reached");
+        let unlimited = RunnerConfig { limit: 0, ..r };
+        assert!(m.take_request_slot(&unlimited));
+    }
+
+    #[test]
+    fn adaptive_request_concurrency_grows_with_jobs_and_halves_on_push_back() {
+        let r = RunnerConfig {
+            request_concurrency: 3,
+            ..runner()
+        };
+        let m = manager(r.clone());
+        // Adaptive starts at 1: one request in flight at a time.
+        assert!(m.take_request_slot(&r));
+        assert!(!m.take_request_slot(&r));
+        m.end_request(&r, Some(&Requested::<NoLink>::Job(Box::default(), NoLink)));
+        // 1.1 → ceil 2.
+        assert!(m.take_request_slot(&r));
+        assert!(m.take_request_slot(&r));
+        assert!(!m.take_request_slot(&r));
+        m.end_request(&r, Some(&Requested::<NoLink>::PushedBack));
+        m.end_request(&r, Some(&Requested::<NoLink>::PushedBack));
+        // 1.1 × 0.5 × 0.5 clamps to 1.
+        assert!(m.take_request_slot(&r));
+        assert!(!m.take_request_slot(&r));
+        // Without the feature flag the hard limit applies at once.
+        let plain = RunnerConfig {
+            feature_flags: [("FF_USE_ADAPTIVE_REQUEST_CONCURRENCY".to_string(), false)].into(),
+            token: "glrt-gatetest2".into(),
+            ..r
+        };
+        for _ in 0..3 {
+            assert!(m.take_request_slot(&plain));
+        }
+        assert!(!m.take_request_slot(&plain));
+    }
+
+    #[test]
+    fn a_runner_is_unhealthy_after_the_limit_of_forbidden_requests_and_network_errors_reset_it() {
+        let r = RunnerConfig {
+            unhealthy_requests_limit: 2,
+            ..runner()
+        };
+        let m = manager(r.clone());
+        let forbidden = Requested::<NoLink>::Unhealthy("403".into());
+        m.end_request(&r, Some(&forbidden));
+        assert!(m.healthy(&r));
+        m.end_request(&r, Some(&Requested::<NoLink>::Failed("connection reset".into())));
+        m.end_request(&r, Some(&forbidden));
+        assert!(m.healthy(&r), "a network error resets the count");
+        m.end_request(&r, Some(&forbidden));
+        assert!(!m.healthy(&r), "two 403 in a row");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_executor_makes_no_request_and_counts_against_health() {
+        let r = RunnerConfig {
+            executor: "shell".into(),
+            unhealthy_requests_limit: 1,
+            ..runner()
+        };
+        let m = manager(r.clone());
+        assert_eq!(m.clone().work(r.clone()).await, Turn::Unhealthy);
+        assert!(!m.healthy(&r));
+    }
+}
