@@ -4,6 +4,7 @@
 //! docker-machine process.
 
 mod docker_engine;
+#[allow(unused_imports)] // only its image names are used here
 mod executor_common;
 mod provider_support;
 mod run_machine_support;

@@ -788,7 +788,10 @@ mod tests {
         let forbidden = Requested::<NoLink>::Unhealthy("403".into());
         m.end_request(&r, Some(&forbidden));
         assert!(m.healthy(&r));
-        m.end_request(&r, Some(&Requested::<NoLink>::Failed("connection reset".into())));
+        m.end_request(
+            &r,
+            Some(&Requested::<NoLink>::Failed("connection reset".into())),
+        );
         m.end_request(&r, Some(&forbidden));
         assert!(m.healthy(&r), "a network error resets the count");
         m.end_request(&r, Some(&forbidden));
