@@ -83,6 +83,13 @@ async fn jobs_run_with_byte_exact_traces_and_sigquit_waits_for_the_running_job()
         "{m}"
     );
     assert!(m.contains("process_resident_memory_bytes"), "{m}");
+    let feeds = m
+        .lines()
+        .find(|l| l.starts_with("gitlab_runner_worker_feeds_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{m}"));
+    assert!(feeds >= 2.0, "{feeds}");
 
     // SIGQUIT while a job runs: no new job is taken, the running one finishes, drover exits 0.
     let long = sim.enqueue(job(&["echo started-long", "sleep 4", "echo finished-long"]));
