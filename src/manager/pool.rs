@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::{
     AcquireOutcome, AcquireStep, Command, DrainReport, DrainSettings, Engine, Event, Notice,
-    RunnerId, RunnerPolicy, TargetLabels, Time, UseError, UseId, UseStep, UsedMachine,
+    RunnerId, RunnerPolicy, TargetLabels, UseError, UseId, UseStep, UsedMachine,
 };
 use crate::executor::DockerEndpoint;
 use crate::provider::protocol::CreateParams;
@@ -137,9 +137,8 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Starts the pool task for `policies` (indexed by [`RunnerId`]) on `provider`.
-    /// `drivers` gives each runner's `MachineDriver`, `MachineOptions` and
-    /// `MachineOptionsWithName` (the engine's `Create` carries the substituted options).
+    /// Starts the pool task for `policies` (indexed by [`RunnerId`]) on `provider`; every
+    /// notice also goes to `observer`.
     pub fn start<P: Provider + 'static>(
         policies: Vec<RunnerPolicy>,
         provider: Arc<P>,
@@ -577,9 +576,4 @@ fn log_notice(n: &Notice) {
         Notice::DrainFinished(r) => tracing::info!("Shutdown drain finished: {r:?}"),
         Notice::Warning(w) => tracing::warn!("{w}"),
     }
-}
-
-/// The wall clock the pool feeds the engine.
-pub fn now() -> Time {
-    Utc::now()
 }
