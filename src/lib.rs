@@ -31,6 +31,7 @@ pub mod gitlab;
 pub mod helper;
 pub mod job;
 pub mod ledger;
+pub mod manager;
 pub mod metrics;
 pub mod provider;
 pub mod secrets;

@@ -117,6 +117,17 @@ pub fn redact(text: &str) -> String {
     }
 }
 
+static CONFIG_SECRETS: Mutex<Option<Registration>> = Mutex::new(None);
+
+/// Registers the secrets of every runner in `config` as the process's config secrets,
+/// replacing the previous config's (a daemon's load and each reload).
+pub fn register_config(config: &crate::config::Config) {
+    let registration = register(config.runners.iter().flat_map(of_runner_config));
+    if let Ok(mut current) = CONFIG_SECRETS.lock() {
+        *current = Some(registration);
+    }
+}
+
 /// The secrets in a `[[runners]]` entry: its token and the cache credentials.
 pub fn of_runner_config(r: &RunnerConfig) -> Vec<String> {
     let mut out = vec![r.token.clone()];

@@ -9,6 +9,7 @@ pub mod helper;
 pub mod logging;
 pub mod output;
 pub mod provider;
+pub mod run;
 pub mod signals;
 
 use output::{errln, out};
@@ -81,6 +82,10 @@ pub enum Command {
     Autoscale(autoscale::AutoscaleCommand),
     /// Run one job payload (the JSON GitLab sends) on a Docker Engine, without GitLab
     ExecJob(exec_job::ExecJobArgs),
+    /// Run the runners of config.toml (the service gitlab-runner's systemd unit starts)
+    Run(run::RunArgs),
+    /// Run one runner without a worker pool (flags or one config entry)
+    RunSingle(run::RunSingleArgs),
     /// drover acting as gitlab-runner-helper inside a locally built helper image
     #[command(hide = true)]
     Helper(helper::HelperArgs),
@@ -172,6 +177,7 @@ fn run() -> ExitCode {
     // command's own verbosity flag asks for its log lines.
     let default_level = match &cli.command {
         Command::Provider(p) if p.verbose() => tracing_subscriber::filter::LevelFilter::INFO,
+        Command::Run(_) | Command::RunSingle(_) => tracing_subscriber::filter::LevelFilter::INFO,
         _ => tracing_subscriber::filter::LevelFilter::WARN,
     };
     match logging::settings(
@@ -180,7 +186,11 @@ fn run() -> ExitCode {
         cli.log_format.as_deref(),
         default_level,
     ) {
-        Ok(s) => logging::install(s),
+        // drover run installs its own subscriber, with the metrics' error counter beside it.
+        Ok(s) => match &cli.command {
+            Command::Run(_) => run::set_log_settings(s),
+            _ => logging::install(s),
+        },
         Err(e) => {
             errln!("drover: {e}");
             return ExitCode::from(2);
@@ -195,6 +205,8 @@ fn run() -> ExitCode {
         Command::Autoscale(cmd) => autoscale::run(&cmd),
         Command::ExecJob(args) => exec_job::run(args),
         Command::Helper(args) => helper::run(args),
+        Command::Run(args) => run::run(args),
+        Command::RunSingle(args) => run::run_single(args),
         Command::Register(args) => register::run(&args),
         Command::Verify(args) => runners::verify(&args),
         Command::Unregister(args) => runners::unregister(&args),

@@ -1,0 +1,211 @@
+//! The run loop's [`JobSource`]/[`JobLink`] over the GitLab API client: job requests through
+//! [`Client::request_job`], and per job a [`JobTrace`] (ack, incremental trace, `Job-Status`
+//! cancellation, final update) behind a [`TraceSink`] the executor writes into.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use tokio_util::sync::CancellationToken;
+
+use super::source::{Ack, JobLink, JobOutcome, JobSource, Requested};
+use crate::config::model::RunnerConfig;
+use crate::executor::{JobControl, TraceSink};
+use crate::gitlab::{
+    self, Client, ClientSettings, Info, JobRequest, JobRequestOutcome, JobTrace, Pickup,
+    TraceOptions, TraceWriter,
+};
+use crate::job::JobPayload;
+
+/// GitLab for every runner of one config: one client per URL and TLS setting.
+pub struct Gitlab {
+    config_dir: Option<PathBuf>,
+    system_id: String,
+    global_labels: Mutex<std::collections::BTreeMap<String, String>>,
+    clients: Mutex<HashMap<String, Arc<Client>>>,
+    metrics: Option<crate::metrics::Metrics>,
+}
+
+impl Gitlab {
+    /// A source for the config at `config_dir`, identifying as `system_id`.
+    pub fn new(
+        config_dir: Option<PathBuf>,
+        system_id: String,
+        global_labels: std::collections::BTreeMap<String, String>,
+        metrics: Option<crate::metrics::Metrics>,
+    ) -> Gitlab {
+        Gitlab {
+            config_dir,
+            system_id,
+            global_labels: Mutex::new(global_labels),
+            clients: Mutex::new(HashMap::new()),
+            metrics,
+        }
+    }
+
+    /// Top-level `labels` after a reload.
+    pub fn set_global_labels(&self, labels: std::collections::BTreeMap<String, String>) {
+        *self.global_labels.lock().unwrap_or_else(|p| p.into_inner()) = labels;
+    }
+
+    /// The runner's client (one per runner: its API metrics carry the runner's labels).
+    fn client(&self, r: &RunnerConfig) -> Result<Arc<Client>, gitlab::GitlabError> {
+        let settings = ClientSettings::for_runner(r, self.config_dir.as_deref());
+        let key = format!(
+            "{}|{}|{}|{:?}|{:?}|{:?}",
+            r.token,
+            r.name,
+            settings.url,
+            settings.tls_ca_file,
+            settings.tls_cert_file,
+            settings.tls_key_file
+        );
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = clients.get(&key) {
+            return Ok(c.clone());
+        }
+        let mut c = Client::new(&settings)?;
+        if let Some(m) = &self.metrics {
+            let labels = crate::metrics::RunnerLabels::new(
+                crate::gitlab::token::short_token(&r.token),
+                r.name.clone(),
+            );
+            c = c.with_observer(Arc::new(super::observe::ApiObserver {
+                runner: m.runner(&labels),
+                metrics: m.clone(),
+            }));
+        }
+        let c = Arc::new(c);
+        clients.insert(key, c.clone());
+        Ok(c)
+    }
+}
+
+impl JobSource for Gitlab {
+    type Link = GitlabJob;
+
+    async fn request_job(
+        &self,
+        runner: &RunnerConfig,
+        cancel: &CancellationToken,
+    ) -> Requested<GitlabJob> {
+        let client = match self.client(runner) {
+            Ok(c) => c,
+            Err(e) => return Requested::Unhealthy(e.to_string()),
+        };
+        let labels = self
+            .global_labels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let info = Arc::new(Info::for_runner(runner, &labels));
+        let req = JobRequest {
+            token: &runner.token,
+            info: &info,
+            system_id: &self.system_id,
+            session: None,
+        };
+        let result = tokio::select! {
+            r = client.request_job(&req) => r,
+            () = cancel.cancelled() => return Requested::NoJob,
+        };
+        match result.outcome {
+            JobRequestOutcome::Job(payload) => {
+                let opts = TraceOptions::for_job(runner, &payload);
+                let link = GitlabJob {
+                    client,
+                    info,
+                    opts,
+                    payload: payload.clone(),
+                    trace: None,
+                };
+                Requested::Job(payload, link)
+            }
+            JobRequestOutcome::NoJob if result.pushed_back => Requested::PushedBack,
+            JobRequestOutcome::NoJob => Requested::NoJob,
+            JobRequestOutcome::Forbidden => Requested::Unhealthy("403 Forbidden".into()),
+            JobRequestOutcome::ClientError(e) => Requested::Unhealthy(e.to_string()),
+            JobRequestOutcome::Failed(_) if result.pushed_back => Requested::PushedBack,
+            JobRequestOutcome::Failed(e) => Requested::Failed(e.to_string()),
+        }
+    }
+}
+
+/// One job's link to GitLab: a [`JobTrace`] once started.
+pub struct GitlabJob {
+    client: Arc<Client>,
+    info: Arc<Info>,
+    opts: TraceOptions,
+    payload: Box<JobPayload>,
+    trace: Option<JobTrace>,
+}
+
+/// The executor's sink over the job's trace buffer (never blocks on the network).
+pub struct GitlabSink(Option<TraceWriter>);
+
+impl TraceSink for GitlabSink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        match &mut self.0 {
+            Some(w) => w.write_all(data),
+            None => Ok(()),
+        }
+    }
+}
+
+impl JobLink for GitlabJob {
+    type Sink = GitlabSink;
+
+    async fn start(&mut self) -> Ack {
+        let trace = JobTrace::start(
+            self.client.clone(),
+            self.info.clone(),
+            &self.payload,
+            self.opts.clone(),
+        )
+        .await;
+        let ack = match trace.pickup() {
+            Pickup::Proceed => Ack::Proceed,
+            Pickup::Abort => Ack::Drop,
+            Pickup::Canceling => Ack::Canceling,
+        };
+        self.trace = Some(trace);
+        ack
+    }
+
+    fn sink(&mut self) -> GitlabSink {
+        GitlabSink(self.trace.as_ref().map(JobTrace::writer))
+    }
+
+    fn control(&self) -> JobControl {
+        match &self.trace {
+            Some(t) => JobControl {
+                cancel: t.graceful_cancel(),
+                abort: t.abort(),
+            },
+            None => JobControl::default(),
+        }
+    }
+
+    async fn finish(self, outcome: JobOutcome) {
+        let Some(trace) = self.trace else {
+            return;
+        };
+        let out = match outcome {
+            JobOutcome::Success => gitlab::JobOutcome::success(),
+            // Reasons at pickup are sent raw (spec §6.1).
+            JobOutcome::Failed {
+                reason: crate::executor::FailureReason::JobCanceled,
+                exit_code: None,
+            } if trace.pickup() == Pickup::Canceling => {
+                gitlab::JobOutcome::failed_raw("job_canceled", 0)
+            }
+            JobOutcome::Failed { reason, exit_code } => {
+                gitlab::JobOutcome::failed(reason.as_str(), exit_code.unwrap_or(0))
+            }
+        };
+        let id = trace.job_id();
+        let report = trace.finish(out).await;
+        tracing::info!(job = id, state = ?report.state, bytesize = report.bytesize, checksum = %report.checksum, "Submitted job result");
+    }
+}

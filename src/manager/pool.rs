@@ -1,0 +1,579 @@
+//! The machine pool driver for `docker+machine`: one tokio task owns an [`Engine`] and is the
+//! only code that calls it. It executes the engine's [`Command`]s through a provider plugin,
+//! feeds their results back as [`Event`]s, answers the Acquire pass and `Use` sessions with
+//! provider calls, arms the engine's `poll_timeout`, and turns [`Notice`]s into log lines (and
+//! hands them to an observer for metrics).
+//!
+//! Callers hold a cloneable [`Pool`] handle: [`Pool::acquire`] before each job request,
+//! [`Pool::use_machine`] when a job arrived, [`Pool::release`] when it ended, [`Pool::drain`]
+//! at shutdown. No scaling arithmetic happens here: every decision is the engine's.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::engine::{
+    AcquireOutcome, AcquireStep, Command, DrainReport, DrainSettings, Engine, Event, Notice,
+    RunnerId, RunnerPolicy, TargetLabels, UseError, UseId, UseStep, UsedMachine,
+};
+use crate::executor::DockerEndpoint;
+use crate::provider::protocol::CreateParams;
+use crate::provider::{Call, Endpoint, Provider, ProviderError};
+
+/// Why the pool could not answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PoolError {
+    /// The pool task is gone (drover is shutting down).
+    #[error("the machine pool has stopped")]
+    Stopped,
+    /// Listing the provider's machines failed.
+    #[error("cannot list machines: {0}")]
+    List(ProviderError),
+    /// `Use` ended without a machine.
+    #[error("{0}")]
+    Use(UseError),
+    /// The engine refused a call (a bug in the driver; reported, never a panic).
+    #[error("autoscaling engine: {0}")]
+    Engine(#[from] crate::engine::EngineError),
+    /// The provider returned an endpoint type drover cannot connect to.
+    #[error("machine {0:?}: the provider returned an endpoint type drover does not support")]
+    UnsupportedEndpoint(String),
+}
+
+/// The machine a job runs on and how to reach its Docker Engine.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    /// The engine's answer (release it after the job when `new_data` is set).
+    pub used: UsedMachine,
+    /// The machine's Docker endpoint with the credentials the provider returned.
+    pub endpoint: DockerEndpoint,
+}
+
+/// Receives every engine notice (for metrics); log lines are written by the pool itself.
+pub trait NoticeObserver: Send + Sync {
+    /// Called once per notice, in order.
+    fn notice(&self, notice: &Notice);
+    /// Called after every engine input with the machine-state gauge (spec metrics.md).
+    fn machine_states(&self, _states: &[(TargetLabels, crate::engine::Counts)]) {}
+}
+
+/// An observer that does nothing.
+#[derive(Debug, Default)]
+pub struct NoObserver;
+
+impl NoticeObserver for NoObserver {
+    fn notice(&self, _notice: &Notice) {}
+}
+
+/// Converts a provider endpoint to the executor's.
+pub fn docker_endpoint(name: &str, e: &Endpoint) -> Result<DockerEndpoint, PoolError> {
+    match e {
+        Endpoint::TcpTls {
+            host,
+            cert_dir,
+            tls_verify,
+        } => Ok(DockerEndpoint {
+            host: Some(host.clone()),
+            tls_cert_path: Some(PathBuf::from(cert_dir)),
+            tls_verify: *tls_verify,
+        }),
+        Endpoint::Tcp { host } => Ok(DockerEndpoint {
+            host: Some(host.clone()),
+            tls_cert_path: None,
+            tls_verify: false,
+        }),
+        Endpoint::Unix { socket } => Ok(DockerEndpoint {
+            host: Some(format!("unix://{socket}")),
+            tls_cert_path: None,
+            tls_verify: false,
+        }),
+        _ => Err(PoolError::UnsupportedEndpoint(name.to_string())),
+    }
+}
+
+enum Request {
+    Acquire {
+        runner: RunnerId,
+        reply: oneshot::Sender<Result<AcquireOutcome, PoolError>>,
+    },
+    Use {
+        runner: RunnerId,
+        acquired: Option<String>,
+        reply: oneshot::Sender<Result<Machine, PoolError>>,
+    },
+    Release {
+        runner: RunnerId,
+        name: String,
+    },
+    SetPolicy {
+        runner: RunnerId,
+        policy: Box<RunnerPolicy>,
+    },
+    Drain {
+        settings: DrainSettings,
+        reply: oneshot::Sender<Option<DrainReport>>,
+    },
+}
+
+/// What a provider call spawned by the pool came back with.
+enum Outcome {
+    Event(Event),
+    PassListing(Result<Vec<String>, ProviderError>),
+    PassConnectivity(String, bool),
+    UseListing(UseId, Result<Vec<String>, ProviderError>),
+    UseConnectivity(UseId, bool),
+    UseCredentials(UseId, String, Result<Endpoint, ProviderError>),
+}
+
+/// A handle on the pool task. Cheap to clone.
+#[derive(Clone)]
+pub struct Pool {
+    tx: mpsc::Sender<Request>,
+}
+
+impl Pool {
+    /// Starts the pool task for `policies` (indexed by [`RunnerId`]) on `provider`; every
+    /// notice also goes to `observer`.
+    pub fn start<P: Provider + 'static>(
+        policies: Vec<RunnerPolicy>,
+        provider: Arc<P>,
+        observer: Arc<dyn NoticeObserver>,
+    ) -> Pool {
+        let seed = u64::from(std::process::id()) ^ Utc::now().timestamp_micros() as u64;
+        let engine = Engine::new(policies, seed);
+        let (tx, rx) = mpsc::channel(64);
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let task = PoolTask {
+            engine,
+            provider,
+            observer,
+            done_tx,
+            pass_waiters: VecDeque::new(),
+            pass_open: None,
+            use_waiters: HashMap::new(),
+            endpoints: HashMap::new(),
+            drain_reply: None,
+        };
+        tokio::spawn(task.run(rx, done_rx));
+        Pool { tx }
+    }
+
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Request,
+    ) -> Result<T, PoolError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(make(reply))
+            .await
+            .map_err(|_| PoolError::Stopped)?;
+        rx.await.map_err(|_| PoolError::Stopped)
+    }
+
+    /// Runs one Acquire pass for `runner` (queued behind any pass in progress).
+    pub async fn acquire(&self, runner: RunnerId) -> Result<AcquireOutcome, PoolError> {
+        self.ask(|reply| Request::Acquire { runner, reply }).await?
+    }
+
+    /// `Use`: the machine to run a job of `runner` on, given what Acquire returned.
+    pub async fn use_machine(
+        &self,
+        runner: RunnerId,
+        acquired: Option<String>,
+    ) -> Result<Machine, PoolError> {
+        self.ask(|reply| Request::Use {
+            runner,
+            acquired,
+            reply,
+        })
+        .await?
+    }
+
+    /// `Release` a machine after a job (or an Acquired machine no job came for).
+    pub async fn release(&self, runner: RunnerId, name: String) {
+        // A stopped pool has nothing left to release.
+        let _ = self.tx.send(Request::Release { runner, name }).await;
+    }
+
+    /// Replaces a runner's policy after a config reload.
+    pub async fn set_policy(&self, runner: RunnerId, policy: RunnerPolicy) {
+        let _ = self
+            .tx
+            .send(Request::SetPolicy {
+                runner,
+                policy: Box::new(policy),
+            })
+            .await;
+    }
+
+    /// Runs `[machine.shutdown_drain]` and waits for its report (`None` when disabled or when
+    /// the pool stopped first).
+    pub async fn drain(&self, settings: DrainSettings) -> Option<DrainReport> {
+        self.ask(|reply| Request::Drain { settings, reply })
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+struct PoolTask<P> {
+    engine: Engine,
+    provider: Arc<P>,
+    observer: Arc<dyn NoticeObserver>,
+    done_tx: mpsc::UnboundedSender<Outcome>,
+    /// Acquire requests waiting for their pass (one pass at a time).
+    pass_waiters: VecDeque<(RunnerId, oneshot::Sender<Result<AcquireOutcome, PoolError>>)>,
+    /// The requester of the pass in progress.
+    pass_open: Option<(RunnerId, oneshot::Sender<Result<AcquireOutcome, PoolError>>)>,
+    use_waiters: HashMap<UseId, oneshot::Sender<Result<Machine, PoolError>>>,
+    /// Endpoints fetched for sessions about to end.
+    endpoints: HashMap<UseId, (String, Endpoint)>,
+    drain_reply: Option<oneshot::Sender<Option<DrainReport>>>,
+}
+
+fn names(list: Vec<crate::provider::MachineEntry>) -> Vec<String> {
+    list.into_iter().map(|m| m.name).collect()
+}
+
+impl<P: Provider + 'static> PoolTask<P> {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Request>,
+        mut done: mpsc::UnboundedReceiver<Outcome>,
+    ) {
+        loop {
+            let wake = self.engine.poll_timeout().map(|t| {
+                let ms = (t - Utc::now()).num_milliseconds().clamp(0, 3_600_000);
+                tokio::time::Instant::now() + Duration::from_millis(ms as u64)
+            });
+            let timer = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                req = rx.recv() => match req {
+                    Some(req) => self.request(req),
+                    // Every handle is gone: in-flight provider calls finish on their own.
+                    None => return,
+                },
+                Some(outcome) = done.recv() => self.outcome(outcome),
+                () = timer => self.engine.handle(Event::Tick, Utc::now()),
+            }
+            self.pump();
+        }
+    }
+
+    fn request(&mut self, req: Request) {
+        let now = Utc::now();
+        match req {
+            Request::Acquire { runner, reply } => {
+                self.pass_waiters.push_back((runner, reply));
+                self.next_pass();
+            }
+            Request::Use {
+                runner,
+                acquired,
+                reply,
+            } => match self.engine.begin_use(runner, acquired.as_deref(), now) {
+                Ok(id) => {
+                    self.use_waiters.insert(id, reply);
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e.into()));
+                }
+            },
+            Request::Release { runner, name } => {
+                if let Err(e) = self.engine.release(runner, &name, now) {
+                    tracing::warn!(name = %name, "cannot release machine: {e}");
+                }
+            }
+            Request::SetPolicy { runner, policy } => {
+                if let Err(e) = self.engine.set_policy(runner, *policy) {
+                    tracing::warn!("cannot apply the new autoscaling policy: {e}");
+                }
+            }
+            Request::Drain { settings, reply } => {
+                if !settings.enabled {
+                    let _ = reply.send(None);
+                    return;
+                }
+                self.drain_reply = Some(reply);
+                self.engine.begin_drain(settings, now);
+            }
+        }
+    }
+
+    /// Starts the next queued pass when none is open: list the machines first.
+    fn next_pass(&mut self) {
+        if self.pass_open.is_some() {
+            return;
+        }
+        let Some(next) = self.pass_waiters.pop_front() else {
+            return;
+        };
+        self.pass_open = Some(next);
+        let p = self.provider.clone();
+        let tx = self.done_tx.clone();
+        tokio::spawn(async move {
+            let r = p.list(&Call::new()).await.map(names);
+            let _ = tx.send(Outcome::PassListing(r));
+        });
+    }
+
+    fn pass_step(&mut self, step: Result<AcquireStep, crate::engine::EngineError>) {
+        match step {
+            Ok(AcquireStep::CheckConnectivity { name }) => {
+                let p = self.provider.clone();
+                let tx = self.done_tx.clone();
+                tokio::spawn(async move {
+                    let ok = p.can_connect(&name, &Call::new()).await.unwrap_or(false);
+                    let _ = tx.send(Outcome::PassConnectivity(name, ok));
+                });
+            }
+            Ok(AcquireStep::Done(outcome)) => self.finish_pass(Ok(*outcome)),
+            Err(e) => self.finish_pass(Err(e.into())),
+        }
+    }
+
+    fn finish_pass(&mut self, r: Result<AcquireOutcome, PoolError>) {
+        if let Some((_, reply)) = self.pass_open.take() {
+            if let Err(Ok(out)) = reply.send(r) {
+                // The requester went away (shutdown): give the machine back.
+                if let crate::engine::AcquireResult::Machine(name) = out.result {
+                    let _ = self.engine.release(out.report.runner, &name, Utc::now());
+                }
+            }
+        }
+        self.next_pass();
+    }
+
+    fn outcome(&mut self, outcome: Outcome) {
+        let now = Utc::now();
+        match outcome {
+            Outcome::Event(ev) => self.engine.handle(ev, now),
+            Outcome::PassListing(r) => {
+                let Some(runner) = self.pass_open.as_ref().map(|(r, _)| *r) else {
+                    return;
+                };
+                match r {
+                    Ok(list) => {
+                        let step = self.engine.begin_acquire(runner, &list, now);
+                        self.pass_step(step);
+                    }
+                    Err(e) => self.finish_pass(Err(PoolError::List(e))),
+                }
+            }
+            Outcome::PassConnectivity(name, ok) => {
+                let step = self.engine.connectivity_result(&name, ok, now);
+                self.pass_step(step);
+            }
+            Outcome::UseListing(id, r) => {
+                // A failed listing reads as an empty one: Use then creates a machine.
+                let list = r.unwrap_or_else(|e| {
+                    tracing::warn!("cannot list machines: {e}");
+                    Vec::new()
+                });
+                if let Err(e) = self.engine.use_listing(id, &list, now) {
+                    self.fail_use(id, e.into());
+                }
+            }
+            Outcome::UseConnectivity(id, ok) => {
+                if let Err(e) = self.engine.use_connectivity_result(id, ok, now) {
+                    self.fail_use(id, e.into());
+                }
+            }
+            Outcome::UseCredentials(id, name, r) => {
+                let ok = match r {
+                    Ok(endpoint) => {
+                        self.endpoints.insert(id, (name, endpoint));
+                        true
+                    }
+                    Err(e) => {
+                        tracing::error!(name = %name, "cannot get the machine's credentials: {e}");
+                        false
+                    }
+                };
+                if let Err(e) = self.engine.use_credentials_result(id, ok, now) {
+                    self.fail_use(id, e.into());
+                }
+            }
+        }
+    }
+
+    fn fail_use(&mut self, id: UseId, e: PoolError) {
+        self.endpoints.remove(&id);
+        if let Some(reply) = self.use_waiters.remove(&id) {
+            let _ = reply.send(Err(e));
+        }
+    }
+
+    /// Drains every engine output after an input.
+    fn pump(&mut self) {
+        while let Some(cmd) = self.engine.poll_command() {
+            self.execute(cmd);
+        }
+        while let Some(step) = self.engine.poll_use() {
+            self.use_step(step);
+        }
+        let mut drained = None;
+        while let Some(n) = self.engine.poll_notice() {
+            log_notice(&n);
+            self.observer.notice(&n);
+            if let Notice::DrainFinished(r) = n {
+                drained = Some(r);
+            }
+        }
+        if let Some(r) = drained {
+            if let Some(reply) = self.drain_reply.take() {
+                let _ = reply.send(Some(r));
+            }
+        }
+        self.observer
+            .machine_states(&self.engine.machine_states(Utc::now()));
+    }
+
+    fn spawn_call<F>(&self, f: F)
+    where
+        F: std::future::Future<Output = Outcome> + Send + 'static,
+    {
+        let tx = self.done_tx.clone();
+        tokio::spawn(async move {
+            let _ = tx.send(f.await);
+        });
+    }
+
+    fn use_step(&mut self, step: UseStep) {
+        let p = self.provider.clone();
+        match step {
+            UseStep::CheckConnectivity { id, name } => self.spawn_call(async move {
+                let ok = p.can_connect(&name, &Call::new()).await.unwrap_or(false);
+                Outcome::UseConnectivity(id, ok)
+            }),
+            UseStep::List { id } => self.spawn_call(async move {
+                Outcome::UseListing(id, p.list(&Call::new()).await.map(names))
+            }),
+            UseStep::FetchCredentials { id, name } => self.spawn_call(async move {
+                let r = p.credentials(&name, &Call::new()).await;
+                Outcome::UseCredentials(id, name, r)
+            }),
+            UseStep::Done { id, result } => {
+                let fetched = self.endpoints.remove(&id);
+                let Some(reply) = self.use_waiters.remove(&id) else {
+                    return;
+                };
+                let r = match (result, fetched) {
+                    (Ok(used), Some((name, endpoint))) if name == used.name => {
+                        docker_endpoint(&name, &endpoint).map(|endpoint| Machine { used, endpoint })
+                    }
+                    (Ok(used), _) => Err(PoolError::UnsupportedEndpoint(used.name)),
+                    (Err(e), _) => Err(PoolError::Use(e)),
+                };
+                if let Err(Ok(m)) = reply.send(r) {
+                    // The job went away before it got its machine.
+                    let runner = self.engine.machine(&m.used.name).and_then(|x| x.runner);
+                    if let Some(runner) = runner.map(RunnerId) {
+                        let _ = self.engine.release(runner, &m.used.name, Utc::now());
+                    }
+                }
+            }
+        }
+    }
+
+    fn execute(&mut self, cmd: Command) {
+        let p = self.provider.clone();
+        match cmd {
+            Command::Create {
+                name,
+                driver,
+                options,
+                reason,
+            } => {
+                tracing::info!(name = %name, reason = %reason, "Creating machine...");
+                self.spawn_call(async move {
+                    let params = CreateParams {
+                        name: name.clone(),
+                        driver,
+                        options,
+                        options_with_name: Vec::new(),
+                    };
+                    let start = std::time::Instant::now();
+                    let ok = match p.create(&params, &Call::new()).await {
+                        Ok(()) => {
+                            tracing::info!(
+                                name = %name,
+                                duration = ?start.elapsed(),
+                                "Machine created"
+                            );
+                            true
+                        }
+                        Err(e) => {
+                            tracing::error!(name = %name, "Machine creation failed: {e}");
+                            false
+                        }
+                    };
+                    Outcome::Event(Event::Created { name, ok })
+                });
+            }
+            Command::CheckExists { name, .. } => self.spawn_call(async move {
+                // An error answer reads as "exists": the removal then goes on and retries.
+                let exists = p.exists(&name, &Call::new()).await.unwrap_or(true);
+                Outcome::Event(Event::Exists { name, exists })
+            }),
+            Command::Stop { name, .. } => self.spawn_call(async move {
+                if let Err(e) = p.stop(&name, &Call::new()).await {
+                    tracing::warn!(name = %name, "Error while stopping machine: {e}");
+                }
+                Outcome::Event(Event::Stopped { name })
+            }),
+            Command::Remove { name, reason, .. } => self.spawn_call(async move {
+                let ok = match p.remove(&name, &Call::new()).await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        tracing::error!(name = %name, reason = %reason, "Error while removing machine: {e}");
+                        false
+                    }
+                };
+                Outcome::Event(Event::Removed { name, ok })
+            }),
+            Command::ForceRemove { name, .. } => self.spawn_call(async move {
+                let ok = p.force_remove(&name, &Call::new()).await.is_ok();
+                Outcome::Event(Event::ForceRemoved { name, ok })
+            }),
+        }
+    }
+}
+
+/// Upstream's log lines for engine notices (spec upstream-logs.md §2.1) where they exist.
+fn log_notice(n: &Notice) {
+    match n {
+        Notice::Created { name, .. } => tracing::debug!(name = %name, "Machine ready"),
+        Notice::CreationFailed { name, .. } => {
+            tracing::error!(name = %name, "Machine creation failed")
+        }
+        Notice::Used { name, .. } => tracing::debug!(name = %name, "Machine used"),
+        Notice::Removing { name, reason } => {
+            tracing::warn!(name = %name, reason = %reason, "Requesting machine removal")
+        }
+        Notice::Removed {
+            name,
+            reason,
+            gave_up,
+            ..
+        } => {
+            if *gave_up {
+                tracing::error!(name = %name, reason = %reason, "Giving up on machine removal. The remote VM may be orphaned.");
+            } else {
+                tracing::info!(name = %name, reason = %reason, "Machine removed");
+            }
+        }
+        Notice::DrainFinished(r) => tracing::info!("Shutdown drain finished: {r:?}"),
+        Notice::Warning(w) => tracing::warn!("{w}"),
+    }
+}

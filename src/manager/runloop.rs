@@ -1,0 +1,839 @@
+//! Upstream's run loop (spec gitlab-api.md §7): `concurrent` workers, a feeder spreading
+//! `check_interval` across the runners, the per-runner gates (`limit`, `request_concurrency`
+//! with the adaptive rule, the machine pool's Acquire pass), the non-blocking re-queue after a
+//! job, unhealthy runners, and the job pipeline around the executor (ack, Use, run, final
+//! update, Release).
+//!
+//! Workers are permits of a semaphore: the feeder waits for a free one (upstream's unbuffered
+//! channel) and hands the runner to a task holding it; a task that got a job tries to take a
+//! second permit for the same runner without waiting (the re-queue).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use super::pool::Pool;
+use super::source::{Ack, JobLink, JobOutcome, JobSource, Requested};
+use crate::config::model::{Config, RunnerConfig};
+use crate::engine::{AcquireResult, RunnerId};
+use crate::executor::{
+    self, DockerEndpoint, FailureReason, JobError, JobRequest, RunnerSettings, TraceSink,
+};
+use crate::job::JobPayload;
+
+/// `unhealthy_requests_limit`'s default.
+pub const DEFAULT_UNHEALTHY_REQUESTS_LIMIT: u32 = 3;
+/// `unhealthy_interval`'s default.
+pub const DEFAULT_UNHEALTHY_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Locks a std mutex, recovering from poisoning (a panicked holder leaves plain counters).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Counts worker tasks so shutdown can wait for all of them.
+#[derive(Debug, Default)]
+struct Tracker {
+    live: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+impl Tracker {
+    fn spawn<F: std::future::Future<Output = ()> + Send + 'static>(self: &Arc<Self>, f: F) {
+        use std::sync::atomic::Ordering;
+        self.live.fetch_add(1, Ordering::SeqCst);
+        let me = self.clone();
+        tokio::spawn(async move {
+            f.await;
+            if me.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+                me.idle.notify_waiters();
+            }
+        });
+    }
+
+    async fn wait(&self) {
+        use std::sync::atomic::Ordering;
+        loop {
+            let notified = self.idle.notified();
+            if self.live.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// What one worker turn did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// A job was received and run.
+    Job,
+    /// The request came back empty (or was cancelled).
+    NoJob,
+    /// No request was made (limit, request slots, no free machine).
+    Skipped,
+    /// The request failed in a way that counts against the runner's health.
+    Unhealthy,
+}
+
+/// Per-runner counters, keyed by token so they survive a reload.
+#[derive(Debug)]
+struct RunnerState {
+    builds: usize,
+    requests: usize,
+    adaptive: f64,
+    failures: u32,
+    last_healthy: Instant,
+}
+
+impl Default for RunnerState {
+    fn default() -> Self {
+        RunnerState {
+            builds: 0,
+            requests: 0,
+            adaptive: 1.0,
+            failures: 0,
+            last_healthy: Instant::now(),
+        }
+    }
+}
+
+/// A job currently held by this process (for logs and `/debug/jobs/list`).
+#[derive(Debug, Clone)]
+pub struct RunningJob {
+    /// The job id.
+    pub id: i64,
+    /// The runner's short token.
+    pub runner: String,
+    /// The project's full path.
+    pub project: String,
+    /// When it started.
+    pub started: Instant,
+}
+
+/// The machine pools: a runner token maps to its pool and its index in that pool's engine.
+#[derive(Clone, Default)]
+pub struct Pools {
+    /// Token → (pool, runner id in its engine).
+    pub by_token: HashMap<String, (Pool, RunnerId)>,
+}
+
+/// Shared state of one `drover run`.
+pub struct Manager<S: JobSource> {
+    source: Arc<S>,
+    config: RwLock<Arc<Config>>,
+    system_id: String,
+    state: Mutex<HashMap<String, RunnerState>>,
+    jobs: Mutex<HashMap<i64, RunningJob>>,
+    pools: Pools,
+    workers: Arc<Semaphore>,
+    concurrent: Mutex<usize>,
+    /// SIGQUIT (and every stop): stop feeding, cancel in-flight requests.
+    pub stop: CancellationToken,
+    /// SIGTERM/SIGINT: abort running jobs with `runner_interrupted`.
+    pub interrupt: CancellationToken,
+    tracker: Arc<Tracker>,
+    metrics: Option<crate::metrics::Metrics>,
+}
+
+/// `concurrent` as a worker count (0 or negative is refused when the config loads; 1 here).
+fn workers_of(config: &Config) -> usize {
+    usize::try_from(config.concurrent).unwrap_or(1).max(1)
+}
+
+/// `check_interval` with upstream's default.
+fn check_interval(config: &Config) -> Duration {
+    Duration::from_secs(
+        u64::try_from(config.check_interval_or_default())
+            .unwrap_or(3)
+            .max(1),
+    )
+}
+
+/// Whether the feeder may hand this runner to a worker.
+fn has_token(r: &RunnerConfig) -> bool {
+    !r.token.trim().is_empty()
+}
+
+/// A runner's metric labels.
+fn runner_labels(r: &RunnerConfig) -> crate::metrics::RunnerLabels {
+    crate::metrics::RunnerLabels::new(
+        crate::executor::paths::short_token(&r.token),
+        r.name.clone(),
+    )
+}
+
+/// The executors this drover runs.
+pub fn supported_executor(name: &str) -> bool {
+    matches!(name, "docker" | "docker+machine")
+}
+
+/// The Docker endpoint of a plain `docker` runner: `[runners.docker] host` and its TLS
+/// settings, else the environment (DOCKER_HOST…), as upstream's docker executor.
+pub fn plain_docker_endpoint(r: &RunnerConfig) -> DockerEndpoint {
+    match r.docker.as_ref().filter(|d| !d.host.is_empty()) {
+        Some(d) => DockerEndpoint {
+            host: Some(d.host.clone()),
+            tls_cert_path: (!d.tls_cert_path.is_empty())
+                .then(|| std::path::PathBuf::from(&d.tls_cert_path)),
+            tls_verify: d.tls_verify,
+        },
+        None => DockerEndpoint::from_env(),
+    }
+}
+
+impl<S: JobSource> Manager<S> {
+    /// A manager for `config` with its machine pools already started.
+    pub fn new(
+        source: S,
+        config: Config,
+        system_id: String,
+        pools: Pools,
+        metrics: Option<crate::metrics::Metrics>,
+    ) -> Arc<Self> {
+        let n = workers_of(&config);
+        if let Some(m) = &metrics {
+            m.set_concurrent(config.concurrent);
+            for r in &config.runners {
+                m.runner(&runner_labels(r)).set_limit(r.limit);
+            }
+        }
+        Arc::new(Manager {
+            source: Arc::new(source),
+            config: RwLock::new(Arc::new(config)),
+            system_id,
+            state: Mutex::new(HashMap::new()),
+            jobs: Mutex::new(HashMap::new()),
+            pools,
+            workers: Arc::new(Semaphore::new(n)),
+            concurrent: Mutex::new(n),
+            stop: CancellationToken::new(),
+            interrupt: CancellationToken::new(),
+            tracker: Arc::new(Tracker::default()),
+            metrics,
+        })
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The machine pools.
+    pub fn pools(&self) -> &Pools {
+        &self.pools
+    }
+
+    /// Jobs held right now.
+    pub fn running_jobs(&self) -> Vec<RunningJob> {
+        let mut v: Vec<RunningJob> = lock(&self.jobs).values().cloned().collect();
+        v.sort_by_key(|j| j.id);
+        v
+    }
+
+    /// Number of jobs held right now.
+    pub fn builds(&self) -> usize {
+        lock(&self.jobs).len()
+    }
+
+    /// Replaces the config (a reload): `concurrent` resizes the worker pool, everything else
+    /// is read afresh by the feeder and the workers.
+    pub fn apply(&self, config: Config) {
+        let n = workers_of(&config);
+        if let Some(m) = &self.metrics {
+            m.set_concurrent(config.concurrent);
+            for r in &config.runners {
+                m.runner(&runner_labels(r)).set_limit(r.limit);
+            }
+        }
+        {
+            let mut cur = lock(&self.concurrent);
+            if n > *cur {
+                self.workers.add_permits(n - *cur);
+            } else if n < *cur {
+                let shrink = u32::try_from(*cur - n).unwrap_or(u32::MAX);
+                let sem = self.workers.clone();
+                // Workers finish their job first; their permits are then retired.
+                tokio::spawn(async move {
+                    if let Ok(p) = sem.acquire_many_owned(shrink).await {
+                        p.forget();
+                    }
+                });
+            }
+            *cur = n;
+        }
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+    }
+
+    fn healthy(&self, r: &RunnerConfig) -> bool {
+        let limit = u32::try_from(r.unhealthy_requests_limit)
+            .ok()
+            .filter(|v| *v > 0)
+            .unwrap_or(DEFAULT_UNHEALTHY_REQUESTS_LIMIT);
+        let interval = r
+            .unhealthy_interval
+            .and_then(|d| d.to_std())
+            .filter(|d| !d.is_zero())
+            .unwrap_or(DEFAULT_UNHEALTHY_INTERVAL);
+        let mut st = lock(&self.state);
+        let s = st.entry(r.token.clone()).or_default();
+        if s.failures < limit {
+            return true;
+        }
+        if s.last_healthy.elapsed() >= interval {
+            // Force one attempt.
+            s.failures = 0;
+            s.last_healthy = Instant::now();
+            return true;
+        }
+        false
+    }
+
+    fn health(&self, r: &RunnerConfig, ok: bool) {
+        let mut st = lock(&self.state);
+        let s = st.entry(r.token.clone()).or_default();
+        if ok {
+            s.failures = 0;
+            s.last_healthy = Instant::now();
+        } else {
+            s.failures += 1;
+        }
+    }
+
+    /// The feeder: until [`Manager::stop`] fires, hands each runner to a free worker and
+    /// sleeps `check_interval / runners` between them.
+    pub async fn feed(self: Arc<Self>) {
+        loop {
+            let config = self.config();
+            let interval = check_interval(&config);
+            let runners: Vec<RunnerConfig> = config
+                .runners
+                .iter()
+                .filter(|r| has_token(r) && self.healthy(r))
+                .cloned()
+                .collect();
+            if runners.is_empty() {
+                tokio::select! {
+                    () = self.stop.cancelled() => return,
+                    () = tokio::time::sleep(interval) => continue,
+                }
+            }
+            let step = interval / u32::try_from(runners.len()).unwrap_or(u32::MAX);
+            for r in runners {
+                let permit = tokio::select! {
+                    () = self.stop.cancelled() => return,
+                    p = self.workers.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => return,
+                    },
+                };
+                self.spawn_work(r, permit);
+                tokio::select! {
+                    () = self.stop.cancelled() => return,
+                    () = tokio::time::sleep(step) => {}
+                }
+            }
+        }
+    }
+
+    /// The runner's metrics, when metrics are on.
+    fn runner_metrics(&self, r: &RunnerConfig) -> Option<crate::metrics::RunnerMetrics> {
+        self.metrics.as_ref().map(|m| m.runner(&runner_labels(r)))
+    }
+
+    fn spawn_work(self: &Arc<Self>, r: RunnerConfig, permit: OwnedSemaphorePermit) {
+        if let Some(m) = self.runner_metrics(&r) {
+            m.feed();
+        }
+        let me = self.clone();
+        self.tracker.spawn(async move {
+            me.work(r).await;
+            drop(permit);
+        });
+    }
+
+    /// One worker turn for one runner: the gates, the request, the job.
+    pub async fn work(self: Arc<Self>, r: RunnerConfig) -> Turn {
+        if !supported_executor(&r.executor) {
+            tracing::error!(
+                runner = %crate::executor::paths::short_token(&r.token),
+                executor = %r.executor,
+                "Executor not found; drover runs `docker` and `docker+machine` runners"
+            );
+            self.health(&r, false);
+            if let Some(m) = self.runner_metrics(&r) {
+                m.processing_failure(crate::metrics::ProcessingFailure::Other);
+            }
+            return Turn::Unhealthy;
+        }
+        if !self.take_request_slot(&r) {
+            return Turn::Skipped;
+        }
+        let machine = if r.executor == "docker+machine" {
+            match self.acquire(&r).await {
+                Ok(m) => Some(m),
+                Err(()) => {
+                    self.end_request(&r, None);
+                    if let Some(m) = self.runner_metrics(&r) {
+                        m.processing_failure(crate::metrics::ProcessingFailure::NoFreeExecutor);
+                    }
+                    return Turn::Skipped;
+                }
+            }
+        } else {
+            None
+        };
+        let requested = tokio::select! {
+            v = self.source.request_job(&r, &self.stop) => v,
+            () = self.stop.cancelled() => Requested::NoJob,
+        };
+        self.end_request(&r, Some(&requested));
+        let acquired = machine.as_ref().and_then(|(_, _, a)| a.clone());
+        match requested {
+            Requested::Job(payload, link) => {
+                if !r.strict_check_interval.unwrap_or(false) && !self.stop.is_cancelled() {
+                    if let Ok(p) = self.workers.clone().try_acquire_owned() {
+                        self.spawn_work(r.clone(), p);
+                    }
+                }
+                let machine = machine.map(|(pool, id, _)| (pool, id));
+                self.run_job(&r, *payload, link, machine, acquired).await;
+                Turn::Job
+            }
+            other => {
+                if let (Some((pool, id, _)), Some(name)) = (machine, acquired) {
+                    pool.release(id, name).await;
+                }
+                match other {
+                    Requested::Unhealthy(_) => Turn::Unhealthy,
+                    _ => Turn::NoJob,
+                }
+            }
+        }
+    }
+
+    /// `limit` and `request_concurrency` (adaptive); true when a request slot was taken.
+    fn take_request_slot(&self, r: &RunnerConfig) -> bool {
+        let mut st = lock(&self.state);
+        let s = st.entry(r.token.clone()).or_default();
+        let limit = usize::try_from(r.limit).unwrap_or(0);
+        if limit > 0 && s.builds >= limit {
+            return false;
+        }
+        let max = usize::try_from(r.request_concurrency).unwrap_or(1).max(1);
+        let adaptive = r
+            .feature_flags
+            .get("FF_USE_ADAPTIVE_REQUEST_CONCURRENCY")
+            .copied()
+            .unwrap_or(true);
+        let effective = if adaptive {
+            (s.adaptive.ceil() as usize).clamp(1, max)
+        } else {
+            max
+        };
+        let metrics = self.runner_metrics(r);
+        if let Some(m) = &metrics {
+            m.request_concurrency_limits(max as i64, s.adaptive, s.requests as i64);
+        }
+        if s.requests >= effective {
+            if let Some(m) = &metrics {
+                m.request_concurrency_exceeded();
+            }
+            return false;
+        }
+        s.requests += 1;
+        if let Some(m) = &metrics {
+            m.request_concurrency(s.requests as i64);
+        }
+        true
+    }
+
+    fn end_request(&self, r: &RunnerConfig, got: Option<&Requested<S::Link>>) {
+        let max = r.request_concurrency.max(1) as f64;
+        {
+            let mut st = lock(&self.state);
+            let s = st.entry(r.token.clone()).or_default();
+            s.requests = s.requests.saturating_sub(1);
+            let factor = match got {
+                Some(Requested::Job(..)) => 1.1,
+                Some(Requested::NoJob) => 0.95,
+                Some(Requested::PushedBack) => 0.5,
+                _ => 1.0,
+            };
+            s.adaptive = (s.adaptive * factor).clamp(1.0, max);
+            if let Some(m) = self.runner_metrics(r) {
+                m.request_concurrency(s.requests as i64);
+            }
+        }
+        match got {
+            Some(Requested::Unhealthy(msg)) => {
+                tracing::error!(runner = %crate::executor::paths::short_token(&r.token), "Checking for jobs... forbidden: {msg}");
+                self.health(r, false);
+            }
+            Some(Requested::Failed(msg)) => {
+                tracing::warn!(runner = %crate::executor::paths::short_token(&r.token), "Checking for jobs... failed: {msg}");
+                self.health(r, true);
+            }
+            Some(_) => self.health(r, true),
+            None => {}
+        }
+    }
+
+    /// The Acquire pass as the capacity gate: `Err` means "do not request a job".
+    #[allow(clippy::type_complexity)]
+    async fn acquire(&self, r: &RunnerConfig) -> Result<(Pool, RunnerId, Option<String>), ()> {
+        let short = crate::executor::paths::short_token(&r.token);
+        let Some((pool, id)) = self.pools.by_token.get(&r.token).cloned() else {
+            tracing::error!(runner = %short, "no machine pool for this runner (it was added by a reload: restart drover to serve it)");
+            return Err(());
+        };
+        match pool.acquire(id).await {
+            Ok(out) => match out.result {
+                AcquireResult::Machine(name) => Ok((pool, id, Some(name))),
+                AcquireResult::NoMachine => Ok((pool, id, None)),
+                other => {
+                    let text = other.error_text().unwrap_or("no machine");
+                    tracing::debug!(runner = %short, "Failed to request job: {text}");
+                    Err(())
+                }
+            },
+            Err(e) => {
+                tracing::warn!(runner = %short, "Failed to request job: {e}");
+                Err(())
+            }
+        }
+    }
+
+    /// The §6 pipeline for one job: ack, machine, executor, final update, release.
+    async fn run_job(
+        &self,
+        r: &RunnerConfig,
+        payload: JobPayload,
+        mut link: S::Link,
+        machine: Option<(Pool, RunnerId)>,
+        acquired: Option<String>,
+    ) {
+        let short = crate::executor::paths::short_token(&r.token);
+        let id = payload.id;
+        lock(&self.jobs).insert(
+            id,
+            RunningJob {
+                id,
+                runner: short.clone(),
+                project: payload.job_info.project_full_path.clone(),
+                started: Instant::now(),
+            },
+        );
+        lock(&self.state).entry(r.token.clone()).or_default().builds += 1;
+        tracing::info!(job = id, runner = %short, "Added job to processing list");
+        let job_url = payload
+            .variable("CI_JOB_URL")
+            .unwrap_or_default()
+            .to_string();
+        let metric = self.metrics.as_ref().map(|m| {
+            let job = m
+                .runner(&runner_labels(r))
+                .job_started(crate::metrics::JobPickup {
+                    url: &job_url,
+                    time_in_queue_seconds: payload.job_info.time_in_queue_seconds,
+                    project_jobs_running: "",
+                    queue_size: None,
+                    queue_depth: None,
+                });
+            job.set_state(crate::metrics::JobState::Running);
+            job
+        });
+        let used = self
+            .job_pipeline(
+                r,
+                &payload,
+                &mut link,
+                machine.as_ref(),
+                acquired.as_deref(),
+            )
+            .await;
+        let (outcome, used_machine) = used;
+        if let Some(job) = metric {
+            if self.interrupt.is_cancelled() {
+                job.set_state(crate::metrics::JobState::Terminated);
+            } else {
+                job.set_state(crate::metrics::JobState::Finished);
+            }
+            let reason = match &outcome {
+                Some(JobOutcome::Failed { reason, .. }) => Some(reason.as_str()),
+                _ => None,
+            };
+            job.finish(reason);
+        }
+        if let Some(outcome) = outcome {
+            link.finish(outcome).await;
+        }
+        if let Some((pool, rid)) = &machine {
+            if let Some(m) = used_machine.filter(|m: &crate::engine::UsedMachine| m.new_data) {
+                pool.release(*rid, m.name).await;
+            }
+            if let Some(a) = acquired {
+                pool.release(*rid, a).await;
+            }
+        }
+        lock(&self.jobs).remove(&id);
+        {
+            let mut st = lock(&self.state);
+            let s = st.entry(r.token.clone()).or_default();
+            s.builds = s.builds.saturating_sub(1);
+        }
+        tracing::info!(job = id, runner = %short, "Removed job from processing list");
+    }
+
+    #[allow(clippy::type_complexity)]
+    async fn job_pipeline(
+        &self,
+        r: &RunnerConfig,
+        payload: &JobPayload,
+        link: &mut S::Link,
+        machine: Option<&(Pool, RunnerId)>,
+        acquired: Option<&str>,
+    ) -> (Option<JobOutcome>, Option<crate::engine::UsedMachine>) {
+        match link.start().await {
+            Ack::Proceed => {}
+            Ack::Drop => return (None, None),
+            Ack::Canceling => {
+                return (
+                    Some(JobOutcome::Failed {
+                        reason: FailureReason::JobCanceled,
+                        exit_code: None,
+                    }),
+                    None,
+                )
+            }
+        }
+        let control = link.control();
+        let mut sink = link.sink();
+        // SIGTERM/SIGINT abort every running job.
+        let abort = control.abort.clone();
+        let interrupt = self.interrupt.clone();
+        let watcher = tokio::spawn(async move {
+            tokio::select! {
+                () = interrupt.cancelled() => abort.cancel(),
+                () = abort.cancelled() => {}
+            }
+        });
+        let (endpoint, used, machine_name) = match machine {
+            None => (plain_docker_endpoint(r), None, None),
+            Some((pool, rid)) => {
+                let used = tokio::select! {
+                    u = pool.use_machine(*rid, acquired.map(str::to_string)) => u,
+                    () = control.abort.cancelled() => Err(super::pool::PoolError::Stopped),
+                };
+                match used {
+                    Ok(m) => {
+                        let verb = if m.used.new_data {
+                            "Created docker-machine"
+                        } else {
+                            "Using existing docker-machine"
+                        };
+                        tracing::info!(job = payload.id, name = %m.used.name, docker = ?m.endpoint.host, "{verb}");
+                        let name = m.used.name.clone();
+                        (m.endpoint, Some(m.used), Some(name))
+                    }
+                    Err(e) => {
+                        watcher.abort();
+                        let _ = sink.write(
+                            format!("\x1b[31;1mERROR: Preparing the docker+machine executor failed: {e}\x1b[0;m\n\x1b[31;1mERROR: Job failed (system failure): {e}\x1b[0;m\n").as_bytes(),
+                        );
+                        let _ = sink.flush();
+                        let reason = if self.interrupt.is_cancelled() {
+                            FailureReason::RunnerInterrupted
+                        } else {
+                            FailureReason::RunnerSystemFailure
+                        };
+                        return (
+                            Some(JobOutcome::Failed {
+                                reason: reason.for_gitlab(&payload.features.failure_reasons),
+                                exit_code: None,
+                            }),
+                            None,
+                        );
+                    }
+                }
+            }
+        };
+        let settings = RunnerSettings::from_config(r, &self.system_id);
+        let req = JobRequest {
+            payload,
+            runner: &settings,
+            endpoint: &endpoint,
+            machine_name: machine_name.as_deref(),
+        };
+        let result = executor::run_job(req, &mut sink, control).await;
+        watcher.abort();
+        let outcome = self.outcome(payload, result);
+        (Some(outcome), used)
+    }
+
+    fn outcome(&self, payload: &JobPayload, result: Result<(), JobError>) -> JobOutcome {
+        let supported = &payload.features.failure_reasons;
+        match result {
+            Ok(()) => JobOutcome::Success,
+            Err(e) => {
+                let exit_code = e.exit_code();
+                let reason = if self.interrupt.is_cancelled() {
+                    FailureReason::RunnerInterrupted
+                } else {
+                    match &e {
+                        JobError::Failed(f) => f.reason,
+                        JobError::System(_) => FailureReason::RunnerSystemFailure,
+                    }
+                };
+                JobOutcome::Failed {
+                    reason: reason.for_gitlab(supported),
+                    exit_code,
+                }
+            }
+        }
+    }
+
+    /// Waits for every worker task (jobs included) to end.
+    pub async fn wait_idle(&self) {
+        self.tracker.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manager::source::{Ack, JobLink, JobOutcome};
+
+    /// A GitLab that never has a job (the gates are decided before any request).
+    struct NoGitlab;
+    struct NoLink;
+
+    impl JobLink for NoLink {
+        type Sink = crate::executor::MemorySink;
+        async fn start(&mut self) -> Ack {
+            Ack::Drop
+        }
+        fn sink(&mut self) -> Self::Sink {
+            crate::executor::MemorySink::default()
+        }
+        fn control(&self) -> crate::executor::JobControl {
+            crate::executor::JobControl::default()
+        }
+        async fn finish(self, _outcome: JobOutcome) {}
+    }
+
+    impl JobSource for NoGitlab {
+        type Link = NoLink;
+        async fn request_job(
+            &self,
+            _runner: &RunnerConfig,
+            _cancel: &CancellationToken,
+        ) -> Requested<NoLink> {
+            Requested::NoJob
+        }
+    }
+
+    fn manager(runner: RunnerConfig) -> Arc<Manager<NoGitlab>> {
+        let mut config = crate::config::load_str("concurrent = 4\n", "test")
+            .expect("config")
+            .config;
+        config.runners = vec![runner];
+        Manager::new(NoGitlab, config, String::new(), Pools::default(), None)
+    }
+
+    fn runner() -> RunnerConfig {
+        RunnerConfig {
+            name: "r".into(),
+            token: "glrt-gatetest".into(),
+            executor: "docker".into(),
+            ..RunnerConfig::default()
+        }
+    }
+
+    #[test]
+    fn limit_stops_requests_at_the_runners_build_count() {
+        let r = RunnerConfig {
+            limit: 2,
+            request_concurrency: 10,
+            feature_flags: [("FF_USE_ADAPTIVE_REQUEST_CONCURRENCY".to_string(), false)].into(),
+            ..runner()
+        };
+        let m = manager(r.clone());
+        lock(&m.state).entry(r.token.clone()).or_default().builds = 1;
+        assert!(m.take_request_slot(&r));
+        lock(&m.state).entry(r.token.clone()).or_default().builds = 2;
+        assert!(!m.take_request_slot(&r), "limit 2 reached");
+        let unlimited = RunnerConfig { limit: 0, ..r };
+        assert!(m.take_request_slot(&unlimited));
+    }
+
+    #[test]
+    fn adaptive_request_concurrency_grows_with_jobs_and_halves_on_push_back() {
+        let r = RunnerConfig {
+            request_concurrency: 3,
+            ..runner()
+        };
+        let m = manager(r.clone());
+        // Adaptive starts at 1: one request in flight at a time.
+        assert!(m.take_request_slot(&r));
+        assert!(!m.take_request_slot(&r));
+        m.end_request(&r, Some(&Requested::<NoLink>::Job(Box::default(), NoLink)));
+        // 1.1 → ceil 2.
+        assert!(m.take_request_slot(&r));
+        assert!(m.take_request_slot(&r));
+        assert!(!m.take_request_slot(&r));
+        m.end_request(&r, Some(&Requested::<NoLink>::PushedBack));
+        m.end_request(&r, Some(&Requested::<NoLink>::PushedBack));
+        // 1.1 × 0.5 × 0.5 clamps to 1.
+        assert!(m.take_request_slot(&r));
+        assert!(!m.take_request_slot(&r));
+        // Without the feature flag the hard limit applies at once.
+        let plain = RunnerConfig {
+            feature_flags: [("FF_USE_ADAPTIVE_REQUEST_CONCURRENCY".to_string(), false)].into(),
+            token: "glrt-gatetest2".into(),
+            ..r
+        };
+        for _ in 0..3 {
+            assert!(m.take_request_slot(&plain));
+        }
+        assert!(!m.take_request_slot(&plain));
+    }
+
+    #[test]
+    fn a_runner_is_unhealthy_after_the_limit_of_forbidden_requests_and_network_errors_reset_it() {
+        let r = RunnerConfig {
+            unhealthy_requests_limit: 2,
+            ..runner()
+        };
+        let m = manager(r.clone());
+        let forbidden = Requested::<NoLink>::Unhealthy("403".into());
+        m.end_request(&r, Some(&forbidden));
+        assert!(m.healthy(&r));
+        m.end_request(
+            &r,
+            Some(&Requested::<NoLink>::Failed("connection reset".into())),
+        );
+        m.end_request(&r, Some(&forbidden));
+        assert!(m.healthy(&r), "a network error resets the count");
+        m.end_request(&r, Some(&forbidden));
+        assert!(!m.healthy(&r), "two 403 in a row");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_executor_makes_no_request_and_counts_against_health() {
+        let r = RunnerConfig {
+            executor: "shell".into(),
+            unhealthy_requests_limit: 1,
+            ..runner()
+        };
+        let m = manager(r.clone());
+        assert_eq!(m.clone().work(r.clone()).await, Turn::Unhealthy);
+        assert!(!m.healthy(&r));
+    }
+}

@@ -1,0 +1,356 @@
+//! `drover run` end to end with a plain `docker` runner, against the GitLab simulator, on the
+//! real Docker Engine: jobs picked up, traces byte-exact, final states and exit codes, GitLab
+//! faults, a cancel from GitLab mid-job, SIGQUIT draining and SIGTERM aborting with
+//! `runner_interrupted`, and the process exiting by itself with the right code.
+
+mod docker_engine;
+mod executor_common;
+mod run_support;
+
+use std::time::Duration;
+
+use gitlab_sim::{Fault, FaultKind, JobState, Route, Sim};
+use run_support::*;
+
+async fn setup(token: &str) -> Option<(Sim, tokio::sync::MutexGuard<'static, ()>)> {
+    if !executor_common::engine_available() {
+        return None;
+    }
+    let guard = executor_common::ENGINE_LOCK.lock().await;
+    executor_common::ensure_images();
+    let sim = Sim::start().await.expect("simulator");
+    sim.add_runner(token);
+    Some((sim, guard))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_with_byte_exact_traces_and_sigquit_waits_for_the_running_job() {
+    let token = "glrt-drovertestrunquit01";
+    let Some((sim, _g)) = setup(token).await else {
+        return;
+    };
+    let ok = sim.enqueue(
+        job(&["echo hello from drover", "echo \"secret=$SECRET_X\""])
+            .masked_variable("SECRET_X", "s3cr3t-value"),
+    );
+    let bad = sim.enqueue(job(&["exit 3"]));
+    let port = free_port();
+    let mut drover = Drover::start(
+        &docker_config(
+            &sim,
+            token,
+            2,
+            &format!("listen_address = \"127.0.0.1:{port}\""),
+        ),
+        &[],
+    );
+
+    let v = finished(&sim, &drover, ok, Duration::from_secs(120)).await;
+    assert_eq!(v.state, JobState::Success, "{}", text(&v.trace));
+    assert_eq!(
+        v.output_matches,
+        Some(true),
+        "checksum/bytesize differ from the stored log"
+    );
+    let t = text(&v.trace);
+    assert!(t.contains("hello from drover"), "{t}");
+    assert!(t.contains("Job succeeded"), "{t}");
+    assert!(t.contains("secret=[MASKED]"), "{t}");
+    assert!(!t.contains("s3cr3t-value"), "{t}");
+
+    let v = finished(&sim, &drover, bad, Duration::from_secs(120)).await;
+    assert_eq!(v.state, JobState::Failed);
+    assert_eq!(v.failure_reason.as_deref(), Some("script_failure"));
+    assert_eq!(v.exit_code, Some(3));
+    assert_eq!(v.output_matches, Some(true));
+
+    // Upstream's metrics, with the runner's labels.
+    let m = http_get(port, "/metrics");
+    let short = &token[5..14];
+    let total =
+        format!("gitlab_runner_jobs_total{{runner=\"{short}\",runner_name=\"drover-test-run\"");
+    let line = m
+        .lines()
+        .find(|l| l.starts_with(&total))
+        .unwrap_or_else(|| panic!("{m}"));
+    assert!(line.ends_with(" 2"), "{line}");
+    assert!(
+        m.contains("gitlab_runner_failed_jobs_total{failure_reason=\"script_failure\""),
+        "{m}"
+    );
+    assert!(m.contains("process_resident_memory_bytes"), "{m}");
+    let feeds = m
+        .lines()
+        .find(|l| l.starts_with("gitlab_runner_worker_feeds_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{m}"));
+    assert!(feeds >= 2.0, "{feeds}");
+
+    // SIGQUIT while a job runs: no new job is taken, the running one finishes, drover exits 0.
+    let long = sim.enqueue(job(&["echo started-long", "sleep 4", "echo finished-long"]));
+    running_with(&sim, &drover, long, "started-long").await;
+    drover.signal(libc::SIGQUIT);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let late = sim.enqueue(job(&["echo never"]));
+    let status = drover.wait_exit(Duration::from_secs(90));
+    assert_eq!(exit_code(status), 0, "{}", drover.log());
+    let v = sim.job(long).expect("job");
+    assert_eq!(v.state, JobState::Success, "{}", text(&v.trace));
+    assert!(text(&v.trace).contains("finished-long"));
+    assert_eq!(
+        sim.job(late).map(|j| j.state),
+        Some(JobState::Pending),
+        "a job was taken after SIGQUIT"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_aborts_the_running_job_with_runner_interrupted_and_exits() {
+    let token = "glrt-drovertestrunterm01";
+    let Some((sim, _g)) = setup(token).await else {
+        return;
+    };
+    let id = sim.enqueue(job(&["echo started-term", "sleep 120"]));
+    let mut drover = Drover::start(&docker_config(&sim, token, 1, ""), &[]);
+    running_with(&sim, &drover, id, "started-term").await;
+    drover.signal(libc::SIGTERM);
+    let status = drover.wait_exit(Duration::from_secs(60));
+    assert_eq!(exit_code(status), 0, "{}", drover.log());
+    let v = sim.job(id).expect("job");
+    assert_eq!(v.state, JobState::Failed, "{}", text(&v.trace));
+    assert_eq!(v.failure_reason.as_deref(), Some("runner_interrupted"));
+    assert_eq!(v.output_matches, Some(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_from_gitlab_stops_the_job_and_after_script_runs() {
+    let token = "glrt-drovertestruncanc1";
+    let Some((sim, _g)) = setup(token).await else {
+        return;
+    };
+    let mut spec = job(&["echo started-cancel", "sleep 120"]);
+    spec.after_script = vec!["echo after-script-ran".into()];
+    let id = sim.enqueue(spec);
+    let mut drover = Drover::start(&docker_config(&sim, token, 1, ""), &[]);
+    running_with(&sim, &drover, id, "started-cancel").await;
+    sim.cancel(id);
+    let v = finished(&sim, &drover, id, Duration::from_secs(90)).await;
+    assert_eq!(v.state, JobState::Canceled, "{}", text(&v.trace));
+    assert!(
+        text(&v.trace).contains("after-script-ran"),
+        "{}",
+        text(&v.trace)
+    );
+    drover.signal(libc::SIGQUIT);
+    assert_eq!(exit_code(drover.wait_exit(Duration::from_secs(60))), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitlab_faults_do_not_lose_the_job_or_its_trace() {
+    let token = "glrt-drovertestrunfault";
+    let Some((sim, _g)) = setup(token).await else {
+        return;
+    };
+    sim.configure(|s| s.trace_update_interval = 1);
+    sim.fault(Fault::once(Route::RequestJob, FaultKind::DropBefore));
+    sim.fault(Fault {
+        route: Route::RequestJob,
+        kind: FaultKind::Status(502),
+        times: 2,
+    });
+    sim.fault(Fault {
+        route: Route::PatchTrace,
+        kind: FaultKind::Status(500),
+        times: 2,
+    });
+    sim.fault(Fault::once(Route::PatchTrace, FaultKind::DropAfter));
+    sim.fault(Fault::once(Route::UpdateJob, FaultKind::Status(503)));
+    let id = sim.enqueue(job(&[
+        "for i in 1 2 3 4 5; do echo line-$i; sleep 0.5; done",
+        "echo all-lines-done",
+    ]));
+    let mut drover = Drover::start(&docker_config(&sim, token, 1, ""), &[]);
+    let v = finished(&sim, &drover, id, Duration::from_secs(180)).await;
+    assert_eq!(v.state, JobState::Success, "{}", text(&v.trace));
+    assert_eq!(v.output_matches, Some(true), "{}", text(&v.trace));
+    let t = text(&v.trace);
+    for i in 1..=5 {
+        assert_eq!(t.matches(&format!("line-{i}\n")).count(), 1, "{t}");
+    }
+    assert!(t.contains("all-lines-done"));
+    drover.signal(libc::SIGQUIT);
+    assert_eq!(exit_code(drover.wait_exit(Duration::from_secs(60))), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_changes_reload_live_and_a_broken_file_keeps_the_old_config() {
+    let token = "glrt-drovertestrunreload";
+    let sim = Sim::start().await.expect("simulator");
+    sim.add_runner(token);
+    let config = docker_config(&sim, token, 1, "");
+    let mut drover = Drover::start(&config, &[]);
+    until(&drover, Duration::from_secs(30), "start-up", || {
+        drover.log().contains("Configuration loaded").then_some(())
+    })
+    .await;
+    // The mtime check (every 3 s) picks up a new concurrent.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::write(
+        drover.config_path(),
+        config.replace("concurrent = 1", "concurrent = 4"),
+    )
+    .expect("rewrite");
+    until(&drover, Duration::from_secs(20), "the reload", || {
+        drover.log().contains("concurrent: 1 -> 4").then_some(())
+    })
+    .await;
+    // A broken file is reported and the running config stays; SIGHUP forces a reload.
+    std::fs::write(drover.config_path(), "concurrent = [").expect("break");
+    drover.signal(libc::SIGHUP);
+    until(
+        &drover,
+        Duration::from_secs(20),
+        "the failed reload",
+        || {
+            drover
+                .log()
+                .contains("keeping the previous one")
+                .then_some(())
+        },
+    )
+    .await;
+    let id = sim.enqueue(job(&["echo still-serving"]));
+    if executor_common::engine_available() {
+        let _g = executor_common::ENGINE_LOCK.lock().await;
+        executor_common::ensure_images();
+        let v = finished(&sim, &drover, id, Duration::from_secs(120)).await;
+        assert_eq!(v.state, JobState::Success, "{}", text(&v.trace));
+    }
+    drover.signal(libc::SIGTERM);
+    assert_eq!(exit_code(drover.wait_exit(Duration::from_secs(60))), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_single_serves_max_builds_jobs_then_exits() {
+    let token = "glrt-drovertestrunsingl";
+    let Some((sim, _g)) = setup(token).await else {
+        return;
+    };
+    let a = sim.enqueue(job(&["echo single-one"]));
+    let b = sim.enqueue(job(&["echo single-two"]));
+    let c = sim.enqueue(job(&["echo single-three"]));
+    let dir = tempfile::Builder::new()
+        .prefix("drover-test-run-")
+        .tempdir()
+        .expect("tempdir");
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, docker_config(&sim, token, 4, "")).expect("config");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["run-single", "-c"])
+        .arg(&path)
+        .args(["--runner-name", "drover-test-run", "--max-builds", "2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run-single");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("run-single did not exit after --max-builds 2");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(exit_code(status), 0);
+    for id in [a, b] {
+        assert_eq!(sim.job(id).map(|j| j.state), Some(JobState::Success));
+    }
+    assert_eq!(sim.job(c).map(|j| j.state), Some(JobState::Pending));
+}
+
+fn drover_cmd(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(args)
+        .output()
+        .expect("run drover")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn register_then_run_then_unregister_on_a_fresh_config() {
+    let token = "glrt-drovertestrunregist";
+    let Some((sim, _g)) = setup(token).await else {
+        return;
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("drover-test-run-")
+        .tempdir()
+        .expect("tempdir");
+    let cfg = dir.path().join("config.toml");
+    let cfg_s = cfg.to_str().expect("utf-8 path");
+    let out = drover_cmd(&[
+        "register",
+        "-c",
+        cfg_s,
+        "--non-interactive",
+        "--url",
+        sim.url(),
+        "--token",
+        token,
+        "--name",
+        "drover-test-run-registered",
+        "--executor",
+        "docker",
+        "--docker-image",
+        executor_common::BUILD_IMAGE,
+        "--docker-helper-image",
+        executor_common::HELPER_IMAGE,
+        "--docker-pull-policy",
+        "if-not-present",
+        "--docker-network-mode",
+        "host",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = std::fs::read_to_string(&cfg).expect("registered config");
+    assert_eq!(
+        sim.managers(token).len(),
+        1,
+        "register verified this manager"
+    );
+    let id = sim.enqueue(job(&["echo registered-runner-works"]));
+    let mut drover = Drover::start_in(dir, &config, &[], &[]);
+    let v = finished(&sim, &drover, id, Duration::from_secs(120)).await;
+    assert_eq!(v.state, JobState::Success, "{}", text(&v.trace));
+    assert!(text(&v.trace).contains("registered-runner-works"));
+    drover.signal(libc::SIGQUIT);
+    assert_eq!(exit_code(drover.wait_exit(Duration::from_secs(60))), 0);
+    let cfg = drover.config_path();
+    let out = drover_cmd(&[
+        "unregister",
+        "-c",
+        cfg.to_str().expect("utf-8 path"),
+        "--name",
+        "drover-test-run-registered",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A glrt- runner: unregister deletes this manager; the runner stays in GitLab.
+    assert!(sim.managers(token).is_empty(), "{:?}", sim.managers(token));
+    let left = drover::config::load_file(&cfg).expect("config after unregister");
+    assert!(left.config.runners.is_empty());
+}

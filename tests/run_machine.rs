@@ -1,0 +1,125 @@
+//! `drover run` end to end with a `docker+machine` runner: the manager's pool runs the
+//! engine's decisions through legacy-driver-shim against the fake docker-machine, whose
+//! machines are TLS endpoints (stunnel, client certificates) in front of the real Docker
+//! Engine. Jobs from the GitLab simulator run on those machines; IdleCount pre-creates,
+//! MaxBuilds removes, `[machine.shutdown_drain]` empties the pool at SIGQUIT, and a warm job
+//! costs at most one docker-machine process.
+
+mod docker_engine;
+mod executor_common;
+mod provider_support;
+mod run_machine_support;
+mod run_support;
+mod test_certs;
+
+use std::time::{Duration, Instant};
+
+use gitlab_sim::{JobState, Sim};
+use provider_support::{shim_bin, FakeWorld};
+use run_machine_support::*;
+use run_support::*;
+use serde_json::json;
+
+const TOKEN: &str = "glrt-drovertestrunmach1";
+
+/// The machine a job ran on, from its trace ("Running on … via <machine>...").
+fn machine_of(trace: &str) -> String {
+    let at = trace
+        .find(" via ")
+        .unwrap_or_else(|| panic!("no machine in {trace}"));
+    trace[at + 5..]
+        .split(|c: char| c == '.' || c.is_whitespace())
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_on_autoscaled_tls_machines_created_and_removed_as_the_engine_decides() {
+    if !executor_common::engine_available() {
+        return;
+    }
+    let _g = executor_common::ENGINE_LOCK.lock().await;
+    executor_common::ensure_images();
+    let _ = shim_bin(); // beside the drover binary, where drover run looks for it
+    let world = FakeWorld::new();
+    world.set_faults(json!({"copy_certs": true}));
+    let (_proxy, port) = tls_endpoint(&world).await;
+    let sim = Sim::start().await.expect("simulator");
+    sim.add_runner(TOKEN);
+    let t0 = Instant::now();
+    let mut drover = Drover::start(&machine_config(&sim, TOKEN, port, 1, 2), &env(&world));
+
+    // IdleCount 1: a machine is created before any job exists.
+    let first = until(&drover, Duration::from_secs(60), "an idle machine", || {
+        machines(&world).into_iter().next()
+    })
+    .await;
+    assert!(first.starts_with("runner-drovertes-e2e-"), "{first}");
+
+    let mut ran_on = Vec::new();
+    for i in 0..3 {
+        let id = sim.enqueue(job(&[&format!("echo job-{i}-on-machine")]));
+        let v = finished(&sim, &drover, id, Duration::from_secs(120)).await;
+        let t = String::from_utf8_lossy(&v.trace).into_owned();
+        assert_eq!(v.state, JobState::Success, "{t}");
+        assert_eq!(v.output_matches, Some(true));
+        assert!(t.contains(&format!("job-{i}-on-machine")), "{t}");
+        ran_on.push(machine_of(&t));
+        eprintln!("job {i} done at {:?}", t0.elapsed());
+    }
+    // MaxBuilds 2: the first machine served two jobs and was removed ("Too many builds").
+    assert_eq!(ran_on[0], first, "{ran_on:?}");
+    assert_eq!(ran_on[1], first, "{ran_on:?}");
+    assert_ne!(ran_on[2], first, "{ran_on:?}");
+    until(
+        &drover,
+        Duration::from_secs(60),
+        "the used-up machine removed",
+        || (!machines(&world).contains(&first)).then_some(()),
+    )
+    .await;
+    let removals = world
+        .calls()
+        .into_iter()
+        .filter(|(_, a)| a.get(1).map(String::as_str) == Some("rm") && a.contains(&first))
+        .count();
+    assert!(removals >= 1, "{:?}", world.calls());
+
+    // A warm job on an idle machine: at most one docker-machine process for the job's
+    // Acquire + Use (the pre-creation of the next idle machine aside).
+    let warm = until(
+        &drover,
+        Duration::from_secs(60),
+        "an idle machine again",
+        || {
+            machines(&world)
+                .into_iter()
+                .find(|m| m != &ran_on[2])
+                .or_else(|| Some(ran_on[2].clone()))
+        },
+    )
+    .await;
+    let before = world.calls().len();
+    let id = sim.enqueue(job(&["echo warm-job"]));
+    let v = finished(&sim, &drover, id, Duration::from_secs(120)).await;
+    assert_eq!(v.state, JobState::Success);
+    let used = machine_of(&String::from_utf8_lossy(&v.trace));
+    let per_job = world.calls()[before..]
+        .iter()
+        .filter(|(_, a)| {
+            a.contains(&used)
+                && !matches!(a.get(1).map(String::as_str), Some("create" | "rm" | "stop"))
+        })
+        .count();
+    eprintln!("docker-machine processes for a warm job through drover run: {per_job} (machine {used}, idle candidate {warm})");
+    assert!(per_job <= 1, "{per_job}: {:?}", &world.calls()[before..]);
+
+    eprintln!("warm job done at {:?}", t0.elapsed());
+    // SIGQUIT: no job running, so drover drains the pool ([machine.shutdown_drain]) and exits 0.
+    drover.signal(libc::SIGQUIT);
+    let status = drover.wait_exit(Duration::from_secs(120));
+    assert_eq!(exit_code(status), 0, "{}", drover.log());
+    eprintln!("drained and exited at {:?}", t0.elapsed());
+    assert_eq!(machines(&world), Vec::<String>::new(), "{}", drover.log());
+}

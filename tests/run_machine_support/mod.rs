@@ -1,0 +1,167 @@
+//! Shared by the docker+machine end-to-end test and the manager figures: a TLS endpoint
+//! (stunnel with client certificates) in front of the real Engine for the fake machines, the
+//! environment that puts the fake docker-machine on drover's PATH, and the runner config.
+
+#![allow(dead_code)]
+
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gitlab_sim::Sim;
+
+use crate::docker_engine;
+use crate::executor_common;
+use crate::provider_support::{fake_dm, FakeWorld};
+use crate::run_support::free_port;
+use crate::test_certs::{leaf, make_ca};
+
+pub struct Killed(pub Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn stunnel() -> &'static str {
+    ["stunnel4", "stunnel"]
+        .into_iter()
+        .find(|b| {
+            Command::new("which")
+                .arg(b)
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .expect("stunnel4 is not installed (fixtures/setup/provider.sh installs it)")
+}
+
+/// The TLS endpoint every fake machine points at: stunnel requiring a client certificate from
+/// the store's CA, in front of /var/run/docker.sock.
+pub async fn tls_endpoint(world: &FakeWorld) -> (Killed, u16) {
+    let certs = world.store().join("certs");
+    std::fs::create_dir_all(&certs).expect("mkdir certs");
+    make_ca(&certs, "ca");
+    leaf(
+        &certs,
+        "ca",
+        "key.pem",
+        "cert.pem",
+        "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n",
+    );
+    let tls = world.dir.path().join("tls");
+    std::fs::create_dir_all(&tls).expect("mkdir");
+    for f in ["ca.pem", "ca-key.pem"] {
+        std::fs::copy(certs.join(f), tls.join(f)).expect("copy");
+    }
+    leaf(
+        &tls,
+        "ca",
+        "server-key.pem",
+        "server.pem",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
+    );
+    let port = free_port();
+    let conf = tls.join("stunnel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "foreground = yes\npid =\noutput = {log}\n[docker]\naccept = 127.0.0.1:{port}\nconnect = {sock}\ncert = {d}/server.pem\nkey = {d}/server-key.pem\nCAfile = {d}/ca.pem\nrequireCert = yes\nverifyChain = yes\n",
+            log = tls.join("stunnel.log").display(),
+            sock = docker_engine::SOCKET,
+            d = tls.display(),
+        ),
+    )
+    .expect("stunnel.conf");
+    let proxy = Killed(
+        Command::new(stunnel())
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start stunnel"),
+    );
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "stunnel did not listen"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (proxy, port)
+}
+
+/// drover's environment: the fake docker-machine first on PATH (the shim runs
+/// `docker-machine`), its store, call log and faults.
+pub fn env(world: &FakeWorld) -> Vec<(String, String)> {
+    let bin = world.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir bin");
+    let link = bin.join("docker-machine");
+    if !link.exists() {
+        std::os::unix::fs::symlink(fake_dm(), &link).expect("symlink");
+    }
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut env = world.env();
+    env.retain(|(k, _)| k != "SHIM_LOG");
+    env.push(("PATH".into(), path));
+    env
+}
+
+pub fn machine_config(
+    sim: &Sim,
+    token: &str,
+    port: u16,
+    concurrent: u32,
+    max_builds: u32,
+) -> String {
+    format!(
+        r#"concurrent = {concurrent}
+check_interval = 1
+shutdown_timeout = 60
+
+[machine.shutdown_drain]
+  enabled = true
+
+[[runners]]
+  name = "drover-test-run-machine"
+  url = "{url}"
+  token = "{token}"
+  executor = "docker+machine"
+  [runners.docker]
+    image = "{image}"
+    helper_image = "{helper}"
+    pull_policy = ["if-not-present"]
+    network_mode = "host"
+    volumes = ["/cache"]
+  [runners.machine]
+    IdleCount = 1
+    IdleTime = 600
+    MaxBuilds = {max_builds}
+    MachineDriver = "none"
+    MachineName = "e2e-%s"
+    MachineOptions = ["url=tcp://127.0.0.1:{port}"]
+"#,
+        url = sim.url(),
+        image = executor_common::BUILD_IMAGE,
+        helper = executor_common::HELPER_IMAGE,
+    )
+}
+
+pub fn machines(world: &FakeWorld) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(world.store().join("machines"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
