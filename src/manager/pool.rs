@@ -18,7 +18,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::{
     AcquireOutcome, AcquireStep, Command, DrainReport, DrainSettings, Engine, Event, Notice,
-    RunnerId, RunnerPolicy, TargetLabels, Time, UseError, UseId, UseStep, UsedMachine,
+    OrphanRetry, ReconcileDecision, RunnerId, RunnerPolicy, TargetLabels, Time, UseError, UseId,
+    UseStep, UsedMachine,
 };
 use crate::executor::DockerEndpoint;
 use crate::provider::protocol::CreateParams;
@@ -146,7 +147,9 @@ impl Pool {
         observer: Arc<dyn NoticeObserver>,
     ) -> Pool {
         let seed = u64::from(std::process::id()) ^ Utc::now().timestamp_micros() as u64;
-        let engine = Engine::new(policies, seed);
+        let mut engine = Engine::new(policies, seed);
+        // Removals that gave up are retried in the background (a deliberate difference).
+        engine.set_orphan_retry(Some(OrphanRetry::default()));
         let (tx, rx) = mpsc::channel(64);
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let task = PoolTask {
@@ -576,6 +579,18 @@ fn log_notice(n: &Notice) {
         }
         Notice::DrainFinished(r) => tracing::info!("Shutdown drain finished: {r:?}"),
         Notice::Warning(w) => tracing::warn!("{w}"),
+        Notice::Reconciled { name, decision } => match decision {
+            ReconcileDecision::RetryFailed {
+                attempt,
+                next_in_secs,
+            } => tracing::warn!(
+                name = %name,
+                decision = decision.as_str(),
+                attempt,
+                "Removal of an orphaned machine failed again; retrying in {next_in_secs} s"
+            ),
+            _ => tracing::info!(name = %name, decision = decision.as_str(), "Reconciled machine"),
+        },
     }
 }
 
