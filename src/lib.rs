@@ -10,6 +10,8 @@
 //! | [`executor`] | in-machine execution: one job on a Docker Engine, trace and result out | the manager, `drover exec-job` |
 //! | [`job`] | the job model: the payload GitLab sends, shared by the GitLab client and the executor | both |
 //! | [`gitlab`] | GitLab I/O (the API client comes with `drover run`) | the manager |
+//! | [`ledger`] | the crash-safe machine ledger beside `config.toml` (issue 13) | the manager |
+//! | [`metrics`] | gitlab-runner's Prometheus metrics and the `listen_address` HTTP server | the manager |
 //! | [`sim`] | the discrete-event simulator that drives [`engine`] in virtual time | `drover simulate`, `drover compare` |
 //! | [`cli`] | the `drover` command line: parsing, output, exit codes | `main.rs` |
 //!
@@ -24,6 +26,7 @@ pub mod engine;
 pub mod executor;
 pub mod gitlab;
 pub mod job;
+pub mod ledger;
 pub mod manager;
 pub mod metrics;
 pub mod provider;

@@ -10,7 +10,7 @@ use super::machine::TargetLabels;
 
 /// Why the engine creates or removes a machine. The `Display` text of removal reasons is
 /// upstream's exact reason string.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Reason {
     /// Pre-creation: the pool has less idle capacity than the idle settings ask for.
     IdleCapacity,

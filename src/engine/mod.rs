@@ -79,6 +79,7 @@ mod orphans;
 mod pass;
 pub mod policy;
 mod removal;
+mod restore;
 mod timers;
 mod use_flow;
 
@@ -99,6 +100,7 @@ pub use pass::{
     AcquireOutcome, AcquireResult, AcquireStep, CreationDecision, PassReport, RemovalDecision,
 };
 pub use policy::{IdleSchedule, IdleSettings, Limits, RunnerPolicy};
+pub use restore::{RestoreReport, RestoredMachine};
 pub use use_flow::{UseError, UseId, UseStep, UsedMachine, PROVISION_RETRY_SECS, USE_ATTEMPTS};
 
 use machine::{Id, Ledger};

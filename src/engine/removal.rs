@@ -48,7 +48,7 @@ impl Engine {
         }
     }
 
-    fn begin_removal_attempt(&mut self, id: Id) {
+    pub(super) fn begin_removal_attempt(&mut self, id: Id) {
         let Some(m) = self.ledger.get_mut(id) else {
             return;
         };
