@@ -28,7 +28,10 @@ fn gave_up_world(retry: Option<OrphanRetry>) -> (World, String) {
     w.drive();
     w.advance(30);
     w.advance(30);
-    assert!(w.engine.machine(&m).is_none(), "the record is deleted as upstream");
+    assert!(
+        w.engine.machine(&m).is_none(),
+        "the record is deleted as upstream"
+    );
     assert_eq!(forces(&w, &m), 1, "given up with one rm -f");
     (w, m)
 }
@@ -55,7 +58,10 @@ fn without_orphan_retry_a_removal_that_gave_up_is_forgotten_as_upstream() {
     }
     assert_eq!(forces(&w, &m), 1);
     assert!(decisions(&w, &m).is_empty());
-    assert!(w.disk.contains(&m), "the VM is leaked, as upstream leaks it");
+    assert!(
+        w.disk.contains(&m),
+        "the VM is leaked, as upstream leaks it"
+    );
 }
 
 #[test]
