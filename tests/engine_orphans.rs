@@ -126,3 +126,53 @@ fn backoff_is_capped_and_never_overflows() {
     assert_eq!(r.delay(7), TimeDelta::hours(1));
     assert_eq!(r.delay(u32::MAX), TimeDelta::hours(1));
 }
+
+fn record(name: &str, state: drover::engine::MachineState) -> drover::engine::RestoredMachine {
+    drover::engine::RestoredMachine {
+        name: name.to_string(),
+        runner: Some(R),
+        state,
+        used_count: 2,
+        used: t(0),
+        removal_attempts: 0,
+        retry_count: 0,
+        reason: None,
+    }
+}
+
+#[test]
+fn start_reconciliation_drops_vanished_records_and_reports_unknown_listed_machines() {
+    use drover::engine::MachineState::{Creating, Idle};
+    let mut w = World::new(policy(idle(0, 600), limits(0, 0, 0)));
+    let (listed, vanished, creating, unknown) = (name(1), name(2), name(3), name(4));
+    let records = vec![
+        record(&listed, Idle),
+        record(&vanished, Idle),
+        record(&creating, Creating),
+    ];
+    let seen = [
+        listed.clone(),
+        unknown.clone(),
+        "someone-elses-vm".to_string(),
+    ];
+    let kept = w.engine.reconcile_ledger(records, &seen);
+    let kept: Vec<&str> = kept.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(kept, vec![listed.as_str(), creating.as_str()]);
+    w.drive();
+    let all: Vec<(String, ReconcileDecision)> = w
+        .notices
+        .iter()
+        .filter_map(|n| match n {
+            Notice::Reconciled { name, decision } => Some((name.clone(), *decision)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        all,
+        vec![
+            (vanished, ReconcileDecision::Vanished),
+            (unknown, ReconcileDecision::Adopted),
+        ],
+        "one decision per machine, none for a machine outside the runner's filter"
+    );
+}

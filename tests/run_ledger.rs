@@ -194,3 +194,23 @@ async fn a_corrupt_ledger_is_set_aside_and_the_listed_machine_is_adopted_and_sav
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_record_whose_machine_vanished_is_dropped_at_start() {
+    let world = FakeWorld::new();
+    world.set_faults(json!({"config": "ok"}));
+    let file = LedgerFile::at(ledger_path(&world));
+    let first = pool(&world, 0, Some(file.clone()));
+    let name = acquire_machine(&first).await;
+    wait_until("saved", || used_count(&file, &name).is_some()).await;
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The VM disappears while drover is down (deleted in the cloud console).
+    std::fs::remove_dir_all(world.machine_dir(&name)).unwrap();
+    let second = pool(&world, 0, Some(file.clone()));
+    let _ = second.acquire(RunnerId(0)).await.expect("acquire");
+    wait_until("the vanished machine leaves the ledger", || {
+        used_count(&file, &name).is_none()
+    })
+    .await;
+}

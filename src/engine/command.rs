@@ -166,9 +166,11 @@ pub enum Notice {
 pub enum ReconcileDecision {
     /// A removal that gave up was retried and the `rm -f` succeeded.
     Removed,
-    /// The machine no longer exists at the provider: nothing left to remove.
+    /// The machine no longer exists at the provider: nothing left to remove (an orphan), or a
+    /// ledger record dropped at start.
     Vanished,
-    /// The machine is tracked again (adopted from a listing): the normal lifecycle owns it.
+    /// A listed machine no record knows (at start), or an orphan tracked again: it is adopted
+    /// from the listing and the normal lifecycle owns it.
     Adopted,
     /// The retried `rm -f` failed; the next retry comes after `next_in_secs`.
     RetryFailed {
@@ -183,10 +185,10 @@ impl ReconcileDecision {
     /// A short label (metrics, logs).
     pub fn as_str(self) -> &'static str {
         match self {
-            ReconcileDecision::Removed => "orphan-removed",
-            ReconcileDecision::Vanished => "orphan-vanished",
-            ReconcileDecision::Adopted => "orphan-adopted",
-            ReconcileDecision::RetryFailed { .. } => "orphan-retry-failed",
+            ReconcileDecision::Removed => "removed",
+            ReconcileDecision::Vanished => "vanished",
+            ReconcileDecision::Adopted => "adopted",
+            ReconcileDecision::RetryFailed { .. } => "retry-failed",
         }
     }
 }

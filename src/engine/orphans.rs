@@ -194,3 +194,43 @@ impl Engine {
         true
     }
 }
+
+impl Engine {
+    /// Start-up reconciliation of ledger records against the provider's listing, before
+    /// [`Engine::restore`](super::Engine::restore): a record whose machine the provider no
+    /// longer lists is dropped (`Vanished`; it would otherwise count towards `limit` forever),
+    /// and a listed machine that matches a runner's filter but no record knows is reported as
+    /// `Adopted` (the first pass adopts it as upstream does). Records of interrupted creations
+    /// are kept for `restore` to report. Returns the records to restore.
+    pub fn reconcile_ledger(
+        &mut self,
+        records: Vec<super::RestoredMachine>,
+        listed: &[String],
+    ) -> Vec<super::RestoredMachine> {
+        let listed_set: std::collections::HashSet<&str> =
+            listed.iter().map(String::as_str).collect();
+        let known: std::collections::HashSet<String> =
+            records.iter().map(|r| r.name.clone()).collect();
+        let mut kept = Vec::with_capacity(records.len());
+        for r in records {
+            if r.state == super::MachineState::Creating || listed_set.contains(r.name.as_str()) {
+                kept.push(r);
+            } else {
+                self.notices.push_back(Notice::Reconciled {
+                    name: r.name,
+                    decision: ReconcileDecision::Vanished,
+                });
+            }
+        }
+        for name in listed {
+            let ours = self.runners.iter().any(|s| s.matcher.matches(name));
+            if ours && !known.contains(name) && self.ledger.id_of(name).is_none() {
+                self.notices.push_back(Notice::Reconciled {
+                    name: name.clone(),
+                    decision: ReconcileDecision::Adopted,
+                });
+            }
+        }
+        kept
+    }
+}

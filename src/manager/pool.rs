@@ -165,7 +165,10 @@ impl Pool {
         let mut engine = Engine::new(policies, seed);
         // Removals that gave up are retried in the background (a deliberate difference).
         engine.set_orphan_retry(Some(OrphanRetry::default()));
-        let ledger = ledger.map(|file| restore_from_ledger(&mut engine, file));
+        let (ledger, pending_restore) = match ledger.map(load_ledger) {
+            Some((l, r)) => (Some(l), r),
+            None => (None, Vec::new()),
+        };
         let (tx, rx) = mpsc::channel(64);
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let task = PoolTask {
@@ -180,7 +183,12 @@ impl Pool {
             drain_reply: None,
             ledger,
         };
-        tokio::spawn(task.run(rx, done_rx));
+        let task = (task, pending_restore);
+        tokio::spawn(async move {
+            let (mut task, pending) = task;
+            task.restore(pending).await;
+            task.run(rx, done_rx).await
+        });
         Pool { tx }
     }
 
@@ -264,8 +272,8 @@ struct PoolLedger {
     saved: Vec<MachineRecord>,
 }
 
-/// Loads the ledger and restores its machines into `engine` (before the first pass).
-fn restore_from_ledger(engine: &mut Engine, file: LedgerFile) -> PoolLedger {
+/// Loads the ledger: the file with what it holds, and its records for [`PoolTask::restore`].
+fn load_ledger(file: LedgerFile) -> (PoolLedger, Vec<crate::ledger::MachineRecord>) {
     let loaded = file.load();
     if let Some(aside) = &loaded.set_aside {
         match &aside.moved_to {
@@ -282,40 +290,14 @@ fn restore_from_ledger(engine: &mut Engine, file: LedgerFile) -> PoolLedger {
             ),
         }
     }
-    let runner_of = |short: &str| {
-        (0..)
-            .map(RunnerId)
-            .map_while(|id| {
-                engine
-                    .policy(id)
-                    .map(|p| (id, short_token(&p.token) == short))
-            })
-            .find(|(_, same)| *same)
-            .map(|(id, _)| id)
-    };
-    let restored: Vec<_> = loaded
-        .records
-        .iter()
-        .map(|r| r.to_restored(r.runner.as_deref().and_then(runner_of)))
-        .collect();
-    let saved = loaded.records.clone();
-    if !restored.is_empty() {
-        let report = engine.restore(restored, now());
-        tracing::info!(
-            ledger = %file.path().display(),
-            restored = report.restored.len(),
-            resumed_removals = report.resumed_removals.len(),
-            interrupted_creations = report.interrupted_creations.len(),
-            skipped = report.skipped.len(),
-            "Machines restored from the ledger"
-        );
-    } else if !loaded.existed {
+    if !loaded.existed {
         tracing::info!(
             ledger = %file.path().display(),
             "No machine ledger yet: machines found at the provider are adopted as gitlab-runner does"
         );
     }
-    PoolLedger { file, saved }
+    let saved = loaded.records.clone();
+    (PoolLedger { file, saved }, loaded.records)
 }
 
 /// The ledger's view of the engine's machines, in the engine's order.
@@ -343,6 +325,47 @@ fn names(list: Vec<crate::provider::MachineEntry>) -> Vec<String> {
 }
 
 impl<P: Provider + 'static> PoolTask<P> {
+    /// Puts the ledger's machines back before the first pass, reconciled with the provider's
+    /// listing (when it fails, every record is restored: nothing the provider lists is lost).
+    async fn restore(&mut self, records: Vec<MachineRecord>) {
+        if records.is_empty() {
+            return;
+        }
+        let engine = &self.engine;
+        let runner_of = |short: &str| {
+            (0..)
+                .map(RunnerId)
+                .map_while(|id| {
+                    engine
+                        .policy(id)
+                        .map(|p| (id, short_token(&p.token) == short))
+                })
+                .find(|(_, same)| *same)
+                .map(|(id, _)| id)
+        };
+        let restored: Vec<_> = records
+            .iter()
+            .map(|r| r.to_restored(r.runner.as_deref().and_then(runner_of)))
+            .collect();
+        let restored = match self.provider.list(&Call::new()).await {
+            Ok(list) => self.engine.reconcile_ledger(restored, &names(list)),
+            Err(e) => {
+                tracing::warn!(
+                    "Cannot list machines to reconcile the ledger ({e}); restoring every record"
+                );
+                restored
+            }
+        };
+        let report = self.engine.restore(restored, now());
+        tracing::info!(
+            restored = report.restored.len(),
+            resumed_removals = report.resumed_removals.len(),
+            interrupted_creations = report.interrupted_creations.len(),
+            skipped = report.skipped.len(),
+            "Machines restored from the ledger"
+        );
+    }
+
     async fn run(
         mut self,
         mut rx: mpsc::Receiver<Request>,
