@@ -83,6 +83,13 @@ async fn jobs_run_with_byte_exact_traces_and_sigquit_waits_for_the_running_job()
         "{m}"
     );
     assert!(m.contains("process_resident_memory_bytes"), "{m}");
+    let feeds = m
+        .lines()
+        .find(|l| l.starts_with("gitlab_runner_worker_feeds_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{m}"));
+    assert!(feeds >= 2.0, "{feeds}");
 
     // SIGQUIT while a job runs: no new job is taken, the running one finishes, drover exits 0.
     let long = sim.enqueue(job(&["echo started-long", "sleep 4", "echo finished-long"]));
@@ -268,4 +275,82 @@ async fn run_single_serves_max_builds_jobs_then_exits() {
         assert_eq!(sim.job(id).map(|j| j.state), Some(JobState::Success));
     }
     assert_eq!(sim.job(c).map(|j| j.state), Some(JobState::Pending));
+}
+
+fn drover_cmd(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(args)
+        .output()
+        .expect("run drover")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn register_then_run_then_unregister_on_a_fresh_config() {
+    let token = "glrt-drovertestrunregist";
+    let Some((sim, _g)) = setup(token).await else {
+        return;
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("drover-test-run-")
+        .tempdir()
+        .expect("tempdir");
+    let cfg = dir.path().join("config.toml");
+    let cfg_s = cfg.to_str().expect("utf-8 path");
+    let out = drover_cmd(&[
+        "register",
+        "-c",
+        cfg_s,
+        "--non-interactive",
+        "--url",
+        sim.url(),
+        "--token",
+        token,
+        "--name",
+        "drover-test-run-registered",
+        "--executor",
+        "docker",
+        "--docker-image",
+        executor_common::BUILD_IMAGE,
+        "--docker-helper-image",
+        executor_common::HELPER_IMAGE,
+        "--docker-pull-policy",
+        "if-not-present",
+        "--docker-network-mode",
+        "host",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = std::fs::read_to_string(&cfg).expect("registered config");
+    assert_eq!(
+        sim.managers(token).len(),
+        1,
+        "register verified this manager"
+    );
+    let id = sim.enqueue(job(&["echo registered-runner-works"]));
+    let mut drover = Drover::start_in(dir, &config, &[], &[]);
+    let v = finished(&sim, &drover, id, Duration::from_secs(120)).await;
+    assert_eq!(v.state, JobState::Success, "{}", text(&v.trace));
+    assert!(text(&v.trace).contains("registered-runner-works"));
+    drover.signal(libc::SIGQUIT);
+    assert_eq!(exit_code(drover.wait_exit(Duration::from_secs(60))), 0);
+    let cfg = drover.config_path();
+    let out = drover_cmd(&[
+        "unregister",
+        "-c",
+        cfg.to_str().expect("utf-8 path"),
+        "--name",
+        "drover-test-run-registered",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A glrt- runner: unregister deletes this manager; the runner stays in GitLab.
+    assert!(sim.managers(token).is_empty(), "{:?}", sim.managers(token));
+    let left = drover::config::load_file(&cfg).expect("config after unregister");
+    assert!(left.config.runners.is_empty());
 }

@@ -21,6 +21,12 @@ pub mod compare;
 pub mod simulate;
 pub mod workload;
 
+pub mod config_file;
+pub mod gitlab_util;
+pub mod register;
+pub mod runners;
+pub mod service;
+
 /// Version information printed by `drover --version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -30,7 +36,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
     name = "drover",
     version = VERSION,
     about = "A drop-in replacement for GitLab Runner's docker+machine autoscaling executor",
-    propagate_version = true
+    disable_version_flag = true
 )]
 pub struct Cli {
     /// Debug logging (as gitlab-runner's --debug)
@@ -44,6 +50,10 @@ pub struct Cli {
     /// Log format: runner, text or json (overrides config log_format)
     #[arg(long = "log-format", global = true, env = "LOG_FORMAT")]
     pub log_format: Option<String>,
+
+    /// Print the version (gitlab-runner's six-line layout)
+    #[arg(short = 'v', long = "version")]
+    pub version: bool,
 
     /// The command to run
     #[command(subcommand)]
@@ -75,12 +85,75 @@ pub enum Command {
     /// drover acting as gitlab-runner-helper inside a locally built helper image
     #[command(hide = true)]
     Helper(helper::HelperArgs),
+    /// Register a runner with GitLab and add it to config.toml
+    Register(Box<register::RegisterArgs>),
+    /// Check the runners in config.toml against GitLab
+    Verify(runners::VerifyArgs),
+    /// Unregister runners from GitLab and remove them from config.toml
+    Unregister(runners::UnregisterArgs),
+    /// List the runners in config.toml
+    List(runners::ListArgs),
+    /// Reset runner authentication tokens
+    ResetToken(runners::ResetTokenArgs),
+    /// Install drover as a systemd service
+    Install(service::InstallArgs),
+    /// Remove the systemd service
+    Uninstall(service::ServiceArgs),
+    /// Start the systemd service
+    Start(service::ServiceArgs),
+    /// Stop the systemd service
+    Stop(service::ServiceArgs),
+    /// Restart the systemd service
+    Restart(service::ServiceArgs),
+    /// Show whether the systemd service runs
+    Status(service::ServiceArgs),
+}
+
+/// Whether the arguments ask for the version: `-v`/`--version` before any command (global
+/// options may come first), as gitlab-runner reads it.
+pub fn wants_version<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> bool {
+    for arg in args.iter().skip(1) {
+        match arg.as_ref().to_str() {
+            Some("-v" | "--version") => return true,
+            Some(a) if a.starts_with('-') => continue,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// The message for a command drover does not have: gitlab-runner's wording, plus what
+/// drover does support.
+pub fn unknown_command(name: &str) -> String {
+    use clap::CommandFactory;
+    let supported: Vec<String> = Cli::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    format!(
+        "Command {name} not found. drover supports: {}",
+        supported.join(", ")
+    )
 }
 
 /// Parses the process arguments, runs the command and returns its exit code.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if wants_version(&args) {
+        print!("{}", crate::gitlab::version::version_text());
+        return ExitCode::SUCCESS;
+    }
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::InvalidSubcommand => {
+            let name = e
+                .get(clap::error::ContextKind::InvalidSubcommand)
+                .map(|v| v.to_string())
+                .unwrap_or_default();
+            eprintln!("drover: {}", unknown_command(&name));
+            return ExitCode::FAILURE;
+        }
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
             let _ = e.print();
@@ -121,5 +194,16 @@ pub fn main() -> ExitCode {
         Command::Helper(args) => helper::run(args),
         Command::Run(args) => run::run(args),
         Command::RunSingle(args) => run::run_single(args),
+        Command::Register(args) => register::run(&args),
+        Command::Verify(args) => runners::verify(&args),
+        Command::Unregister(args) => runners::unregister(&args),
+        Command::List(args) => runners::list(&args),
+        Command::ResetToken(args) => runners::reset_token(&args),
+        Command::Install(args) => service::install(&args),
+        Command::Uninstall(args) => service::uninstall(&args),
+        Command::Start(args) => service::control(&args, "start"),
+        Command::Stop(args) => service::control(&args, "stop"),
+        Command::Restart(args) => service::control(&args, "restart"),
+        Command::Status(args) => service::status(&args),
     }
 }

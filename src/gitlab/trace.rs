@@ -38,6 +38,9 @@ pub const MAX_CHUNK: usize = 1024 * 1024;
 /// interval (3 s) that is at least 5 minutes of GitLab migrating live chunks.
 pub const MAX_ACCEPTED_ROUNDS: u32 = 100;
 
+/// Consecutive 416 answers one flush accepts before it counts as a failed attempt.
+pub const MAX_RANGE_MISMATCHES: u32 = 10;
+
 /// Tunables of the trace loop; [`Default`] is upstream's.
 #[derive(Debug, Clone)]
 pub struct TraceOptions {
@@ -598,14 +601,23 @@ impl JobTrace {
     }
 
     async fn flush(&self, pump: &mut Pump) -> Flush {
+        let mut mismatches = 0;
         loop {
             let Some(r) = self.ctx.patch(pump).await else {
                 return Flush::Done;
             };
             match r.state {
-                UpdateState::Succeeded => {}
+                UpdateState::Succeeded => mismatches = 0,
                 UpdateState::Abort | UpdateState::NotFound => return Flush::Done,
-                UpdateState::RangeMismatch => tokio::time::sleep(pump.interval).await,
+                UpdateState::RangeMismatch => {
+                    // A server that keeps moving its length is a failure to retry later,
+                    // not a loop without end.
+                    mismatches += 1;
+                    if mismatches >= MAX_RANGE_MISMATCHES {
+                        return Flush::Retry;
+                    }
+                    tokio::time::sleep(pump.interval).await
+                }
                 _ => {
                     tokio::time::sleep(pump.interval).await;
                     return Flush::Retry;

@@ -19,8 +19,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::engine::naming::short_token;
 use crate::engine::{
     AcquireOutcome, AcquireStep, Command, DrainReport, DrainSettings, Engine, Event, Notice,
-    OrphanRetry, ReconcileDecision, RunnerId, RunnerPolicy, TargetLabels, Time, UseError, UseId,
-    UseStep, UsedMachine,
+    OrphanRetry, ReconcileDecision, RunnerId, RunnerPolicy, TargetLabels, UseError, UseId, UseStep,
+    UsedMachine,
 };
 use crate::executor::DockerEndpoint;
 use crate::ledger::{LedgerFile, MachineRecord};
@@ -140,9 +140,8 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Starts the pool task for `policies` (indexed by [`RunnerId`]) on `provider`.
-    /// `drivers` gives each runner's `MachineDriver`, `MachineOptions` and
-    /// `MachineOptionsWithName` (the engine's `Create` carries the substituted options).
+    /// Starts the pool task for `policies` (indexed by [`RunnerId`]) on `provider`; every
+    /// notice also goes to `observer`.
     pub fn start<P: Provider + 'static>(
         policies: Vec<RunnerPolicy>,
         provider: Arc<P>,
@@ -356,7 +355,7 @@ impl<P: Provider + 'static> PoolTask<P> {
                 restored
             }
         };
-        let report = self.engine.restore(restored, now());
+        let report = self.engine.restore(restored, Utc::now());
         tracing::info!(
             restored = report.restored.len(),
             resumed_removals = report.resumed_removals.len(),
@@ -732,9 +731,4 @@ fn log_notice(n: &Notice) {
             _ => tracing::info!(name = %name, decision = decision.as_str(), "Reconciled machine"),
         },
     }
-}
-
-/// The wall clock the pool feeds the engine.
-pub fn now() -> Time {
-    Utc::now()
 }

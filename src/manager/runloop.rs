@@ -342,7 +342,15 @@ impl<S: JobSource> Manager<S> {
         }
     }
 
+    /// The runner's metrics, when metrics are on.
+    fn runner_metrics(&self, r: &RunnerConfig) -> Option<crate::metrics::RunnerMetrics> {
+        self.metrics.as_ref().map(|m| m.runner(&runner_labels(r)))
+    }
+
     fn spawn_work(self: &Arc<Self>, r: RunnerConfig, permit: OwnedSemaphorePermit) {
+        if let Some(m) = self.runner_metrics(&r) {
+            m.feed();
+        }
         let me = self.clone();
         self.tracker.spawn(async move {
             me.work(r).await;
@@ -359,6 +367,9 @@ impl<S: JobSource> Manager<S> {
                 "Executor not found; drover runs `docker` and `docker+machine` runners"
             );
             self.health(&r, false);
+            if let Some(m) = self.runner_metrics(&r) {
+                m.processing_failure(crate::metrics::ProcessingFailure::Other);
+            }
             return Turn::Unhealthy;
         }
         if !self.take_request_slot(&r) {
@@ -369,6 +380,9 @@ impl<S: JobSource> Manager<S> {
                 Ok(m) => Some(m),
                 Err(()) => {
                     self.end_request(&r, None);
+                    if let Some(m) = self.runner_metrics(&r) {
+                        m.processing_failure(crate::metrics::ProcessingFailure::NoFreeExecutor);
+                    }
                     return Turn::Skipped;
                 }
             }
@@ -423,10 +437,20 @@ impl<S: JobSource> Manager<S> {
         } else {
             max
         };
+        let metrics = self.runner_metrics(r);
+        if let Some(m) = &metrics {
+            m.request_concurrency_limits(max as i64, s.adaptive, s.requests as i64);
+        }
         if s.requests >= effective {
+            if let Some(m) = &metrics {
+                m.request_concurrency_exceeded();
+            }
             return false;
         }
         s.requests += 1;
+        if let Some(m) = &metrics {
+            m.request_concurrency(s.requests as i64);
+        }
         true
     }
 
@@ -443,6 +467,9 @@ impl<S: JobSource> Manager<S> {
                 _ => 1.0,
             };
             s.adaptive = (s.adaptive * factor).clamp(1.0, max);
+            if let Some(m) = self.runner_metrics(r) {
+                m.request_concurrency(s.requests as i64);
+            }
         }
         match got {
             Some(Requested::Unhealthy(msg)) => {
