@@ -386,3 +386,84 @@ fn fake_and_real_agree_on_unknown_flags_and_missing_driver_plugins() {
         );
     }
 }
+
+/// Which of 12 machines `rm -y` fails to remove with `rm_fail_rate` 0.5 and this seed, and
+/// which of 12 creations fail with `create_fail_rate` 0.3.
+fn seeded_outcomes(seed: &str) -> (Vec<bool>, Vec<bool>) {
+    let w = FakeWorld::new();
+    w.set_faults(json!({"seed": seed, "create_fail_rate": 0.3, "failure_sleep": 0}));
+    let names: Vec<String> = (0..12).map(|i| format!("m{i}")).collect();
+    let created: Vec<bool> = names
+        .iter()
+        .map(|n| {
+            let o = dm(
+                &w,
+                &[
+                    "create",
+                    "--driver",
+                    "none",
+                    "--url",
+                    "tcp://127.0.0.1:2376",
+                    n,
+                ],
+            );
+            o.rc == 0
+        })
+        .collect();
+    w.set_faults(json!({"seed": seed, "rm_fail_rate": 0.5}));
+    let rm_failed = names
+        .iter()
+        .map(|n| dm(&w, &["rm", "-y", n]).rc != 0 && w.machine_dir(n).is_dir())
+        .collect();
+    (created, rm_failed)
+}
+
+#[test]
+fn seeded_fault_rates_are_reproducible_and_mixed() {
+    let (created, rm_failed) = seeded_outcomes("soak-1");
+    assert_eq!(
+        (created.clone(), rm_failed.clone()),
+        seeded_outcomes("soak-1"),
+        "same seed, same faults"
+    );
+    let failed_creates = created.iter().filter(|c| !**c).count();
+    assert!(
+        (1..12).contains(&failed_creates),
+        "30 %: some creations fail, not all: {created:?}"
+    );
+    let failed_rms = rm_failed.iter().filter(|f| **f).count();
+    assert!(
+        (1..12).contains(&failed_rms),
+        "50 %: some removals fail and keep the machine, not all: {rm_failed:?}"
+    );
+}
+
+#[test]
+fn create_hang_rate_1_never_returns_and_leaves_the_record() {
+    let w = FakeWorld::new();
+    w.set_faults(json!({"seed": "hang", "create_hang_rate": 1.0}));
+    let mut child = Command::new(fake_dm())
+        .args([
+            "create",
+            "--driver",
+            "none",
+            "--url",
+            "tcp://127.0.0.1:2376",
+            "h1",
+        ])
+        .envs(w.env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run fake");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let still_running = child.try_wait().expect("wait").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(still_running, "create returned despite create_hang_rate 1");
+    assert!(
+        w.machine_dir("h1").is_dir(),
+        "the hung create left its record"
+    );
+}

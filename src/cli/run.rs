@@ -220,7 +220,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             Err(e) => return fail(e),
         };
         let observer = Arc::new(AutoscalingObserver(metrics.autoscaling().clone()));
-        let (pools, started) = match lifecycle::start_pools(&config, observer) {
+        let (pools, started) = match lifecycle::start_pools(&config, observer, Some(&path)) {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
@@ -306,10 +306,11 @@ pub fn run_single(args: RunSingleArgs) -> ExitCode {
             Some(p) => crate::gitlab::system_id::load_or_create(p),
             None => crate::gitlab::system_id::random(),
         };
-        let (pools, started) = match lifecycle::start_pools(&config, Arc::new(NoObserver)) {
-            Ok(p) => p,
-            Err(e) => return fail(e),
-        };
+        let (pools, started) =
+            match lifecycle::start_pools(&config, Arc::new(NoObserver), path.as_deref()) {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            };
         let source = Gitlab::new(
             path.as_deref()
                 .and_then(Path::parent)

@@ -151,4 +151,44 @@ pub enum Notice {
     DrainFinished(super::DrainReport),
     /// Something the operator should know (orphaned VM, drain summary, deadlocked growth…).
     Warning(String),
+    /// A reconciliation decision about a machine no record tracks (orphan retry, see
+    /// [`Engine::set_orphan_retry`](super::Engine::set_orphan_retry)).
+    Reconciled {
+        /// The machine.
+        name: String,
+        /// What was decided.
+        decision: ReconcileDecision,
+    },
+}
+
+/// What reconciliation decided about a machine that no record tracks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReconcileDecision {
+    /// A removal that gave up was retried and the `rm -f` succeeded.
+    Removed,
+    /// The machine no longer exists at the provider: nothing left to remove (an orphan), or a
+    /// ledger record dropped at start.
+    Vanished,
+    /// A listed machine no record knows (at start), or an orphan tracked again: it is adopted
+    /// from the listing and the normal lifecycle owns it.
+    Adopted,
+    /// The retried `rm -f` failed; the next retry comes after `next_in_secs`.
+    RetryFailed {
+        /// Failed retries so far.
+        attempt: u32,
+        /// Seconds until the next retry.
+        next_in_secs: i64,
+    },
+}
+
+impl ReconcileDecision {
+    /// A short label (metrics, logs).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReconcileDecision::Removed => "removed",
+            ReconcileDecision::Vanished => "vanished",
+            ReconcileDecision::Adopted => "adopted",
+            ReconcileDecision::RetryFailed { .. } => "retry-failed",
+        }
+    }
 }

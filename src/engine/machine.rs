@@ -207,6 +207,16 @@ impl Machine {
         }
     }
 
+    /// The runner that owns it, if known.
+    pub fn runner(&self) -> Option<super::RunnerId> {
+        self.runner.map(super::RunnerId)
+    }
+
+    /// Removal attempts made in the current removal (towards `MaxRemovalAttempts`).
+    pub fn removal_attempts(&self) -> i64 {
+        self.removal_attempts
+    }
+
     /// Idle → Acquired; false (and no change) from any other state.
     pub(crate) fn try_acquire(&mut self) -> bool {
         if self.state == MachineState::Idle {

@@ -75,6 +75,7 @@ mod from_config;
 mod growth;
 mod machine;
 pub mod naming;
+mod orphans;
 mod pass;
 pub mod policy;
 mod removal;
@@ -88,12 +89,13 @@ use chrono::{DateTime, Utc};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-pub use command::{Command, Notice, Reason};
+pub use command::{Command, Notice, Reason, ReconcileDecision};
 pub use drain::{DrainReport, DrainSettings};
 pub use event::Event;
 pub use find::{FindId, FindStep};
 pub use from_config::PolicyError;
 pub use machine::{zero_time, Counts, Machine, MachineState, TargetLabels, STUCK_AFTER_RETRIES};
+pub use orphans::OrphanRetry;
 pub use pass::{
     AcquireOutcome, AcquireResult, AcquireStep, CreationDecision, PassReport, RemovalDecision,
 };
@@ -192,6 +194,7 @@ pub struct Engine {
     growth: HashMap<String, growth::Coordinator>,
     availability: HashMap<String, u64>,
     stuck: removal::StuckLock,
+    orphans: orphans::Orphans,
     drain: Option<drain::DrainState>,
     timers: timers::Timers,
     finds: HashMap<u64, find::FindState>,
@@ -226,6 +229,7 @@ impl Engine {
             growth: HashMap::new(),
             availability: HashMap::new(),
             stuck: removal::StuckLock::default(),
+            orphans: orphans::Orphans::default(),
             drain: None,
             timers: timers::Timers::default(),
             finds: HashMap::new(),

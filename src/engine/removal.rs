@@ -74,6 +74,7 @@ impl Engine {
 
     pub(crate) fn on_exists(&mut self, name: &str, exists: bool, now: Time) {
         let Some(id) = self.ledger.id_of(name) else {
+            self.orphan_on_exists(name, exists);
             return;
         };
         let Some(m) = self.ledger.get(id) else {
@@ -179,13 +180,19 @@ impl Engine {
 
     pub(crate) fn on_force_removed(&mut self, name: &str, ok: bool, now: Time) {
         let Some(id) = self.ledger.id_of(name) else {
+            self.orphan_on_force_removed(name, ok, now);
             return;
         };
         let Some(m) = self.ledger.get(id) else {
             return;
         };
         match m.removal {
-            Some(RemovalPhase::ForceRemove) => self.finish_removal(id, true),
+            Some(RemovalPhase::ForceRemove) => {
+                let reason = m.reason.unwrap_or(Reason::TooManyIdleMachines);
+                let name = name.to_string();
+                self.finish_removal(id, true);
+                self.track_orphan(&name, reason, now);
+            }
             Some(RemovalPhase::DrainForce(n)) => self.drain_on_force(id, n, ok, now),
             _ => {}
         }
@@ -230,6 +237,7 @@ impl Engine {
                 Timer::DrainDeadline => self.drain_on_deadline(now),
                 Timer::UsePoll(k) => self.use_on_poll(k, now),
                 Timer::UseRetry(k) => self.use_on_retry(k),
+                Timer::OrphanRetry(k) => self.orphan_on_timer(k),
             }
         }
     }

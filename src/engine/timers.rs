@@ -22,6 +22,8 @@ pub(crate) enum Timer {
     UsePoll(u64),
     /// A `Use` session's next attempt after a failed one.
     UseRetry(u64),
+    /// The next background retry of a removal that gave up.
+    OrphanRetry(u64),
 }
 
 #[derive(Debug, Default)]

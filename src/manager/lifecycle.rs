@@ -14,7 +14,8 @@ use super::pool::{NoticeObserver, Pool};
 use super::runloop::{Manager, Pools, Turn};
 use super::source::JobSource;
 use crate::config::model::{Config, RunnerConfig};
-use crate::engine::{DrainSettings, RunnerId, RunnerPolicy};
+use crate::engine::{naming, DrainSettings, RunnerId, RunnerPolicy};
+use crate::ledger::LedgerFile;
 use crate::provider::cache::CredentialCache;
 use crate::provider::plugin::{Plugin, PluginCommand};
 
@@ -97,10 +98,14 @@ pub struct StartedPool {
     pub plugin: Arc<CredentialCache<Plugin>>,
 }
 
-/// Starts one machine pool per provider plugin for the config's docker+machine runners.
+/// Starts one machine pool per provider plugin for the config's docker+machine runners. With
+/// `config_path`, each pool keeps a crash-safe machine ledger beside it
+/// (`.drover-machines.json` for `legacy-driver-shim`, `.drover-machines.<plugin>.json` for
+/// another plugin, so pools never share a file).
 pub fn start_pools(
     config: &Config,
     observer: Arc<dyn NoticeObserver>,
+    config_path: Option<&Path>,
 ) -> Result<(Pools, Vec<StartedPool>), StartError> {
     let mut groups: BTreeMap<PathBuf, (PluginCommand, Vec<&RunnerConfig>)> = BTreeMap::new();
     for r in config
@@ -126,8 +131,9 @@ pub fn start_pools(
             })?;
             policies.push(p);
         }
+        let ledger = config_path.map(|c| ledger_file(c, &cmd.program));
         let plugin = Arc::new(CredentialCache::new(Plugin::new(cmd)));
-        let pool = Pool::start(policies, plugin.clone(), observer.clone());
+        let pool = Pool::start_with_ledger(policies, plugin.clone(), observer.clone(), ledger);
         for (i, r) in runners.iter().enumerate() {
             pools
                 .by_token
@@ -136,6 +142,17 @@ pub fn start_pools(
         started.push(StartedPool { pool, plugin });
     }
     Ok((pools, started))
+}
+
+/// The ledger file of the pool served by the plugin `program`.
+fn ledger_file(config: &Path, program: &Path) -> LedgerFile {
+    let beside = LedgerFile::beside(config);
+    let plugin = program.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if plugin.is_empty() || plugin == "legacy-driver-shim" {
+        return beside;
+    }
+    let name = format!(".drover-machines.{}.json", naming::rfc1123(plugin));
+    LedgerFile::at(beside.path().with_file_name(name))
 }
 
 /// How `drover run` ended.

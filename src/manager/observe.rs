@@ -19,6 +19,10 @@ impl NoticeObserver for AutoscalingObserver {
             Notice::CreationFailed { labels, .. } => (MachineAction::CreationFailed, labels),
             Notice::Used { labels, .. } => (MachineAction::Used, labels),
             Notice::Removed { labels, .. } => (MachineAction::Removed, labels),
+            Notice::Reconciled { decision, .. } => {
+                self.0.reconcile_decision(decision.as_str());
+                return;
+            }
             _ => return,
         };
         self.0.action(action, labels);

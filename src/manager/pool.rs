@@ -16,11 +16,14 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::engine::naming::short_token;
 use crate::engine::{
     AcquireOutcome, AcquireStep, Command, DrainReport, DrainSettings, Engine, Event, Notice,
-    RunnerId, RunnerPolicy, TargetLabels, UseError, UseId, UseStep, UsedMachine,
+    OrphanRetry, ReconcileDecision, RunnerId, RunnerPolicy, TargetLabels, UseError, UseId, UseStep,
+    UsedMachine,
 };
 use crate::executor::DockerEndpoint;
+use crate::ledger::{LedgerFile, MachineRecord};
 use crate::provider::protocol::CreateParams;
 use crate::provider::{Call, Endpoint, Provider, ProviderError};
 
@@ -144,8 +147,27 @@ impl Pool {
         provider: Arc<P>,
         observer: Arc<dyn NoticeObserver>,
     ) -> Pool {
+        Pool::start_with_ledger(policies, provider, observer, None)
+    }
+
+    /// [`Pool::start`] with a crash-safe machine ledger: the machines it records are restored
+    /// before the first pass (without a ledger file, machines are adopted as upstream does; a
+    /// corrupt one is reported and set aside), and it is saved after every engine input that
+    /// changed a machine's state, used count, last use or removal attempts.
+    pub fn start_with_ledger<P: Provider + 'static>(
+        policies: Vec<RunnerPolicy>,
+        provider: Arc<P>,
+        observer: Arc<dyn NoticeObserver>,
+        ledger: Option<LedgerFile>,
+    ) -> Pool {
         let seed = u64::from(std::process::id()) ^ Utc::now().timestamp_micros() as u64;
-        let engine = Engine::new(policies, seed);
+        let mut engine = Engine::new(policies, seed);
+        // Removals that gave up are retried in the background (a deliberate difference).
+        engine.set_orphan_retry(Some(OrphanRetry::default()));
+        let (ledger, pending_restore) = match ledger.map(load_ledger) {
+            Some((l, r)) => (Some(l), r),
+            None => (None, Vec::new()),
+        };
         let (tx, rx) = mpsc::channel(64);
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let task = PoolTask {
@@ -158,8 +180,14 @@ impl Pool {
             use_waiters: HashMap::new(),
             endpoints: HashMap::new(),
             drain_reply: None,
+            ledger,
         };
-        tokio::spawn(task.run(rx, done_rx));
+        let task = (task, pending_restore);
+        tokio::spawn(async move {
+            let (mut task, pending) = task;
+            task.restore(pending).await;
+            task.run(rx, done_rx).await
+        });
         Pool { tx }
     }
 
@@ -234,6 +262,61 @@ struct PoolTask<P> {
     /// Endpoints fetched for sessions about to end.
     endpoints: HashMap<UseId, (String, Endpoint)>,
     drain_reply: Option<oneshot::Sender<Option<DrainReport>>>,
+    ledger: Option<PoolLedger>,
+}
+
+/// The ledger file and what was last written to it.
+struct PoolLedger {
+    file: LedgerFile,
+    saved: Vec<MachineRecord>,
+}
+
+/// Loads the ledger: the file with what it holds, and its records for [`PoolTask::restore`].
+fn load_ledger(file: LedgerFile) -> (PoolLedger, Vec<crate::ledger::MachineRecord>) {
+    let loaded = file.load();
+    if let Some(aside) = &loaded.set_aside {
+        match &aside.moved_to {
+            Some(to) => tracing::error!(
+                ledger = %file.path().display(),
+                "Machine ledger is unusable ({}); moved it to {} and adopting the provider's machines as gitlab-runner does",
+                aside.reason,
+                to.display()
+            ),
+            None => tracing::error!(
+                ledger = %file.path().display(),
+                "Machine ledger is unusable ({}) and could not be moved aside; adopting the provider's machines as gitlab-runner does, the next save replaces it",
+                aside.reason
+            ),
+        }
+    }
+    if !loaded.existed {
+        tracing::info!(
+            ledger = %file.path().display(),
+            "No machine ledger yet: machines found at the provider are adopted as gitlab-runner does"
+        );
+    }
+    let saved = loaded.records.clone();
+    (PoolLedger { file, saved }, loaded.records)
+}
+
+/// The ledger's view of the engine's machines, in the engine's order.
+fn ledger_records(engine: &Engine) -> Vec<MachineRecord> {
+    engine
+        .machines()
+        .map(|m| MachineRecord {
+            name: String::from(&*m.name),
+            runner: m
+                .runner()
+                .and_then(|id| engine.policy(id))
+                .map(|p| short_token(&p.token).to_string()),
+            state: m.state,
+            used_count: m.used_count,
+            last_used: m.used,
+            removal_attempts: m.removal_attempts(),
+            retry_count: m.retry_count,
+            reason: m.reason,
+        })
+        .collect()
 }
 
 fn names(list: Vec<crate::provider::MachineEntry>) -> Vec<String> {
@@ -241,11 +324,54 @@ fn names(list: Vec<crate::provider::MachineEntry>) -> Vec<String> {
 }
 
 impl<P: Provider + 'static> PoolTask<P> {
+    /// Puts the ledger's machines back before the first pass, reconciled with the provider's
+    /// listing (when it fails, every record is restored: nothing the provider lists is lost).
+    async fn restore(&mut self, records: Vec<MachineRecord>) {
+        if records.is_empty() {
+            return;
+        }
+        let engine = &self.engine;
+        let runner_of = |short: &str| {
+            (0..)
+                .map(RunnerId)
+                .map_while(|id| {
+                    engine
+                        .policy(id)
+                        .map(|p| (id, short_token(&p.token) == short))
+                })
+                .find(|(_, same)| *same)
+                .map(|(id, _)| id)
+        };
+        let restored: Vec<_> = records
+            .iter()
+            .map(|r| r.to_restored(r.runner.as_deref().and_then(runner_of)))
+            .collect();
+        let restored = match self.provider.list(&Call::new()).await {
+            Ok(list) => self.engine.reconcile_ledger(restored, &names(list)),
+            Err(e) => {
+                tracing::warn!(
+                    "Cannot list machines to reconcile the ledger ({e}); restoring every record"
+                );
+                restored
+            }
+        };
+        let report = self.engine.restore(restored, Utc::now());
+        tracing::info!(
+            restored = report.restored.len(),
+            resumed_removals = report.resumed_removals.len(),
+            interrupted_creations = report.interrupted_creations.len(),
+            skipped = report.skipped.len(),
+            "Machines restored from the ledger"
+        );
+    }
+
     async fn run(
         mut self,
         mut rx: mpsc::Receiver<Request>,
         mut done: mpsc::UnboundedReceiver<Outcome>,
     ) {
+        // Resumed removals from the ledger send their first command now.
+        self.pump();
         loop {
             let wake = self.engine.poll_timeout().map(|t| {
                 let ms = (t - Utc::now()).num_milliseconds().clamp(0, 3_600_000);
@@ -437,6 +563,23 @@ impl<P: Provider + 'static> PoolTask<P> {
         }
         self.observer
             .machine_states(&self.engine.machine_states(Utc::now()));
+        self.persist();
+    }
+
+    /// Saves the ledger when a machine changed since the last save. A failed save is logged
+    /// and retried after the next input (the previous ledger stays intact on disk).
+    fn persist(&mut self) {
+        let Some(ledger) = &mut self.ledger else {
+            return;
+        };
+        let records = ledger_records(&self.engine);
+        if records == ledger.saved {
+            return;
+        }
+        match ledger.file.save(&records) {
+            Ok(()) => ledger.saved = records,
+            Err(e) => tracing::error!("{e}"),
+        }
     }
 
     fn spawn_call<F>(&self, f: F)
@@ -575,5 +718,17 @@ fn log_notice(n: &Notice) {
         }
         Notice::DrainFinished(r) => tracing::info!("Shutdown drain finished: {r:?}"),
         Notice::Warning(w) => tracing::warn!("{w}"),
+        Notice::Reconciled { name, decision } => match decision {
+            ReconcileDecision::RetryFailed {
+                attempt,
+                next_in_secs,
+            } => tracing::warn!(
+                name = %name,
+                decision = decision.as_str(),
+                attempt,
+                "Removal of an orphaned machine failed again; retrying in {next_in_secs} s"
+            ),
+            _ => tracing::info!(name = %name, decision = decision.as_str(), "Reconciled machine"),
+        },
     }
 }

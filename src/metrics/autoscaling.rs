@@ -68,6 +68,7 @@ impl MachineAction {
 #[derive(Clone)]
 pub struct AutoscalingMetrics {
     actions: IntCounterVec,
+    reconcile: IntCounterVec,
     states: Arc<Mutex<Vec<(TargetLabels, Counts)>>>,
     creation: Histogram,
     stopping: Histogram,
@@ -113,11 +114,23 @@ impl AutoscalingMetrics {
             &action_labels,
         )?;
         r.register(Box::new(actions.clone()))?;
+        // drover's own (upstream has no reconciliation): one count per decision.
+        let reconcile = IntCounterVec::new(
+            Opts::new(
+                "drover_machine_reconcile_decisions_total",
+                "Reconciliation decisions about machines no record tracks (orphan removal \
+                 retries), by decision",
+            )
+            .const_label("executor", EXECUTOR),
+            &["decision"],
+        )?;
+        r.register(Box::new(reconcile.clone()))?;
         let states = Arc::new(Mutex::new(Vec::new()));
         r.register(Box::new(StatesCollector::new(states.clone())?))?;
         let m = MACHINE_DURATION_BUCKETS.to_vec();
         Ok(AutoscalingMetrics {
             actions,
+            reconcile,
             states,
             creation: histogram(
                 r,
@@ -152,6 +165,11 @@ impl AutoscalingMetrics {
         self.actions
             .with_label_values(&[action.as_str(), z, r, p, t])
             .inc();
+    }
+
+    /// Counts one reconciliation decision (`drover_machine_reconcile_decisions_total`).
+    pub fn reconcile_decision(&self, decision: &str) {
+        self.reconcile.with_label_values(&[decision]).inc();
     }
 
     /// Replaces the machine-state snapshot with the engine's `machine_states(now)` (the whole

@@ -1,0 +1,216 @@
+//! The machine pool with the crash-safe ledger (issue 13), on legacy-driver-shim + the fake
+//! docker-machine: every change is saved, a restart resumes from the ledger instead of adopting
+//! (upstream counts an adopted machine as used once), and a corrupt ledger is set aside without
+//! losing the machines the provider lists.
+
+mod provider_support;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use drover::engine::{AcquireResult, MachineState, RunnerId, RunnerPolicy};
+use drover::ledger::LedgerFile;
+use drover::manager::pool::{NoObserver, Pool};
+use drover::provider::cache::CredentialCache;
+use drover::provider::plugin::Plugin;
+use provider_support::*;
+use serde_json::json;
+
+const TOKEN: &str = "glrt-ledgertest0123456789";
+
+fn policy(max_builds: i64) -> RunnerPolicy {
+    let text = format!(
+        r#"
+concurrent = 2
+[[runners]]
+  name = "ledger"
+  url = "http://127.0.0.1:1"
+  token = "{TOKEN}"
+  executor = "docker+machine"
+  [runners.machine]
+    IdleCount = 1
+    IdleTime = 600
+    MaxBuilds = {max_builds}
+    MachineDriver = "none"
+    MachineName = "auto-%s"
+    MachineOptions = ["url=tcp://127.0.0.1:9"]
+"#
+    );
+    let loaded = drover::config::load_str(text, "test.toml").expect("config");
+    RunnerPolicy::from_runner(&loaded.config.runners[0]).expect("policy")
+}
+
+/// The machines in the fake docker-machine's store.
+fn machines(world: &FakeWorld) -> Vec<String> {
+    std::fs::read_dir(world.store().join("machines"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn ledger_path(world: &FakeWorld) -> PathBuf {
+    world.dir.path().join(".drover-machines.json")
+}
+
+fn pool(world: &FakeWorld, max_builds: i64, ledger: Option<LedgerFile>) -> Pool {
+    let mut cmd = world.shim(&[]);
+    cmd.name_prefix = Some("runner-".into());
+    Pool::start_with_ledger(
+        vec![policy(max_builds)],
+        Arc::new(CredentialCache::new(Plugin::new(cmd))),
+        Arc::new(NoObserver),
+        ledger,
+    )
+}
+
+async fn acquire_machine(pool: &Pool) -> String {
+    let start = Instant::now();
+    loop {
+        let out = pool.acquire(RunnerId(0)).await.expect("acquire");
+        match out.result {
+            AcquireResult::Machine(name) => return name,
+            AcquireResult::NoFreeMachines => {}
+            other => panic!("unexpected acquire result {other:?}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no idle machine");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One job on `name`: Use, then Release.
+async fn run_job(pool: &Pool, name: &str) {
+    let m = pool
+        .use_machine(RunnerId(0), Some(name.to_string()))
+        .await
+        .expect("use");
+    assert_eq!(m.used.name, name);
+    pool.release(RunnerId(0), name.to_string()).await;
+}
+
+async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn used_count(ledger: &LedgerFile, name: &str) -> Option<i64> {
+    let loaded = ledger.load();
+    assert!(loaded.set_aside.is_none(), "{:?}", loaded.set_aside);
+    loaded
+        .records
+        .iter()
+        .find(|r| r.name == name)
+        .map(|r| r.used_count)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_is_saved_and_a_restart_resumes_the_used_count_instead_of_adopting() {
+    let world = FakeWorld::new();
+    world.set_faults(json!({"config": "ok"}));
+    let file = LedgerFile::at(ledger_path(&world));
+    let first = pool(&world, 3, Some(file.clone()));
+    let name = acquire_machine(&first).await;
+    run_job(&first, &name).await;
+    run_job(&first, &acquire_machine(&first).await).await;
+    wait_until("two jobs saved", || used_count(&file, &name) == Some(2)).await;
+    let rec = file.load().records;
+    let rec = rec.iter().find(|r| r.name == name).expect("record");
+    assert_eq!(rec.state, MachineState::Idle);
+    assert_eq!(rec.runner.as_deref(), Some("ledgertes"), "{rec:?}");
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The restart: MaxBuilds 3 and 2 jobs in the ledger, so the third job's release removes
+    // the machine. Adoption (upstream, no ledger) would count 1 and keep it.
+    let second = pool(&world, 3, Some(file.clone()));
+    assert_eq!(acquire_machine(&second).await, name);
+    run_job(&second, &name).await;
+    wait_until("MaxBuilds reached after the restart", || {
+        !machines(&world).contains(&name)
+    })
+    .await;
+    wait_until("the removed machine leaves the ledger", || {
+        used_count(&file, &name).is_none()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_ledger_a_restart_adopts_as_upstream() {
+    let world = FakeWorld::new();
+    world.set_faults(json!({"config": "ok"}));
+    let first = pool(&world, 3, None);
+    let name = acquire_machine(&first).await;
+    run_job(&first, &name).await;
+    run_job(&first, &acquire_machine(&first).await).await;
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = pool(&world, 3, None);
+    assert_eq!(acquire_machine(&second).await, name);
+    run_job(&second, &name).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        machines(&world).contains(&name),
+        "adopted counts 1 + 1 job < MaxBuilds 3: kept"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_ledger_is_set_aside_and_the_listed_machine_is_adopted_and_saved() {
+    let world = FakeWorld::new();
+    world.set_faults(json!({"config": "ok"}));
+    let first = pool(&world, 0, None);
+    let name = acquire_machine(&first).await;
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let path = ledger_path(&world);
+    std::fs::write(&path, b"{\"version\": 1, \"machines\": [{\"name\": \"trunc").unwrap();
+    let file = LedgerFile::at(&path);
+    let second = pool(&world, 0, Some(file.clone()));
+    assert_eq!(
+        acquire_machine(&second).await,
+        name,
+        "the listed machine is adopted"
+    );
+    let aside: Vec<_> = std::fs::read_dir(world.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".drover-machines.json.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "the corrupt ledger is kept aside");
+    wait_until("the adopted machine is saved", || {
+        used_count(&file, &name).is_some()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_record_whose_machine_vanished_is_dropped_at_start() {
+    let world = FakeWorld::new();
+    world.set_faults(json!({"config": "ok"}));
+    let file = LedgerFile::at(ledger_path(&world));
+    let first = pool(&world, 0, Some(file.clone()));
+    let name = acquire_machine(&first).await;
+    wait_until("saved", || used_count(&file, &name).is_some()).await;
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The VM disappears while drover is down (deleted in the cloud console).
+    std::fs::remove_dir_all(world.machine_dir(&name)).unwrap();
+    let second = pool(&world, 0, Some(file.clone()));
+    let _ = second.acquire(RunnerId(0)).await.expect("acquire");
+    wait_until("the vanished machine leaves the ledger", || {
+        used_count(&file, &name).is_none()
+    })
+    .await;
+}
