@@ -215,3 +215,24 @@ async fn second_ctrl_c_aborts() {
     assert!(!trace.contains("Cleaning up project directory"), "{trace}");
     assert_clean_and_remove_reusable("dtecliabo");
 }
+
+/// A payload file larger than drover reads (128 MiB) is refused with the limit named, instead
+/// of being read whole (`/dev/zero` or a wrong path would grow memory without end). The file is
+/// sparse, so it costs no disk.
+#[test]
+fn an_oversized_payload_is_refused_with_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = dir.path().join("huge.json");
+    let f = std::fs::File::create(&j).unwrap();
+    f.set_len(drover::bounded::MAX_DATA_FILE + 1).unwrap();
+    drop(f);
+    let out = Command::new(drover_bin())
+        .args(["exec-job", "--job", j.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("drover: "), "{err}");
+    assert!(err.contains("huge.json"), "{err}");
+    assert!(err.contains("larger than 134217728 bytes"), "{err}");
+}

@@ -211,6 +211,22 @@ mod tests {
         assert!(Store::resolve(None, None, None).is_none());
     }
 
+    /// The shim itself reports store paths (`rm` names the directory left behind, and
+    /// docker-machine gets the root as MACHINE_STORAGE_PATH), so a relative store given by flag
+    /// or environment is made absolute against the shim's working directory at start.
+    #[test]
+    fn a_relative_store_is_made_absolute() {
+        let cwd = std::env::current_dir().unwrap();
+        let s = Store::resolve(Some(Path::new("store")), None, None).unwrap();
+        assert_eq!(s.root(), cwd.join("store"));
+        assert_eq!(
+            s.machine_dir("m"),
+            cwd.join("store").join("machines").join("m")
+        );
+        let s = Store::resolve(None, Some("dm/store"), Some("/home/u")).unwrap();
+        assert_eq!(s.root(), cwd.join("dm").join("store"));
+    }
+
     #[test]
     fn names_are_hostnames() {
         assert!(valid_name("runner-abc-auto-1-0a0b0c0d"));

@@ -60,7 +60,7 @@ struct Prepared {
 }
 
 fn prepare(args: &ExecJobArgs) -> anyhow::Result<Prepared> {
-    let text = std::fs::read_to_string(&args.job)
+    let text = crate::bounded::read_file_string(&args.job, crate::bounded::MAX_DATA_FILE)
         .with_context(|| format!("cannot read the job payload {}", args.job.display()))?;
     let payload =
         JobPayload::from_json(&text).with_context(|| format!("{}", args.job.display()))?;

@@ -28,7 +28,7 @@ pub(crate) fn check_section(w: &mut Walker<'_>, section: &toml::Table, path: &st
     match TimePeriod::compile(&periods, timezone) {
         Ok(tp) => {
             for finding in lint_periods(&periods) {
-                let target = if w.spans.contains_key(&at("Periods")) {
+                let target = if w.span_of(&at("Periods")).is_some() {
                     at("Periods")
                 } else {
                     path.to_string()
@@ -42,7 +42,7 @@ pub(crate) fn check_section(w: &mut Walker<'_>, section: &toml::Table, path: &st
                 );
             }
             if let Some(note) = tp.zone_note() {
-                let target = if w.spans.contains_key(&at("Timezone")) {
+                let target = if w.span_of(&at("Timezone")).is_some() {
                     at("Timezone")
                 } else {
                     path.to_string()
@@ -80,15 +80,8 @@ pub(crate) fn check_section(w: &mut Walker<'_>, section: &toml::Table, path: &st
 
 fn emit(w: &mut Walker<'_>, target: &str, error: bool, message: String, hint: Option<String>) {
     let span = w
-        .spans
-        .get(target)
-        .map(|s| {
-            if error {
-                s.value.clone()
-            } else {
-                s.key.clone()
-            }
-        })
+        .span_of(target)
+        .map(|s| if error { s.value } else { s.key })
         .unwrap_or(0..0);
     if error {
         w.error(span, message, hint);

@@ -90,11 +90,11 @@ fn finding(
         (_, true) => base.to_string(),
         _ => format!("{base}.{key}"),
     };
-    let span = w.spans.get(&path).or_else(|| w.spans.get(base)).map(|s| {
+    let span = w.span_of(&path).or_else(|| w.span_of(base)).map(|s| {
         if error && !at_key {
-            s.value.clone()
+            s.value
         } else {
-            s.key.clone()
+            s.key
         }
     });
     // Name the key relative to the runner: `machine.MachineOptionsWithName[1]`.

@@ -5,10 +5,11 @@
 //! a float when it converts exactly; durations are Go strings or integer nanoseconds;
 //! `StringOrArray` takes either form), and every finding becomes a [`Diagnostic`] that names
 //! the runner (index and name) and the key, at the key's or value's `line:column`. The walk
-//! never stops at the first error so an operator sees them all. It also records the span of
-//! every canonical path (`runners[0].machine.Periods`) for the later validation step.
+//! never stops at the first error so an operator sees them all. It keeps the parsed document, so
+//! the later validation step finds the span of a canonical path (`runners[0].machine.Periods`)
+//! with [`Walker::span_of`] when it has something to report (no per-key record: a file of
+//! 100,000 runners would build a map of 1.5 million paths for nothing).
 
-use rustc_hash::FxHashMap as HashMap;
 use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
@@ -26,14 +27,16 @@ pub(crate) struct Spans {
     pub value: Range<usize>,
 }
 
-/// Walk state: the text (for positions), findings, and spans by canonical path.
+/// Walk state: the text (for positions), the parsed document (for spans), findings.
 pub(crate) struct Walker<'t> {
     pub text: &'t str,
     /// Line starts of `text`, so positions cost a lookup and not a rescan.
     lines: LineIndex,
     pub errors: Vec<Diagnostic>,
     pub warnings: Vec<Diagnostic>,
-    pub spans: HashMap<String, Spans>,
+    /// The parsed document, to find the span of a canonical path when a diagnostic needs one
+    /// (rarely: looking it up on demand beats recording a span per key of a huge file).
+    doc: Option<&'t DeTable<'t>>,
     /// `runners[0] "name"` while inside a runner.
     runner_label: Option<(String, String)>,
 }
@@ -47,14 +50,62 @@ impl<'t> Walker<'t> {
             lines: LineIndex::new(text),
             errors: Vec::new(),
             warnings: Vec::new(),
-            spans: HashMap::default(),
+            doc: None,
             runner_label: None,
         }
     }
 
     /// Walks the whole document.
-    pub(crate) fn root(&mut self, doc: &DeTable<'_>) -> toml::Table {
+    pub(crate) fn root(&mut self, doc: &'t DeTable<'t>) -> toml::Table {
+        self.doc = Some(doc);
         self.table(doc, &ROOT, "")
+    }
+
+    /// Where the key and value at canonical `path` (`runners[0].machine.Periods[1]`) are in
+    /// the text, if the document has them. Keys match as the walk matched them: exactly first,
+    /// else ignoring case (the last such key, the one the walk kept). An array element's key
+    /// span is its value's.
+    pub(crate) fn span_of(&self, path: &str) -> Option<Spans> {
+        let mut table = self.doc?;
+        let mut found: Option<(Spans, &'t Value<'t>)> = None;
+        for segment in path.split('.') {
+            if let Some((_, value)) = found {
+                let DeValue::Table(t) = value.get_ref() else {
+                    return None;
+                };
+                table = t;
+            }
+            let (name, indices) = segment.split_once('[').unwrap_or((segment, ""));
+            let mut exact = None;
+            let mut folded = None;
+            for (k, v) in table.iter() {
+                if k.get_ref() == name {
+                    exact = Some((k, v));
+                    break;
+                }
+                if super::schema::equal_fold(k.get_ref(), name) {
+                    folded = Some((k, v));
+                }
+            }
+            let (k, mut v) = exact.or(folded)?;
+            let mut spans = Spans {
+                key: k.span(),
+                value: v.span(),
+            };
+            for index in indices.split('[').filter(|s| !s.is_empty()) {
+                let i: usize = index.strip_suffix(']')?.parse().ok()?;
+                let DeValue::Array(items) = v.get_ref() else {
+                    return None;
+                };
+                v = items.get(i)?;
+                spans = Spans {
+                    key: v.span(),
+                    value: v.span(),
+                };
+            }
+            found = Some((spans, v));
+        }
+        found.map(|(spans, _)| spans)
     }
 
     /// `runners[0] "name", key machine.IdleCount` (or `key concurrent` at the top level).
@@ -101,8 +152,9 @@ impl<'t> Walker<'t> {
 
     fn table(&mut self, t: &DeTable<'_>, schema: &'static Schema, path: &str) -> toml::Table {
         let mut out = toml::Table::new();
-        // canonical name -> (was the match exact, line of the key)
-        let mut seen: HashMap<&'static str, (bool, usize)> = HashMap::default();
+        // (canonical name, was the match exact, byte offset of the key): a schema table has
+        // a bounded number of fields, so a short list beats a hash map built per table.
+        let mut seen: Vec<(&'static str, bool, usize)> = Vec::new();
         for (k, v) in t.iter() {
             let key: &str = k.get_ref();
             let key_span = k.span();
@@ -111,8 +163,12 @@ impl<'t> Walker<'t> {
                 continue;
             };
             let sub = join(path, field.name);
-            let line = self.lines.position(self.text, key_span.start).line;
-            if let Some(&(prev_exact, prev_line)) = seen.get(field.name) {
+            let previous = seen
+                .iter()
+                .position(|(name, _, _)| std::ptr::eq(*name, field.name) || *name == field.name);
+            if let Some(at) = previous {
+                let (_, prev_exact, prev_offset) = seen[at];
+                let prev_line = self.lines.position(self.text, prev_offset).line;
                 let kept = if prev_exact && !exact {
                     format!("the key on line {prev_line}")
                 } else {
@@ -130,7 +186,10 @@ impl<'t> Walker<'t> {
                     continue;
                 }
             }
-            seen.insert(field.name, (exact, line));
+            match previous {
+                Some(at) => seen[at] = (field.name, exact, key_span.start),
+                None => seen.push((field.name, exact, key_span.start)),
+            }
             if !exact {
                 self.warn(
                     key_span.clone(),
@@ -149,13 +208,6 @@ impl<'t> Walker<'t> {
                     None,
                 );
             }
-            self.spans.insert(
-                sub.clone(),
-                Spans {
-                    key: key_span.clone(),
-                    value: v.span(),
-                },
-            );
             if let Some(value) = self.convert(v, field, &sub) {
                 out.insert(field.name.to_string(), value);
             }
@@ -276,13 +328,6 @@ impl<'t> Walker<'t> {
                         let sub = format!("{path}[{i}]");
                         match item.get_ref() {
                             DeValue::Table(t) => {
-                                self.spans.insert(
-                                    sub.clone(),
-                                    Spans {
-                                        key: item.span(),
-                                        value: item.span(),
-                                    },
-                                );
                                 out.push(toml::Value::Table(self.table_entry(t, schema, &sub, i)));
                             }
                             _ => {
@@ -390,13 +435,6 @@ impl<'t> Walker<'t> {
                             );
                         }
                     }
-                    self.spans.insert(
-                        format!("{path}[{i}]"),
-                        Spans {
-                            key: item.span(),
-                            value: item.span(),
-                        },
-                    );
                 }
                 ok.then_some(out)
             }
@@ -425,13 +463,6 @@ impl<'t> Walker<'t> {
         let mut ok = true;
         for (k, item) in t.iter() {
             let sub = join(path, k.get_ref());
-            self.spans.insert(
-                sub.clone(),
-                Spans {
-                    key: k.span(),
-                    value: item.span(),
-                },
-            );
             let converted = match (kind, item.get_ref()) {
                 (Kind::StrMap, DeValue::String(s)) => Some(toml::Value::String(s.to_string())),
                 (Kind::BoolMap, DeValue::Boolean(b)) => Some(toml::Value::Boolean(*b)),

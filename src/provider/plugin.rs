@@ -417,7 +417,7 @@ impl Plugin {
                 Some(message) => ProviderError::Protocol { op: name, message },
                 None => ProviderError::Exited { op: name, machine },
             }),
-            _ = tokio::time::sleep(timeout + GRACE) => {
+            _ = tokio::time::sleep(deadline(timeout)) => {
                 abandon(running);
                 Err(ProviderError::Timeout { op: name, machine, after: timeout })
             }
@@ -497,5 +497,28 @@ fn into_result(
             op,
             message: "response has ok=false but no error".into(),
         }),
+    }
+}
+
+/// How long to wait for the answer to a request given `timeout`: the timeout plus [`GRACE`],
+/// saturating, so a huge timeout from a library caller (`Duration::MAX`) waits "forever"
+/// (tokio caps the sleep) instead of overflowing.
+fn deadline(timeout: Duration) -> Duration {
+    timeout.saturating_add(GRACE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deadline_is_the_timeout_plus_grace() {
+        assert_eq!(deadline(Duration::from_secs(10)), Duration::from_secs(15));
+    }
+
+    #[test]
+    fn a_huge_timeout_saturates_instead_of_overflowing() {
+        assert_eq!(deadline(Duration::MAX), Duration::MAX);
+        assert_eq!(deadline(Duration::MAX - GRACE / 2), Duration::MAX);
     }
 }
