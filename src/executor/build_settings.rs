@@ -67,6 +67,10 @@ pub struct BuildSettings {
     pub clone_path: Option<String>,
     /// `GET_SOURCES_ATTEMPTS` (1–10).
     pub get_sources_attempts: u32,
+    /// `RESTORE_CACHE_ATTEMPTS` (1–10).
+    pub restore_cache_attempts: u32,
+    /// `ARTIFACT_DOWNLOAD_ATTEMPTS` (1–10).
+    pub artifact_download_attempts: u32,
     /// `EXECUTOR_JOB_SECTION_ATTEMPTS` (1–10): how often a stage runs when its container
     /// vanished.
     pub section_attempts: u32,
@@ -168,6 +172,8 @@ impl BuildSettings {
             },
         };
         let get_sources_attempts = attempts("GET_SOURCES_ATTEMPTS");
+        let restore_cache_attempts = attempts("RESTORE_CACHE_ATTEMPTS");
+        let artifact_download_attempts = attempts("ARTIFACT_DOWNLOAD_ATTEMPTS");
         let section_attempts = attempts("EXECUTOR_JOB_SECTION_ATTEMPTS");
         let mut duration = |key: &str| match get(key) {
             None => None,
@@ -196,6 +202,8 @@ impl BuildSettings {
             lfs_skip_smudge_set: vars.get("GIT_LFS_SKIP_SMUDGE").is_some(),
             clone_path: get("GIT_CLONE_PATH").map(str::to_string),
             get_sources_attempts,
+            restore_cache_attempts,
+            artifact_download_attempts,
             section_attempts,
             after_script_ignore_errors,
             script_timeout,
@@ -257,5 +265,24 @@ mod tests {
             BuildSettings::from_variables(&vars(&[("EXECUTOR_JOB_SECTION_ATTEMPTS", "3")]), false);
         assert_eq!(s.section_attempts, 3);
         assert!(w.is_empty());
+        let (s, w) = BuildSettings::from_variables(
+            &vars(&[
+                ("RESTORE_CACHE_ATTEMPTS", "4"),
+                ("ARTIFACT_DOWNLOAD_ATTEMPTS", "2"),
+            ]),
+            false,
+        );
+        assert_eq!(
+            (s.restore_cache_attempts, s.artifact_download_attempts),
+            (4, 2)
+        );
+        assert!(w.is_empty());
+        let (s, w) =
+            BuildSettings::from_variables(&vars(&[("RESTORE_CACHE_ATTEMPTS", "x")]), false);
+        assert_eq!(
+            (s.restore_cache_attempts, s.artifact_download_attempts),
+            (1, 1)
+        );
+        assert_eq!(w.len(), 1, "{w:?}");
     }
 }

@@ -142,15 +142,7 @@ impl<'r> JobRun<'r> {
         let mut sources_ok = false;
         for attempt in 1..=p.settings.get_sources_attempts {
             if attempt > 1 {
-                // Exponential backoff (5 s doubling, at most 5 min), cut short by a stop.
-                let backoff = Duration::from_secs(5u64.saturating_mul(1 << (attempt - 2).min(6)))
-                    .min(Duration::from_secs(300));
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = self.control.abort.cancelled() => {}
-                    _ = self.control.cancel.cancelled() => {}
-                    _ = tokio::time::sleep_until(self.deadline) => {}
-                }
+                self.retry_backoff(attempt).await;
             }
             if attempt == 2 {
                 let body = user::clear_worktree(&p.paths);
@@ -217,7 +209,14 @@ impl<'r> JobRun<'r> {
         if sources_ok {
             let body = cache::restore(&self.cache_inputs(&p));
             if let Some(f) = self
-                .optional_stage(trace, &p, "restore_cache", "Restoring cache", body)
+                .attempted_stage(
+                    trace,
+                    &p,
+                    "restore_cache",
+                    "Restoring cache",
+                    body,
+                    p.settings.restore_cache_attempts,
+                )
                 .await?
             {
                 ready = false;
@@ -228,12 +227,13 @@ impl<'r> JobRun<'r> {
         if ready {
             let body = artifacts::download(&self.artifact_inputs(&p));
             if let Some(f) = self
-                .optional_stage(
+                .attempted_stage(
                     trace,
                     &p,
                     "download_artifacts",
                     "Downloading artifacts",
                     body,
+                    p.settings.artifact_download_attempts,
                 )
                 .await?
             {
@@ -455,6 +455,54 @@ impl<'r> JobRun<'r> {
 
     /// Runs a helper-container stage whose generator may have nothing to do (`None`: skipped
     /// silently). Returns the failure of a stage that failed; a stopped stage ends the job.
+    /// Waits before attempt `attempt` (≥ 2) of a retried stage: 5 s doubling, at most 5 min,
+    /// cut short by a stop or the job's deadline.
+    async fn retry_backoff(&self, attempt: u32) {
+        let backoff = Duration::from_secs(5u64.saturating_mul(1 << (attempt - 2).min(6)))
+            .min(Duration::from_secs(300));
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = self.control.abort.cancelled() => {}
+            _ = self.control.cancel.cancelled() => {}
+            _ = tokio::time::sleep_until(self.deadline) => {}
+        }
+    }
+
+    /// [`Self::optional_stage`] up to `attempts` times (`RESTORE_CACHE_ATTEMPTS`,
+    /// `ARTIFACT_DOWNLOAD_ATTEMPTS`), with the same backoff as `get_sources`.
+    async fn attempted_stage(
+        &mut self,
+        trace: &mut Trace<'_>,
+        p: &Prepared,
+        name: &str,
+        description: &str,
+        body: Option<ScriptBody>,
+        attempts: u32,
+    ) -> Result<Option<JobFailure>, JobError> {
+        let mut last = None;
+        for attempt in 1..=attempts.max(1) {
+            if attempt > 1 {
+                self.retry_backoff(attempt).await;
+                if self.hard_stop() || self.control.cancel.is_cancelled() {
+                    break;
+                }
+            }
+            match self
+                .optional_stage(trace, p, name, description, body.clone())
+                .await?
+            {
+                None => return Ok(None),
+                Some(f) => {
+                    if attempt < attempts {
+                        trace.warning(&format!("Retrying {name} after: {}", f.message));
+                    }
+                    last = Some(f);
+                }
+            }
+        }
+        Ok(last)
+    }
+
     async fn optional_stage(
         &mut self,
         trace: &mut Trace<'_>,
