@@ -209,6 +209,29 @@ async fn config_changes_reload_live_and_a_broken_file_keeps_the_old_config() {
         drover.log().contains("concurrent: 1 -> 4").then_some(())
     })
     .await;
+    // log_format applies live too (no flag set it): the next reload logs JSON lines.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::write(
+        drover.config_path(),
+        format!(
+            "log_format = \"json\"\n{}",
+            config.replace("concurrent = 1", "concurrent = 4")
+        ),
+    )
+    .expect("rewrite");
+    until(
+        &drover,
+        Duration::from_secs(20),
+        "the JSON log format",
+        || {
+            drover
+                .log()
+                .lines()
+                .any(|l| l.starts_with('{') && l.contains("Configuration loaded"))
+                .then_some(())
+        },
+    )
+    .await;
     // A broken file is reported and the running config stays; SIGHUP forces a reload.
     std::fs::write(drover.config_path(), "concurrent = [").expect("break");
     drover.signal(libc::SIGHUP);

@@ -232,7 +232,12 @@ pub fn run(args: RunArgs) -> ExitCode {
         );
         tracing::info!("Configuration loaded");
         let manager = Manager::new(source, config, system_id, pools, Some(metrics));
-        let r = lifecycle::run(manager, path, started).await;
+        let origin = path.display().to_string();
+        let on_load = Box::new(move |c: &Config| {
+            crate::secrets::register_config(c);
+            super::logging::config_loaded(c, &origin);
+        });
+        let r = lifecycle::run(manager, path, started, on_load).await;
         server_stop.cancel();
         match r {
             Ok(ending) => ending_code(ending),

@@ -230,7 +230,11 @@ pub fn describe_changes(old: &Config, new: &Config) -> Vec<String> {
 }
 
 /// Loads `path` and applies it; a failed load keeps the old config.
-fn reload<S: JobSource>(manager: &Manager<S>, path: &Path) {
+fn reload<S: JobSource>(
+    manager: &Manager<S>,
+    path: &Path,
+    on_load: &(dyn Fn(&Config) + Send + Sync),
+) {
     let loaded = match crate::config::load_file(path) {
         Ok(l) => l,
         Err(e) => {
@@ -238,7 +242,7 @@ fn reload<S: JobSource>(manager: &Manager<S>, path: &Path) {
             return;
         }
     };
-    crate::secrets::register_config(&loaded.config);
+    on_load(&loaded.config);
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
@@ -273,10 +277,14 @@ fn reload<S: JobSource>(manager: &Manager<S>, path: &Path) {
 }
 
 /// Runs the feeder and waits for signals and reloads; returns after the shutdown sequence.
+///
+/// `on_load` sees every config a reload loaded, before the manager applies it (the command
+/// line applies its `log_level`/`log_format` and registers its secrets for the log).
 pub async fn run<S: JobSource>(
     manager: Arc<Manager<S>>,
     config_path: PathBuf,
     pools: Vec<StartedPool>,
+    on_load: Box<dyn Fn(&Config) + Send + Sync>,
 ) -> Result<Ending, StartError> {
     let mut sig = Signals::install()?;
     let feeder = tokio::spawn(manager.clone().feed());
@@ -293,13 +301,13 @@ pub async fn run<S: JobSource>(
             _ = sig.int.recv() => break true,
             _ = sig.hup.recv() => {
                 seen = mtime(&config_path);
-                reload(&manager, &config_path);
+                reload(&manager, &config_path, &*on_load);
             }
             _ = tick.tick() => {
                 let now = mtime(&config_path);
                 if now.is_some() && now != seen {
                     seen = now;
-                    reload(&manager, &config_path);
+                    reload(&manager, &config_path, &*on_load);
                 }
             }
         }
