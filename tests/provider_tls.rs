@@ -27,7 +27,7 @@ use drover::provider::{Call, Endpoint, Provider};
 use futures_util::StreamExt;
 use provider_support::*;
 use serde_json::json;
-use test_certs::{leaf, make_ca};
+use test_certs::{leaf, machine_tls, make_ca};
 
 const IMAGE: &str = "drover-test-provider-busybox";
 
@@ -121,29 +121,10 @@ async fn tls_machine_end_to_end_on_the_real_engine() {
     };
     let world = FakeWorld::new();
     let certs = world.store().join("certs");
-    std::fs::create_dir_all(&certs).expect("mkdir certs");
+    let tls = world.dir.path().join("tls");
     // The store's CA and client cert (what docker-machine bootstraps), and the server cert
     // the machine's Engine presents (what provisioning installs), SAN 127.0.0.1.
-    make_ca(&certs, "ca");
-    leaf(
-        &certs,
-        "ca",
-        "key.pem",
-        "cert.pem",
-        "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n",
-    );
-    let tls = world.dir.path().join("tls");
-    std::fs::create_dir_all(&tls).expect("mkdir");
-    for f in ["ca.pem", "ca-key.pem"] {
-        std::fs::copy(certs.join(f), tls.join(f)).expect("copy");
-    }
-    leaf(
-        &tls,
-        "ca",
-        "server-key.pem",
-        "server.pem",
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
-    );
+    machine_tls(&certs, &tls);
     // A stranger: a client cert from another CA, which the endpoint must refuse.
     make_ca(&tls, "rogue");
     leaf(

@@ -14,7 +14,7 @@ use crate::docker_engine;
 use crate::executor_common;
 use crate::provider_support::{fake_dm, FakeWorld};
 use crate::run_support::free_port;
-use crate::test_certs::{leaf, make_ca};
+use crate::test_certs::machine_tls;
 
 pub struct Killed(pub Child);
 impl Drop for Killed {
@@ -41,27 +41,8 @@ pub fn stunnel() -> &'static str {
 /// the store's CA, in front of /var/run/docker.sock.
 pub async fn tls_endpoint(world: &FakeWorld) -> (Killed, u16) {
     let certs = world.store().join("certs");
-    std::fs::create_dir_all(&certs).expect("mkdir certs");
-    make_ca(&certs, "ca");
-    leaf(
-        &certs,
-        "ca",
-        "key.pem",
-        "cert.pem",
-        "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n",
-    );
     let tls = world.dir.path().join("tls");
-    std::fs::create_dir_all(&tls).expect("mkdir");
-    for f in ["ca.pem", "ca-key.pem"] {
-        std::fs::copy(certs.join(f), tls.join(f)).expect("copy");
-    }
-    leaf(
-        &tls,
-        "ca",
-        "server-key.pem",
-        "server.pem",
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
-    );
+    machine_tls(&certs, &tls);
     let port = free_port();
     let conf = tls.join("stunnel.conf");
     std::fs::write(

@@ -85,3 +85,30 @@ pub fn make_ca(dir: &Path, name: &str) {
         ],
     );
 }
+
+/// What a docker-machine TLS machine needs: in `store_certs` the store's CA and the client
+/// certificate (what docker-machine bootstraps), in `tls` a copy of that CA and the server
+/// certificate the machine's Engine presents (SAN 127.0.0.1).
+#[allow(dead_code)] // not every test binary that includes this module makes machines
+pub fn machine_tls(store_certs: &Path, tls: &Path) {
+    std::fs::create_dir_all(store_certs).expect("mkdir certs");
+    make_ca(store_certs, "ca");
+    leaf(
+        store_certs,
+        "ca",
+        "key.pem",
+        "cert.pem",
+        "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n",
+    );
+    std::fs::create_dir_all(tls).expect("mkdir");
+    for f in ["ca.pem", "ca-key.pem"] {
+        std::fs::copy(store_certs.join(f), tls.join(f)).expect("copy");
+    }
+    leaf(
+        tls,
+        "ca",
+        "server-key.pem",
+        "server.pem",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
+    );
+}
