@@ -223,4 +223,25 @@ fn a_changed_config_does_not_agree() {
         );
         assert!(r.verdict_line().contains("differ") || !r.drover_only.is_empty());
     }
+    // A higher IdleCount: drover starts creations upstream never did, and says so.
+    let more_idle = config("IdleCount = 4\nIdleTime = 300\nMaxBuilds = 4\n", 12);
+    let r = run(&more_idle, std::slice::from_ref(&p));
+    let creations: Vec<_> = r
+        .drover_only
+        .iter()
+        .filter(|d| d.kind == drover::upstream_log::DecisionKind::Create)
+        .collect();
+    assert!(
+        !creations.is_empty(),
+        "no drover-only creation reported: {:?}",
+        r.drover_only
+    );
+    assert!(
+        creations[0].explanation.contains("IdleCount 4"),
+        "{}",
+        creations[0].explanation
+    );
+    // ... and on the config that wrote the log, none.
+    let r = run(&c, std::slice::from_ref(&p));
+    assert!(r.drover_only.is_empty(), "{:?}", r.drover_only);
 }

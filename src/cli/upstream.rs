@@ -164,6 +164,8 @@ struct Judge<'c> {
     rows: Vec<DecisionRow>,
     drover_only: Vec<DecisionRow>,
     drover_only_seen: HashSet<String>,
+    /// (runner, second) passes whose creations were already compared.
+    creation_passes_seen: HashSet<(String, i64)>,
     failed_create_removes: Option<bool>,
     errors: Vec<String>,
 }
@@ -258,6 +260,7 @@ impl<'c> Judge<'c> {
             let d = autoscale::decide(self.config, Some(&rc.name), &state, p.at)?;
             let report = &d.outcome.report;
             self.note_drover_only(p, rc, report);
+            self.note_drover_only_creations(p.at, p.line, rc, filter, report);
             return Ok(match report.removals.iter().find(|r| r.name == p.machine) {
                 Some(r) if r.reason.as_str() == p.reason => Answer {
                     verdict: Verdict::Same,
@@ -389,6 +392,57 @@ impl<'c> Judge<'c> {
         Ok(removes)
     }
 
+    /// Creations drover starts in a pass beyond those upstream started in the same pass (the
+    /// machines whose names carry a second within [`SAME_PASS_SECS`] of it), compared once per
+    /// runner and second. Upstream's extra creations show as its own decisions instead.
+    fn note_drover_only_creations(
+        &mut self,
+        at: DateTime<Utc>,
+        line: u64,
+        rc: &RunnerConfig,
+        filter: &str,
+        report: &crate::engine::PassReport,
+    ) {
+        if report.created.is_empty()
+            || !self
+                .creation_passes_seen
+                .insert((rc.name.clone(), at.timestamp()))
+        {
+            return;
+        }
+        let upstream = self
+            .collected
+            .machines
+            .iter()
+            .filter(|m| naming::matches_filter(&m.name, filter))
+            .filter(|m| {
+                m.create_requested_at
+                    .is_some_and(|t| (t - at).num_seconds().abs() <= SAME_PASS_SECS)
+            })
+            .count();
+        for c in report.created.iter().skip(upstream) {
+            self.drover_only.push(DecisionRow {
+                at,
+                kind: DecisionKind::Create,
+                machine: c.name.clone(),
+                runner: Some(rc.name.clone()),
+                upstream_reason: None,
+                drover: None,
+                drover_reason: Some(Reason::IdleCapacity.to_string()),
+                explanation: format!(
+                    "drover starts {} creation(s) in this pass, upstream {upstream}: IdleCount {}, \
+                     {} idle and {} creating before the pass, limit {}",
+                    report.created.len(),
+                    report.idle.idle_count,
+                    c.counts_before.idle,
+                    c.counts_before.creating,
+                    report.limits.limit
+                ),
+                line,
+            });
+        }
+    }
+
     fn note_drover_only(
         &mut self,
         p: &DecisionPoint,
@@ -421,18 +475,23 @@ impl<'c> Judge<'c> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn creation_answer(
-        &self,
+        &mut self,
         pool: &[PoolMachine],
         pending: &[(u64, String)],
         at: DateTime<Utc>,
         rc: &RunnerConfig,
         filter: &str,
         token: &str,
+        note_extra_at_line: Option<u64>,
     ) -> anyhow::Result<Answer> {
         let state = state_file(pool, filter);
         let d = autoscale::decide(self.config, Some(&rc.name), &state, at)?;
         let report = &d.outcome.report;
+        if let Some(line) = note_extra_at_line {
+            self.note_drover_only_creations(at, line, rc, filter, report);
+        }
         let sentences = explain::pass_sentences(report, &d.outcome.result);
         if !report.created.is_empty() {
             return Ok(Answer {
@@ -502,9 +561,10 @@ impl<'c> Judge<'c> {
                 });
             }
         }
-        let now = self.creation_answer(&p.pool, &p.pending, p.at, rc, filter, token)?;
+        let now =
+            self.creation_answer(&p.pool, &p.pending, p.at, rc, filter, token, Some(p.line))?;
         if let Some((s, pool, pending)) = &p.earlier {
-            let before = self.creation_answer(pool, pending, *s, rc, filter, token)?;
+            let before = self.creation_answer(pool, pending, *s, rc, filter, token, None)?;
             if before.verdict != now.verdict {
                 return Ok(Answer {
                     verdict: Verdict::Ambiguous,
@@ -744,6 +804,7 @@ pub fn compare(
         rows: Vec::new(),
         drover_only: Vec::new(),
         drover_only_seen: HashSet::new(),
+        creation_passes_seen: HashSet::new(),
         failed_create_removes: None,
         errors: Vec::new(),
     };
@@ -1042,9 +1103,14 @@ impl Report {
             out.push_str("\ndecisions only drover makes:\n");
             for r in self.drover_only.iter().take(20) {
                 out.push_str(&format!(
-                    "- {} (near line {}): {}\n",
+                    "- {} (near line {}): {} {}: {}\n",
                     rfc(r.at),
                     r.line,
+                    match r.kind {
+                        DecisionKind::Create => "create",
+                        DecisionKind::Remove => "remove",
+                    },
+                    r.machine,
                     r.explanation
                 ));
             }
