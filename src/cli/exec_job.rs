@@ -101,14 +101,7 @@ fn prepare(args: &ExecJobArgs) -> anyhow::Result<Prepared> {
             // A plain docker runner's own [runners.docker] host applies unless --docker-host
             // is given (docker+machine runners get theirs from the machine).
             if args.docker_host.is_none() && entry.executor != "docker+machine" {
-                if let Some(d) = entry.docker.as_ref().filter(|d| !d.host.is_empty()) {
-                    config_endpoint = Some(DockerEndpoint {
-                        host: Some(d.host.clone()),
-                        tls_cert_path: (!d.tls_cert_path.is_empty())
-                            .then(|| PathBuf::from(&d.tls_cert_path)),
-                        tls_verify: d.tls_verify,
-                    });
-                }
+                config_endpoint = DockerEndpoint::configured(entry.docker.as_ref());
             }
             RunnerSettings::from_config(entry, &system_id)
         }

@@ -37,6 +37,17 @@ pub struct DockerEndpoint {
 }
 
 impl DockerEndpoint {
+    /// A runner's own `[runners.docker] host` (with its `tls_cert_path` and `tls_verify`), as
+    /// upstream's docker executor uses it; `None` when the runner sets no host.
+    pub fn configured(docker: Option<&crate::config::model::DockerConfig>) -> Option<Self> {
+        let d = docker.filter(|d| !d.host.is_empty())?;
+        Some(DockerEndpoint {
+            host: Some(d.host.clone()),
+            tls_cert_path: (!d.tls_cert_path.is_empty()).then(|| PathBuf::from(&d.tls_cert_path)),
+            tls_verify: d.tls_verify,
+        })
+    }
+
     /// The endpoint from `DOCKER_HOST`, `DOCKER_CERT_PATH` and `DOCKER_TLS_VERIFY`.
     pub fn from_env() -> Self {
         let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());

@@ -174,15 +174,7 @@ pub fn supported_executor(name: &str) -> bool {
 /// The Docker endpoint of a plain `docker` runner: `[runners.docker] host` and its TLS
 /// settings, else the environment (DOCKER_HOST…), as upstream's docker executor.
 pub fn plain_docker_endpoint(r: &RunnerConfig) -> DockerEndpoint {
-    match r.docker.as_ref().filter(|d| !d.host.is_empty()) {
-        Some(d) => DockerEndpoint {
-            host: Some(d.host.clone()),
-            tls_cert_path: (!d.tls_cert_path.is_empty())
-                .then(|| std::path::PathBuf::from(&d.tls_cert_path)),
-            tls_verify: d.tls_verify,
-        },
-        None => DockerEndpoint::from_env(),
-    }
+    DockerEndpoint::configured(r.docker.as_ref()).unwrap_or_else(DockerEndpoint::from_env)
 }
 
 impl<S: JobSource> Manager<S> {
