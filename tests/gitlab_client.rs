@@ -513,6 +513,41 @@ async fn pickup_ack_decides_drop_or_immediate_cancel() {
     let _ = id;
 }
 
+/// An ack lost with its connection is sent again, so GitLab runs the job: without it the job
+/// stays unacknowledged there and its log and result are refused.
+#[tokio::test]
+async fn a_running_ack_lost_with_the_connection_is_sent_again() {
+    let sim = sim().await;
+    let (client, info) = (client(&sim), info());
+    let id = sim.enqueue(JobSpec::default());
+    let job = pickup(&sim, &client, &info).await;
+    assert_eq!(sim.job(id).unwrap().state, JobState::Assigned);
+    sim.fault(Fault {
+        route: Route::UpdateJob,
+        kind: FaultKind::DropBefore,
+        times: 2,
+    });
+    let opts = TraceOptions {
+        ack_retry_base: Duration::from_millis(20),
+        ..fast()
+    };
+    let trace = JobTrace::start(client.clone(), info.clone(), &job, opts).await;
+    assert_eq!(trace.pickup(), Pickup::Proceed);
+    assert_eq!(
+        sim.job(id).unwrap().state,
+        JobState::Running,
+        "acknowledged"
+    );
+    let mut w = trace.writer();
+    std::io::Write::write_all(&mut w, b"the job's log\n").unwrap();
+    let report = trace.finish(JobOutcome::success()).await;
+    assert_eq!(report.state, FinalState::Accepted);
+    let view = sim.job(id).unwrap();
+    assert_eq!(view.state, JobState::Success);
+    assert_eq!(view.trace, b"the job's log\n");
+    assert_eq!(view.output_matches, Some(true));
+}
+
 #[tokio::test]
 async fn keep_alive_when_silent_and_the_server_interval_is_used() {
     let sim = sim().await;

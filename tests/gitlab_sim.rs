@@ -217,3 +217,52 @@ async fn long_polling_holds_until_a_job_arrives_and_two_phase_waits_for_the_ack(
         "pending until the ack"
     );
 }
+
+/// A two-phase assignment whose ack never came: the trace and the final update are refused as
+/// for any job not processing on the runner, and after the ack timeout the job goes back to
+/// the queue with a new token, so the next pickup runs it.
+#[tokio::test]
+async fn an_unacknowledged_assignment_is_refused_and_requeued() {
+    let sim = Sim::start().await.unwrap();
+    sim.add_runner(TOKEN);
+    sim.configure(|s| s.ack_timeout_ms = Some(200));
+    let http = builder().build().unwrap();
+    let id = sim.enqueue(JobSpec::default());
+    let features = json!({"refspecs": true, "two_phase_job_commit": true});
+    let (status, job) = pick(&sim, &http, features.clone()).await;
+    assert_eq!(status, 201);
+    let old = job.unwrap()["token"].as_str().unwrap().to_owned();
+
+    let patch = http
+        .patch(format!("{}/api/v4/jobs/{id}/trace", sim.url()))
+        .header("JOB-TOKEN", &old)
+        .header("Content-Range", "0-4")
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patch.status(), 403, "the log of an unacknowledged job");
+    let put = http
+        .put(format!("{}/api/v4/jobs/{id}", sim.url()))
+        .json(&json!({"token": old, "state": "success", "output": {"checksum": "crc32:00000000", "bytesize": 0}}))
+        .header("JOB-TOKEN", &old)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        put.status(),
+        403,
+        "the final state of an unacknowledged job"
+    );
+    assert_eq!(put.headers()["job-status"], "pending");
+    assert_eq!(sim.job(id).unwrap().state, JobState::Assigned);
+
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let (status, job) = pick(&sim, &http, features).await;
+    assert_eq!(status, 201, "handed out again after the ack timeout");
+    let job = job.unwrap();
+    assert_eq!(job["id"], id);
+    assert_ne!(job["token"].as_str().unwrap(), old, "a new job token");
+    let view = sim.job(id).unwrap();
+    assert_eq!((view.state, view.requeues), (JobState::Assigned, 1));
+}

@@ -7,9 +7,8 @@
 //! lost or stuck, traces that differ from what the script printed, and machines removed while
 //! they had a job.
 //!
-//! Built on demand only (feature `soak`, not in CI yet: see the README). Short form:
-//! `cargo test --features soak --test soak -- --nocapture`. Long form:
-//! `DROVER_SOAK_CYCLES=60 cargo test --release --features soak --test soak -- --nocapture`
+//! The short form (6 cycles) runs with the test suite: `cargo test --test soak -- --nocapture`.
+//! Long form: `DROVER_SOAK_CYCLES=60 cargo test --release --test soak -- --nocapture`
 //! (`DROVER_SOAK_SEED` changes the seed).
 
 mod docker_engine;
@@ -249,6 +248,9 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
     let (_proxy, port) = tls_endpoint(&world).await;
     let sim = Arc::new(Sim::start().await.expect("simulator"));
     sim.add_runner(TOKEN);
+    // A job whose `running` ack never arrived (dropped connection, kill -9 right after pickup)
+    // goes back to the queue, as GitLab returns an unacknowledged assignment.
+    sim.configure(|s| s.ack_timeout_ms = Some(10_000));
     let dir = tempfile::Builder::new()
         .prefix("drover-test-soak-")
         .tempdir()
@@ -477,6 +479,19 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
                         "SOAK trace of job {id} not exact (output_matches {:?}):\n{trace}",
                         j.output_matches
                     );
+                    // What GitLab saw of the job, to tell a client fault from a server one.
+                    for r in sim.requests() {
+                        if r.path.contains(&format!("/jobs/{id}")) {
+                            eprintln!(
+                                "SOAK   {} ms {} {} range={:?} body={:?}",
+                                r.at_ms,
+                                r.method,
+                                r.path,
+                                r.header("content-range"),
+                                String::from_utf8_lossy(&r.body),
+                            );
+                        }
+                    }
                     bad_traces.push(*id);
                 }
             }
@@ -514,6 +529,7 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
         .count();
     let s = samples.lock().unwrap();
     let code = exit_code(status);
+    let requeues: u32 = sim.jobs().iter().map(|j| j.requeues).sum();
     eprintln!(
         "SOAK seed={seed} cycles={cycles} elapsed={:.1}s drover_starts={} kills={kills} \
          (stall restarts {stall_kills}) gitlab_faults={gitlab_faults}\n\
@@ -523,7 +539,7 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
          traces_not_exact={}\n\
          SOAK machines_removed_under_job={} leaked_machines={} leaked_containers={} \
          killed_job_containers={} drain={drain_secs:.1}s exit={code}\n\
-         SOAK failed_jobs={failed:?}",
+         SOAK requeued_unacknowledged={requeues} failed_jobs={failed:?}",
         t0.elapsed().as_secs_f64(),
         drover.starts,
         s.max_machines,

@@ -41,6 +41,10 @@ pub const MAX_ACCEPTED_ROUNDS: u32 = 100;
 /// Consecutive 416 answers one flush accepts before it counts as a failed attempt.
 pub const MAX_RANGE_MISMATCHES: u32 = 10;
 
+/// `running` acks sent when the connection fails before any answer (a deliberate difference:
+/// upstream sends one and runs the job anyway, which GitLab then refuses as never acknowledged).
+pub const ACK_ATTEMPTS: u32 = 4;
+
 /// Tunables of the trace loop; [`Default`] is upstream's.
 #[derive(Debug, Clone)]
 pub struct TraceOptions {
@@ -60,6 +64,8 @@ pub struct TraceOptions {
     pub final_backoff_cap: Duration,
     /// Largest PATCH body (1 MiB).
     pub max_chunk: usize,
+    /// First wait before resending a `running` ack that got no answer (1 s), doubling.
+    pub ack_retry_base: Duration,
 }
 
 impl Default for TraceOptions {
@@ -73,6 +79,7 @@ impl Default for TraceOptions {
             final_backoff_base: Duration::from_secs(1),
             final_backoff_cap: Duration::from_secs(60 * 60),
             max_chunk: MAX_CHUNK,
+            ack_retry_base: Duration::from_secs(1),
         }
     }
 }
@@ -480,17 +487,29 @@ impl JobTrace {
             interval: ctx.opts.update_interval,
             last_sent: Instant::now(),
         };
-        let ack = ctx
-            .update(
-                &mut pump,
-                &JobUpdate {
-                    state: JobState::Running,
-                    failure_reason: None,
-                    exit_code: 0,
-                    output: TraceOutput::default(),
-                },
-            )
-            .await;
+        let ack_update = JobUpdate {
+            state: JobState::Running,
+            failure_reason: None,
+            exit_code: 0,
+            output: TraceOutput::default(),
+        };
+        let mut ack = ctx.update(&mut pump, &ack_update).await;
+        // An ack lost with the connection (no answer at all) is sent again: until GitLab has
+        // it, the job is not running there and its log and result would be refused. Any
+        // answer, even a failure, is final (HTTP-level retries already ran).
+        let mut attempt = 1;
+        while ack.state == UpdateState::Failed && ack.status < 0 && attempt < ACK_ATTEMPTS {
+            let wait = ctx.opts.ack_retry_base.saturating_mul(1 << (attempt - 1));
+            tracing::warn!(
+                job = ctx.job.id,
+                attempt,
+                retry_in = ?wait,
+                "the running ack got no answer; sending it again"
+            );
+            tokio::time::sleep(wait).await;
+            ack = ctx.update(&mut pump, &ack_update).await;
+            attempt += 1;
+        }
         let pickup = if ack.state == UpdateState::Abort {
             Pickup::Abort
         } else if ack.cancel_requested {

@@ -125,6 +125,8 @@ pub struct JobView {
     pub running_updates: u32,
     /// Final updates received (including those answered 202).
     pub final_updates: u32,
+    /// Times an assignment that was never acknowledged went back to the queue.
+    pub requeues: u32,
     /// Uploaded artifacts.
     pub artifacts: Vec<Artifact>,
 }
@@ -236,6 +238,10 @@ pub struct Settings {
     pub trace_size_limit: Option<usize>,
     /// Largest artifact upload in bytes.
     pub artifact_size_limit: usize,
+    /// A two-phase assignment not acknowledged (`PUT state=running`) within this long goes back
+    /// to the queue with a new job token, as Rails drops an unacknowledged assignment (None:
+    /// never; the job waits for its ack forever).
+    pub ack_timeout_ms: Option<u64>,
 }
 
 impl Default for Settings {
@@ -246,6 +252,7 @@ impl Default for Settings {
             long_poll_ms: 0,
             trace_size_limit: None,
             artifact_size_limit: 100 * 1024 * 1024,
+            ack_timeout_ms: None,
         }
     }
 }
@@ -270,6 +277,8 @@ struct Job {
     spec: JobSpec,
     target: Option<String>,
     cancel_gracefully: bool,
+    /// When a two-phase assignment was handed out (cleared by the ack).
+    assigned_at: Option<std::time::Instant>,
 }
 
 /// Information on a served repository.
@@ -295,6 +304,42 @@ struct State {
     faults: Vec<Fault>,
     settings: Settings,
     repos: HashMap<String, Repo>,
+}
+
+impl State {
+    /// Puts assignments whose ack did not come within `ack_timeout_ms` back at the head of the
+    /// queue, with a new job token (the old one is refused from then on). Returns whether any
+    /// job went back.
+    fn requeue_unacknowledged(&mut self) -> bool {
+        let Some(ms) = self.settings.ack_timeout_ms else {
+            return false;
+        };
+        let timeout = std::time::Duration::from_millis(ms);
+        let expired: Vec<i64> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| {
+                j.view.state == JobState::Assigned
+                    && j.assigned_at.is_some_and(|t| t.elapsed() >= timeout)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &expired {
+            if let Some(j) = self.jobs.get_mut(id) {
+                j.view.state = JobState::Pending;
+                j.view.token = random_token("glcbt-66_", 20);
+                j.view.runner = None;
+                j.view.system_id = None;
+                j.view.requeues += 1;
+                j.assigned_at = None;
+                self.queue.push_front(*id);
+            }
+        }
+        if !expired.is_empty() {
+            self.version += 1;
+        }
+        !expired.is_empty()
+    }
 }
 
 pub(crate) struct Inner {
@@ -340,11 +385,13 @@ impl Handle {
                         output_matches: None,
                         running_updates: 0,
                         final_updates: 0,
+                        requeues: 0,
                         artifacts: Vec::new(),
                     },
                     spec,
                     target,
                     cancel_gracefully: false,
+                    assigned_at: None,
                 },
             );
             s.queue.push_back(id);

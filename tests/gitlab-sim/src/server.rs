@@ -300,6 +300,9 @@ async fn request_job(State(inner): Sim, headers: HeaderMap, body: Bytes) -> Resp
         .map(str::to_owned);
     let long_poll = {
         let mut s = inner.lock();
+        if s.requeue_unacknowledged() {
+            inner.queue_changed.notify_waiters();
+        }
         let version = s.version.to_string();
         let Some(runner) = s.runners.get_mut(&token) else {
             return message(403, "403 Forbidden");
@@ -416,6 +419,7 @@ async fn request_job(State(inner): Sim, headers: HeaderMap, body: Bytes) -> Resp
         j.view.runner = Some(token.clone());
         j.view.system_id = Some(system_id);
         j.cancel_gracefully = graceful;
+        j.assigned_at = two_phase.then(std::time::Instant::now);
     }
     drop(s);
     inner.queue_changed.notify_waiters();
@@ -467,9 +471,19 @@ async fn update_job(
             job.view.running_updates += 1;
             if state == "running" && job.view.state == JobState::Assigned {
                 job.view.state = JobState::Running;
+                job.assigned_at = None;
             }
             let h = job_headers(job.view.state, &settings);
             with_headers((StatusCode::OK, "200").into_response(), &h)
+        }
+        "success" | "failed" if job.view.state == JobState::Assigned => {
+            // Rails authenticates the job before the update: a job that was never acknowledged
+            // is not processing on the runner, as the trace endpoint also answers.
+            job.view.final_updates += 1;
+            with_headers(
+                message(403, "403 Forbidden - Job is not processing on runner"),
+                &job_headers(job.view.state, &settings),
+            )
         }
         "success" | "failed" => {
             job.view.final_updates += 1;
