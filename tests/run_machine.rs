@@ -3,7 +3,8 @@
 //! machines are TLS endpoints (stunnel, client certificates) in front of the real Docker
 //! Engine. Jobs from the GitLab simulator run on those machines; IdleCount pre-creates,
 //! MaxBuilds removes, `[machine.shutdown_drain]` empties the pool at SIGQUIT, and a warm job
-//! costs at most one docker-machine process.
+//! costs at most one docker-machine process. It runs against the fake docker-machine and, when
+//! `../shared/tools/docker-machine` is there (CI), against the real archived binary too.
 
 mod docker_engine;
 mod executor_common;
@@ -12,10 +13,11 @@ mod run_machine_support;
 mod run_support;
 mod test_certs;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use gitlab_sim::{JobState, Sim};
-use provider_support::{shim_bin, FakeWorld};
+use provider_support::{docker_machines, shim_bin, FakeWorld};
 use run_machine_support::*;
 use run_support::*;
 use serde_json::json;
@@ -34,6 +36,7 @@ fn machine_of(trace: &str) -> String {
         .to_string()
 }
 
+/// Against the fake docker-machine, then against the real archived one when it is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_on_autoscaled_tls_machines_created_and_removed_as_the_engine_decides() {
     if !executor_common::engine_available() {
@@ -42,13 +45,23 @@ async fn jobs_run_on_autoscaled_tls_machines_created_and_removed_as_the_engine_d
     let _g = executor_common::ENGINE_LOCK.lock().await;
     executor_common::ensure_images();
     let _ = shim_bin(); // beside the drover binary, where drover run looks for it
+    for dm in docker_machines() {
+        eprintln!("--- docker-machine: {}", dm.display());
+        autoscaled_jobs(&dm).await;
+    }
+}
+
+async fn autoscaled_jobs(dm: &Path) {
     let world = FakeWorld::new();
     world.set_faults(json!({"copy_certs": true}));
     let (_proxy, port) = tls_endpoint(&world).await;
     let sim = Sim::start().await.expect("simulator");
     sim.add_runner(TOKEN);
     let t0 = Instant::now();
-    let mut drover = Drover::start(&machine_config(&sim, TOKEN, port, 1, 2), &env(&world));
+    let mut drover = Drover::start(
+        &machine_config(&sim, TOKEN, port, 1, 2),
+        &env_with(&world, dm),
+    );
 
     // IdleCount 1: a machine is created before any job exists.
     let first = until(&drover, Duration::from_secs(60), "an idle machine", || {

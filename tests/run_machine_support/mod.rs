@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpStream;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use gitlab_sim::Sim;
 
 use crate::docker_engine;
 use crate::executor_common;
-use crate::provider_support::{fake_dm, FakeWorld};
+use crate::provider_support::{fake_dm, root, FakeWorld};
 use crate::run_support::free_port;
 use crate::test_certs::machine_tls;
 
@@ -77,11 +78,25 @@ pub async fn tls_endpoint(world: &FakeWorld) -> (Killed, u16) {
 /// drover's environment: the fake docker-machine first on PATH (the shim runs
 /// `docker-machine`), its store, call log and faults.
 pub fn env(world: &FakeWorld) -> Vec<(String, String)> {
+    env_with(world, &fake_dm())
+}
+
+/// drover's environment with `dm` as `docker-machine`: the fake, or the real archived binary
+/// through `fixtures/real-docker-machine/docker-machine`, which runs it and copies the client
+/// certificates into each created machine's folder as a provisioning driver would (the real
+/// `none` driver does not provision). Both write the same call log.
+pub fn env_with(world: &FakeWorld, dm: &Path) -> Vec<(String, String)> {
     let bin = world.dir.path().join("bin");
     std::fs::create_dir_all(&bin).expect("mkdir bin");
     let link = bin.join("docker-machine");
+    let real = dm != fake_dm();
+    let target = if real {
+        root().join("fixtures/real-docker-machine/docker-machine")
+    } else {
+        dm.to_path_buf()
+    };
     if !link.exists() {
-        std::os::unix::fs::symlink(fake_dm(), &link).expect("symlink");
+        std::os::unix::fs::symlink(target, &link).expect("symlink");
     }
     let path = format!(
         "{}:{}",
@@ -91,6 +106,12 @@ pub fn env(world: &FakeWorld) -> Vec<(String, String)> {
     let mut env = world.env();
     env.retain(|(k, _)| k != "SHIM_LOG");
     env.push(("PATH".into(), path));
+    if real {
+        env.push((
+            "DROVER_REAL_DOCKER_MACHINE".into(),
+            dm.display().to_string(),
+        ));
+    }
     env
 }
 
