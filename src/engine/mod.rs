@@ -78,6 +78,7 @@ pub mod naming;
 mod orphans;
 mod pass;
 pub mod policy;
+mod reconcile;
 mod removal;
 mod restore;
 mod timers;
@@ -95,11 +96,12 @@ pub use event::Event;
 pub use find::{FindId, FindStep};
 pub use from_config::PolicyError;
 pub use machine::{zero_time, Counts, Machine, MachineState, TargetLabels, STUCK_AFTER_RETRIES};
-pub use orphans::OrphanRetry;
+pub use orphans::{OrphanEntry, OrphanRetry};
 pub use pass::{
     AcquireOutcome, AcquireResult, AcquireStep, CreationDecision, PassReport, RemovalDecision,
 };
 pub use policy::{IdleSchedule, IdleSettings, Limits, RunnerPolicy};
+pub use reconcile::ReconcileReport;
 pub use restore::{RestoreReport, RestoredMachine};
 pub use use_flow::{UseError, UseId, UseStep, UsedMachine, PROVISION_RETRY_SECS, USE_ATTEMPTS};
 
@@ -195,6 +197,7 @@ pub struct Engine {
     availability: HashMap<String, u64>,
     stuck: removal::StuckLock,
     orphans: orphans::Orphans,
+    round: Option<reconcile::Round>,
     drain: Option<drain::DrainState>,
     timers: timers::Timers,
     finds: HashMap<u64, find::FindState>,
@@ -230,6 +233,7 @@ impl Engine {
             availability: HashMap::new(),
             stuck: removal::StuckLock::default(),
             orphans: orphans::Orphans::default(),
+            round: None,
             drain: None,
             timers: timers::Timers::default(),
             finds: HashMap::new(),
