@@ -65,6 +65,15 @@
 //! When the job ends, [`Engine::release`] the machine Use returned if `new_data` is set, and
 //! the one Acquire returned (upstream's deferred Release). Release on a machine with
 //! `MaxBuilds` reached removes it ("Too many builds"), whatever its state.
+//!
+//! ## Reconciliation
+//!
+//! At start, [`Engine::reconcile_ledger`] checks the ledger's records against a listing before
+//! [`Engine::restore`]. While running, the driver opens a round with
+//! [`Engine::begin_reconcile`], lists the provider, and closes it with
+//! [`Engine::finish_reconcile`] (or [`Engine::cancel_reconcile`]): records of machines that
+//! vanished are dropped and unknown machines with a runner's prefix are adopted, one
+//! [`Notice::Reconciled`] each (see `reconcile.rs`).
 
 mod command;
 mod drain;

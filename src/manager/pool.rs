@@ -2,7 +2,8 @@
 //! only code that calls it. It executes the engine's [`Command`]s through a provider plugin,
 //! feeds their results back as [`Event`]s, answers the Acquire pass and `Use` sessions with
 //! provider calls, arms the engine's `poll_timeout`, and turns [`Notice`]s into log lines (and
-//! hands them to an observer for metrics).
+//! hands them to an observer for metrics). Every [`RECONCILE_INTERVAL`] it lists the provider
+//! for the engine's periodic reconciliation round.
 //!
 //! Callers hold a cloneable [`Pool`] handle: [`Pool::acquire`] before each job request,
 //! [`Pool::use_machine`] when a job arrived, [`Pool::release`] when it ended, [`Pool::drain`]
@@ -180,7 +181,8 @@ impl Pool {
     /// [`Pool::start`] with a crash-safe machine ledger: the machines it records are restored
     /// before the first pass (without a ledger file, machines are adopted as upstream does; a
     /// corrupt one is reported and set aside), and it is saved after every engine input that
-    /// changed a machine's state, used count, last use or removal attempts.
+    /// changed a machine's state, used count, last use or removal attempts, or the orphans
+    /// retried in the background (resumed on restart).
     pub fn start_with_ledger<P: Provider + 'static>(
         policies: Vec<RunnerPolicy>,
         provider: Arc<P>,
@@ -663,7 +665,7 @@ impl<P: Provider + 'static> PoolTask<P> {
         self.persist();
     }
 
-    /// Saves the ledger when a machine changed since the last save. A failed save is logged
+    /// Saves the ledger when a machine or an orphan changed since the last save. A failed save is logged
     /// and retried after the next input (the previous ledger stays intact on disk).
     fn persist(&mut self) {
         let Some(ledger) = &mut self.ledger else {
