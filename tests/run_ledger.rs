@@ -1,17 +1,20 @@
 //! The machine pool with the crash-safe ledger (issue 13), on legacy-driver-shim + the fake
 //! docker-machine: every change is saved, a restart resumes from the ledger instead of adopting
 //! (upstream counts an adopted machine as used once), and a corrupt ledger is set aside without
-//! losing the machines the provider lists.
+//! losing the machines the provider lists. While running, a periodic round notices machines
+//! removed or created behind drover's back, and removals that gave up survive a restart.
 
 mod provider_support;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use drover::engine::{AcquireResult, MachineState, RunnerId, RunnerPolicy};
-use drover::ledger::LedgerFile;
-use drover::manager::pool::{NoObserver, Pool};
+use drover::engine::{
+    AcquireResult, MachineState, Notice, Reason, ReconcileDecision, RunnerId, RunnerPolicy,
+};
+use drover::ledger::{LedgerFile, OrphanRecord};
+use drover::manager::pool::{NoObserver, NoticeObserver, Pool, PoolSettings};
 use drover::provider::cache::CredentialCache;
 use drover::provider::plugin::Plugin;
 use provider_support::*;
@@ -213,4 +216,133 @@ async fn a_ledger_record_whose_machine_vanished_is_dropped_at_start() {
         used_count(&file, &name).is_none()
     })
     .await;
+}
+
+/// Records the pool's reconciliation decisions.
+#[derive(Default)]
+struct Decisions(Mutex<Vec<(String, ReconcileDecision)>>);
+
+impl NoticeObserver for Decisions {
+    fn notice(&self, notice: &Notice) {
+        if let Notice::Reconciled { name, decision } = notice {
+            self.0.lock().unwrap().push((name.clone(), *decision));
+        }
+    }
+}
+
+impl Decisions {
+    fn of(&self, name: &str) -> Vec<ReconcileDecision> {
+        let all = self.0.lock().unwrap();
+        all.iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, d)| *d)
+            .collect()
+    }
+}
+
+fn observed_pool(
+    world: &FakeWorld,
+    file: &LedgerFile,
+    decisions: &Arc<Decisions>,
+    reconcile_interval: Duration,
+) -> Pool {
+    let mut cmd = world.shim(&[]);
+    cmd.name_prefix = Some("runner-".into());
+    Pool::start_with_settings(
+        vec![policy(0)],
+        Arc::new(CredentialCache::new(Plugin::new(cmd))),
+        decisions.clone(),
+        PoolSettings {
+            ledger: Some(file.clone()),
+            reconcile_interval,
+        },
+    )
+}
+
+/// A machine made with docker-machine directly, as an operator or another tool would.
+fn create_behind_drovers_back(world: &FakeWorld, name: &str) {
+    let status = std::process::Command::new(fake_dm())
+        .envs(world.env())
+        .args([
+            "create",
+            "--driver",
+            "none",
+            "--url",
+            "tcp://127.0.0.1:9",
+            name,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run the fake docker-machine");
+    assert!(status.success(), "create {name}");
+    assert!(machines(world).contains(&name.to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_periodic_round_notices_machines_removed_and_created_behind_drovers_back() {
+    let world = FakeWorld::new();
+    world.set_faults(json!({"config": "ok"}));
+    let file = LedgerFile::at(ledger_path(&world));
+    let decisions = Arc::new(Decisions::default());
+    let pool = observed_pool(&world, &file, &decisions, Duration::from_millis(300));
+    let name = acquire_machine(&pool).await;
+    pool.release(RunnerId(0), name.clone()).await;
+    wait_until("the idle machine is saved", || {
+        used_count(&file, &name) == Some(0)
+    })
+    .await;
+
+    // No pass runs from here on: only the periodic round can notice what happens next.
+    std::fs::remove_dir_all(world.machine_dir(&name)).unwrap();
+    let stranger = "runner-ledgertes-auto-1700000000-0badcafe";
+    create_behind_drovers_back(&world, stranger);
+    wait_until("the round drops the vanished record", || {
+        used_count(&file, &name).is_none()
+    })
+    .await;
+    wait_until("the round adopts the stranger as upstream would", || {
+        used_count(&file, stranger) == Some(1)
+    })
+    .await;
+    assert_eq!(decisions.of(&name), vec![ReconcileDecision::Vanished]);
+    assert_eq!(decisions.of(stranger), vec![ReconcileDecision::Adopted]);
+    // Later rounds have nothing left to decide.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(decisions.0.lock().unwrap().len(), 2);
+    // The adopted machine serves jobs like any other.
+    assert_eq!(acquire_machine(&pool).await, stranger);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_resumes_the_retries_of_removals_that_gave_up() {
+    let world = FakeWorld::new();
+    world.set_faults(json!({"config": "ok"}));
+    let orphan = "runner-ledgertes-auto-1700000000-00000bad";
+    create_behind_drovers_back(&world, orphan);
+    // What the previous drover left: its removal gave up and the retry was due.
+    let file = LedgerFile::at(ledger_path(&world));
+    file.save(
+        &[],
+        &[OrphanRecord {
+            name: orphan.into(),
+            reason: Reason::TooManyIdleMachines,
+            failures: 3,
+            next_retry: chrono::Utc::now() - chrono::TimeDelta::seconds(1),
+        }],
+    )
+    .unwrap();
+    let decisions = Arc::new(Decisions::default());
+    let _pool = observed_pool(&world, &file, &decisions, Duration::from_secs(3600));
+    wait_until("the orphan is removed after the restart", || {
+        !machines(&world).contains(&orphan.to_string())
+    })
+    .await;
+    wait_until("the resolved orphan leaves the ledger", || {
+        file.load().orphans.is_empty()
+    })
+    .await;
+    assert_eq!(decisions.of(orphan), vec![ReconcileDecision::Removed]);
+    let subs = world.subcommands();
+    assert!(subs.iter().any(|s| s == "rm"), "{subs:?}");
 }

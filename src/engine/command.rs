@@ -151,8 +151,10 @@ pub enum Notice {
     DrainFinished(super::DrainReport),
     /// Something the operator should know (orphaned VM, drain summary, deadlocked growth…).
     Warning(String),
-    /// A reconciliation decision about a machine no record tracks (orphan retry, see
-    /// [`Engine::set_orphan_retry`](super::Engine::set_orphan_retry)).
+    /// A reconciliation decision: a record whose machine vanished, a listed machine no record
+    /// knew (at start and in periodic rounds, see
+    /// [`Engine::begin_reconcile`](super::Engine::begin_reconcile)), or an orphan's background
+    /// retry (see [`Engine::set_orphan_retry`](super::Engine::set_orphan_retry)).
     Reconciled {
         /// The machine.
         name: String,
@@ -161,16 +163,17 @@ pub enum Notice {
     },
 }
 
-/// What reconciliation decided about a machine that no record tracks.
+/// What reconciliation decided about a machine the records and the provider disagree on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReconcileDecision {
     /// A removal that gave up was retried and the `rm -f` succeeded.
     Removed,
     /// The machine no longer exists at the provider: nothing left to remove (an orphan), or a
-    /// ledger record dropped at start.
+    /// record dropped because the provider no longer lists its machine (at start or in a
+    /// periodic round).
     Vanished,
-    /// A listed machine no record knows (at start), or an orphan tracked again: it is adopted
-    /// from the listing and the normal lifecycle owns it.
+    /// A listed machine no record knows (at start or in a periodic round), or an orphan
+    /// tracked again: it is adopted from the listing and the normal lifecycle owns it.
     Adopted,
     /// The retried `rm -f` failed; the next retry comes after `next_in_secs`.
     RetryFailed {

@@ -65,6 +65,15 @@
 //! When the job ends, [`Engine::release`] the machine Use returned if `new_data` is set, and
 //! the one Acquire returned (upstream's deferred Release). Release on a machine with
 //! `MaxBuilds` reached removes it ("Too many builds"), whatever its state.
+//!
+//! ## Reconciliation
+//!
+//! At start, [`Engine::reconcile_ledger`] checks the ledger's records against a listing before
+//! [`Engine::restore`]. While running, the driver opens a round with
+//! [`Engine::begin_reconcile`], lists the provider, and closes it with
+//! [`Engine::finish_reconcile`] (or [`Engine::cancel_reconcile`]): records of machines that
+//! vanished are dropped and unknown machines with a runner's prefix are adopted, one
+//! [`Notice::Reconciled`] each (see `reconcile.rs`).
 
 mod command;
 mod drain;
@@ -78,6 +87,7 @@ pub mod naming;
 mod orphans;
 mod pass;
 pub mod policy;
+mod reconcile;
 mod removal;
 mod restore;
 mod timers;
@@ -95,11 +105,12 @@ pub use event::Event;
 pub use find::{FindId, FindStep};
 pub use from_config::PolicyError;
 pub use machine::{zero_time, Counts, Machine, MachineState, TargetLabels, STUCK_AFTER_RETRIES};
-pub use orphans::OrphanRetry;
+pub use orphans::{OrphanEntry, OrphanRetry};
 pub use pass::{
     AcquireOutcome, AcquireResult, AcquireStep, CreationDecision, PassReport, RemovalDecision,
 };
 pub use policy::{IdleSchedule, IdleSettings, Limits, RunnerPolicy};
+pub use reconcile::ReconcileReport;
 pub use restore::{RestoreReport, RestoredMachine};
 pub use use_flow::{UseError, UseId, UseStep, UsedMachine, PROVISION_RETRY_SECS, USE_ATTEMPTS};
 
@@ -195,6 +206,7 @@ pub struct Engine {
     availability: HashMap<String, u64>,
     stuck: removal::StuckLock,
     orphans: orphans::Orphans,
+    round: Option<reconcile::Round>,
     drain: Option<drain::DrainState>,
     timers: timers::Timers,
     finds: HashMap<u64, find::FindState>,
@@ -230,6 +242,7 @@ impl Engine {
             availability: HashMap::new(),
             stuck: removal::StuckLock::default(),
             orphans: orphans::Orphans::default(),
+            round: None,
             drain: None,
             timers: timers::Timers::default(),
             finds: HashMap::new(),

@@ -61,6 +61,22 @@ struct Orphan {
     reason: Reason,
     failures: u32,
     phase: Phase,
+    /// When its current (or next) retry was due.
+    due: Time,
+}
+
+/// One orphan as a ledger keeps it, so a restart resumes its retries
+/// ([`Engine::orphan_entries`], [`Engine::resume_orphans`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrphanEntry {
+    /// The machine name.
+    pub name: String,
+    /// Why it was being removed when the removal gave up.
+    pub reason: Reason,
+    /// Failed background retries so far (the backoff goes on from there).
+    pub failures: u32,
+    /// When the next retry is due (in the past for a retry that was running).
+    pub next_retry: Time,
 }
 
 #[derive(Debug, Default)]
@@ -94,13 +110,51 @@ impl Engine {
         self.orphans.list.values().map(|o| o.name.as_str())
     }
 
+    /// Whether `name` is on the orphan list.
+    pub(crate) fn is_orphan(&self, name: &str) -> bool {
+        self.orphans.list.values().any(|o| o.name == name)
+    }
+
     /// Puts a machine whose removal gave up onto the orphan list (after its record was
-    /// deleted). Also used to resume the list after a restart.
+    /// deleted); its first retry comes after the first backoff delay.
     pub fn track_orphan(&mut self, name: &str, reason: Reason, now: Time) {
         let Some(settings) = self.orphans.settings else {
             return;
         };
-        if self.orphans.list.values().any(|o| o.name == name) {
+        self.add_orphan(name, reason, 0, now + settings.delay(0));
+    }
+
+    /// The orphan list as a ledger records it, in the order the orphans were added.
+    pub fn orphan_entries(&self) -> Vec<OrphanEntry> {
+        self.orphans
+            .list
+            .values()
+            .map(|o| OrphanEntry {
+                name: o.name.clone(),
+                reason: o.reason,
+                failures: o.failures,
+                next_retry: o.due,
+            })
+            .collect()
+    }
+
+    /// Puts a ledger's orphans back after a restart: each keeps its failure count and its next
+    /// retry time (a retry that was due or running when drover stopped runs at the next tick).
+    /// Names already tracked or already orphans are skipped; with orphan retry off, nothing
+    /// is resumed (upstream forgets them).
+    pub fn resume_orphans(&mut self, entries: Vec<OrphanEntry>) {
+        if self.orphans.settings.is_none() {
+            return;
+        }
+        for e in entries {
+            if self.ledger.id_of(&e.name).is_none() {
+                self.add_orphan(&e.name, e.reason, e.failures, e.next_retry);
+            }
+        }
+    }
+
+    fn add_orphan(&mut self, name: &str, reason: Reason, failures: u32, due: Time) {
+        if self.is_orphan(name) {
             return;
         }
         self.orphans.seq += 1;
@@ -110,20 +164,17 @@ impl Engine {
             Orphan {
                 name: name.to_string(),
                 reason,
-                failures: 0,
+                failures,
                 phase: Phase::Waiting,
+                due,
             },
         );
-        self.timers
-            .arm(now + settings.delay(0), Timer::OrphanRetry(key));
+        self.timers.arm(due, Timer::OrphanRetry(key));
     }
 
     fn resolve_orphan(&mut self, key: u64, decision: ReconcileDecision) {
         if let Some(o) = self.orphans.list.remove(&key) {
-            self.notices.push_back(Notice::Reconciled {
-                name: o.name,
-                decision,
-            });
+            self.reconciled(o.name, decision);
         }
     }
 
@@ -181,6 +232,7 @@ impl Engine {
             o.failures = o.failures.saturating_add(1);
             o.phase = Phase::Waiting;
             let delay = settings.delay(o.failures);
+            o.due = now + delay;
             let attempt = o.failures;
             self.notices.push_back(Notice::Reconciled {
                 name: o.name.clone(),
@@ -192,45 +244,5 @@ impl Engine {
             self.timers.arm(now + delay, Timer::OrphanRetry(key));
         }
         true
-    }
-}
-
-impl Engine {
-    /// Start-up reconciliation of ledger records against the provider's listing, before
-    /// [`Engine::restore`](super::Engine::restore): a record whose machine the provider no
-    /// longer lists is dropped (`Vanished`; it would otherwise count towards `limit` forever),
-    /// and a listed machine that matches a runner's filter but no record knows is reported as
-    /// `Adopted` (the first pass adopts it as upstream does). Records of interrupted creations
-    /// are kept for `restore` to report. Returns the records to restore.
-    pub fn reconcile_ledger(
-        &mut self,
-        records: Vec<super::RestoredMachine>,
-        listed: &[String],
-    ) -> Vec<super::RestoredMachine> {
-        let listed_set: std::collections::HashSet<&str> =
-            listed.iter().map(String::as_str).collect();
-        let known: std::collections::HashSet<String> =
-            records.iter().map(|r| r.name.clone()).collect();
-        let mut kept = Vec::with_capacity(records.len());
-        for r in records {
-            if r.state == super::MachineState::Creating || listed_set.contains(r.name.as_str()) {
-                kept.push(r);
-            } else {
-                self.notices.push_back(Notice::Reconciled {
-                    name: r.name,
-                    decision: ReconcileDecision::Vanished,
-                });
-            }
-        }
-        for name in listed {
-            let ours = self.runners.iter().any(|s| s.matcher.matches(name));
-            if ours && !known.contains(name) && self.ledger.id_of(name).is_none() {
-                self.notices.push_back(Notice::Reconciled {
-                    name: name.clone(),
-                    decision: ReconcileDecision::Adopted,
-                });
-            }
-        }
-        kept
     }
 }

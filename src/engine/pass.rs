@@ -8,7 +8,7 @@
 use chrono::TimeDelta;
 
 use super::command::{Notice, Reason};
-use super::machine::{Counts, Id, Machine, MachineState};
+use super::machine::{Counts, Id, MachineState};
 use super::policy::{self, IdleSettings, Limits, MachineFacts, RemoveVerdict};
 use super::{Engine, EngineError, RunnerId, Time, CONNECTIVITY_CACHE_SECS, MAX_CREATIONS_PER_PASS};
 
@@ -287,11 +287,8 @@ impl Engine {
         let id = match known.or_else(|| self.ledger.id_of(name)) {
             Some(id) => id,
             None => {
-                let seq = self.next_seq();
-                let mut m = Machine::new(name, MachineState::Idle, now, seq);
-                m.used_count = 1;
                 report.adopted.push(name.to_string());
-                self.ledger.insert(m)
+                self.adopt(name, now)
             }
         };
         let m = self.ledger.get_mut(id)?;

@@ -219,6 +219,7 @@ impl Engine {
     /// Deletes the record (metric `removed`), after success or after giving up.
     pub(crate) fn finish_removal(&mut self, id: Id, gave_up: bool) {
         if let Some(m) = self.ledger.delete(id) {
+            self.reconcile_note_deleted(&m.name);
             self.notices.push_back(Notice::Removed {
                 name: String::from(&*m.name),
                 reason: m.reason.unwrap_or(Reason::TooManyIdleMachines),

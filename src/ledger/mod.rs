@@ -9,6 +9,11 @@
 //! records, which is exactly gitlab-runner's behaviour (machines found on disk are adopted).
 //! Nothing here is ever fatal to the caller.
 //!
+//! Removals that gave up and are retried in the background (orphans, see
+//! [`crate::engine::Engine::set_orphan_retry`]) are kept too, so a restart goes on retrying them
+//! instead of forgetting the VMs. A ledger written before orphans were kept has no `orphans`
+//! field and loads with none: the format version stays 1.
+//!
 //! The ledger knows files and records; the engine turns records back into machines
 //! ([`crate::engine::Engine::restore`]), and the manager decides when to save.
 
@@ -19,7 +24,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{MachineState, Reason, RestoredMachine, RunnerId};
+use crate::engine::{MachineState, OrphanEntry, Reason, RestoredMachine, RunnerId};
 
 /// The ledger's file name, in the config file's directory.
 pub const FILE_NAME: &str = ".drover-machines.json";
@@ -87,10 +92,49 @@ impl MachineRecord {
     }
 }
 
+/// A machine whose removal gave up and that is retried in the background.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrphanRecord {
+    /// The machine name.
+    pub name: String,
+    /// Why it was being removed.
+    pub reason: Reason,
+    /// Failed background retries so far.
+    #[serde(default)]
+    pub failures: u32,
+    /// When the next retry is due.
+    pub next_retry: DateTime<Utc>,
+}
+
+impl From<&OrphanEntry> for OrphanRecord {
+    fn from(e: &OrphanEntry) -> OrphanRecord {
+        OrphanRecord {
+            name: e.name.clone(),
+            reason: e.reason,
+            failures: e.failures,
+            next_retry: e.next_retry,
+        }
+    }
+}
+
+impl From<&OrphanRecord> for OrphanEntry {
+    fn from(r: &OrphanRecord) -> OrphanEntry {
+        OrphanEntry {
+            name: r.name.clone(),
+            reason: r.reason,
+            failures: r.failures,
+            next_retry: r.next_retry,
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 struct FileFormat {
     version: u32,
     machines: Vec<MachineRecord>,
+    /// Absent from ledgers written before orphans were kept.
+    #[serde(default)]
+    orphans: Vec<OrphanRecord>,
 }
 
 /// A ledger file that could not be used and was moved out of the way.
@@ -108,6 +152,8 @@ pub struct SetAside {
 pub struct Loaded {
     /// The records (empty without a usable ledger).
     pub records: Vec<MachineRecord>,
+    /// The orphans being retried (empty without a usable ledger).
+    pub orphans: Vec<OrphanRecord>,
     /// Whether a ledger file existed at all (false on the first start after migrating).
     pub existed: bool,
     /// Set when the file was unusable and moved aside.
@@ -193,6 +239,7 @@ impl LedgerFile {
         }
         Loaded {
             records: parsed.machines,
+            orphans: parsed.orphans,
             existed: true,
             set_aside: None,
         }
@@ -206,16 +253,22 @@ impl LedgerFile {
         let moved_to = fs::rename(&self.path, &target).ok().map(|()| target);
         Loaded {
             records: Vec::new(),
+            orphans: Vec::new(),
             existed: true,
             set_aside: Some(SetAside { reason, moved_to }),
         }
     }
 
-    /// Replaces the ledger with `records`, atomically and durably.
-    pub fn save(&self, records: &[MachineRecord]) -> Result<(), LedgerError> {
+    /// Replaces the ledger with `records` and `orphans`, atomically and durably.
+    pub fn save(
+        &self,
+        records: &[MachineRecord],
+        orphans: &[OrphanRecord],
+    ) -> Result<(), LedgerError> {
         let body = serde_json::to_vec_pretty(&FileFormat {
             version: FORMAT_VERSION,
             machines: records.to_vec(),
+            orphans: orphans.to_vec(),
         })
         .map_err(|source| LedgerError::Encode {
             path: self.path.clone(),
@@ -302,17 +355,62 @@ mod tests {
             record("m1", MachineState::Idle, 3),
             record("m2", MachineState::Removing, 1),
         ];
-        l.save(&a).unwrap();
+        l.save(&a, &[]).unwrap();
         let got = l.load();
         assert_eq!((got.records, got.existed, got.set_aside), (a, true, None));
         let b = vec![record("m3", MachineState::Used, 7)];
-        l.save(&b).unwrap();
+        l.save(&b, &[]).unwrap();
         assert_eq!(l.load().records, b);
         let names: Vec<_> = fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, vec![FILE_NAME.to_string()], "no temporary file left");
+    }
+
+    fn orphan(name: &str, failures: u32) -> OrphanRecord {
+        OrphanRecord {
+            name: name.into(),
+            reason: Reason::TooManyBuilds,
+            failures,
+            next_retry: Utc.with_ymd_and_hms(2026, 11, 20, 10, 5, 0).unwrap(),
+        }
+    }
+
+    #[test]
+    fn orphans_are_saved_and_load_back_with_their_backoff() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = LedgerFile::at(dir.path().join(FILE_NAME));
+        let machines = vec![record("m1", MachineState::Idle, 3)];
+        let orphans = vec![orphan("gone-1", 0), orphan("gone-2", 4)];
+        l.save(&machines, &orphans).unwrap();
+        let got = l.load();
+        assert_eq!(got.set_aside, None);
+        assert_eq!((got.records, got.orphans), (machines.clone(), orphans));
+        l.save(&machines, &[]).unwrap();
+        assert_eq!(
+            l.load().orphans,
+            vec![],
+            "a resolved orphan leaves the file"
+        );
+        let e = OrphanEntry::from(&orphan("gone-3", 2));
+        assert_eq!(e.failures, 2);
+        assert_eq!(OrphanRecord::from(&e), orphan("gone-3", 2));
+    }
+
+    #[test]
+    fn a_ledger_written_before_orphans_were_kept_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = LedgerFile::at(dir.path().join(FILE_NAME));
+        fs::write(
+            l.path(),
+            br#"{"version":1,"machines":[{"name":"m1","runner":"abcdefghi","state":"idle","used_count":3,"last_used":"2026-11-20T10:00:00Z","removal_attempts":2,"retry_count":1}]}"#,
+        )
+        .unwrap();
+        let got = l.load();
+        assert_eq!(got.set_aside, None, "not set aside");
+        assert_eq!(got.records, vec![record("m1", MachineState::Idle, 3)]);
+        assert!(got.orphans.is_empty());
     }
 
     #[test]
@@ -328,11 +426,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let l = LedgerFile::at(dir.path().join(FILE_NAME));
         let a = vec![record("m1", MachineState::Idle, 3)];
-        l.save(&a).unwrap();
+        l.save(&a, &[]).unwrap();
         // What a crash between write and rename leaves: a partial temporary file.
         fs::write(dir.path().join(format!("{FILE_NAME}.tmp-999")), b"{\"vers").unwrap();
         assert_eq!(l.load().records, a);
-        l.save(&[]).unwrap();
+        l.save(&[], &[]).unwrap();
         assert_eq!(l.load().records, vec![]);
     }
 
@@ -370,7 +468,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let l = LedgerFile::at(dir.path().join("missing-dir").join(FILE_NAME));
         let e = l
-            .save(&[record("m1", MachineState::Idle, 1)])
+            .save(&[record("m1", MachineState::Idle, 1)], &[])
             .unwrap_err()
             .to_string();
         assert!(e.contains("missing-dir"), "{e}");

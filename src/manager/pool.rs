@@ -2,7 +2,8 @@
 //! only code that calls it. It executes the engine's [`Command`]s through a provider plugin,
 //! feeds their results back as [`Event`]s, answers the Acquire pass and `Use` sessions with
 //! provider calls, arms the engine's `poll_timeout`, and turns [`Notice`]s into log lines (and
-//! hands them to an observer for metrics).
+//! hands them to an observer for metrics). Every [`RECONCILE_INTERVAL`] it lists the provider
+//! for the engine's periodic reconciliation round.
 //!
 //! Callers hold a cloneable [`Pool`] handle: [`Pool::acquire`] before each job request,
 //! [`Pool::use_machine`] when a job arrived, [`Pool::release`] when it ended, [`Pool::drain`]
@@ -23,9 +24,17 @@ use crate::engine::{
     UsedMachine,
 };
 use crate::executor::DockerEndpoint;
-use crate::ledger::{LedgerFile, MachineRecord};
+use crate::ledger::{LedgerFile, MachineRecord, OrphanRecord};
 use crate::provider::protocol::CreateParams;
 use crate::provider::{Call, Endpoint, Provider, ProviderError};
+
+/// How often a running pool reconciles its machines with the provider's listing (issue 13):
+/// records whose machines vanished are dropped and machines created behind drover's back with
+/// a runner's prefix are adopted. The Acquire passes already list the provider before each job
+/// request, so this round matters for a quiet pool; five minutes keeps its cost (one
+/// `docker-machine ls`) negligible and stays well under `machineDeadInterval` (20 min). Not a
+/// setting: upstream's `[machine]` table has no key for it and drover adds none there.
+pub const RECONCILE_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
 /// Why the pool could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +140,25 @@ enum Outcome {
     UseListing(UseId, Result<Vec<String>, ProviderError>),
     UseConnectivity(UseId, bool),
     UseCredentials(UseId, String, Result<Endpoint, ProviderError>),
+    ReconcileListing(Result<Vec<String>, ProviderError>),
+}
+
+/// How a pool runs beyond its runners, provider and observer.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    /// The crash-safe machine ledger, if any.
+    pub ledger: Option<LedgerFile>,
+    /// The interval of periodic reconciliation ([`RECONCILE_INTERVAL`] by default).
+    pub reconcile_interval: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> PoolSettings {
+        PoolSettings {
+            ledger: None,
+            reconcile_interval: RECONCILE_INTERVAL,
+        }
+    }
 }
 
 /// A handle on the pool task. Cheap to clone.
@@ -153,20 +181,39 @@ impl Pool {
     /// [`Pool::start`] with a crash-safe machine ledger: the machines it records are restored
     /// before the first pass (without a ledger file, machines are adopted as upstream does; a
     /// corrupt one is reported and set aside), and it is saved after every engine input that
-    /// changed a machine's state, used count, last use or removal attempts.
+    /// changed a machine's state, used count, last use or removal attempts, or the orphans
+    /// retried in the background (resumed on restart).
     pub fn start_with_ledger<P: Provider + 'static>(
         policies: Vec<RunnerPolicy>,
         provider: Arc<P>,
         observer: Arc<dyn NoticeObserver>,
         ledger: Option<LedgerFile>,
     ) -> Pool {
+        let settings = PoolSettings {
+            ledger,
+            ..PoolSettings::default()
+        };
+        Pool::start_with_settings(policies, provider, observer, settings)
+    }
+
+    /// [`Pool::start_with_ledger`] with every [`PoolSettings`] given.
+    pub fn start_with_settings<P: Provider + 'static>(
+        policies: Vec<RunnerPolicy>,
+        provider: Arc<P>,
+        observer: Arc<dyn NoticeObserver>,
+        settings: PoolSettings,
+    ) -> Pool {
+        let PoolSettings {
+            ledger,
+            reconcile_interval,
+        } = settings;
         let seed = u64::from(std::process::id()) ^ Utc::now().timestamp_micros() as u64;
         let mut engine = Engine::new(policies, seed);
         // Removals that gave up are retried in the background (a deliberate difference).
         engine.set_orphan_retry(Some(OrphanRetry::default()));
         let (ledger, pending_restore) = match ledger.map(load_ledger) {
             Some((l, r)) => (Some(l), r),
-            None => (None, Vec::new()),
+            None => (None, Default::default()),
         };
         let (tx, rx) = mpsc::channel(64);
         let (done_tx, done_rx) = mpsc::unbounded_channel();
@@ -181,6 +228,8 @@ impl Pool {
             endpoints: HashMap::new(),
             drain_reply: None,
             ledger,
+            reconcile_interval,
+            reconciling: false,
         };
         let task = (task, pending_restore);
         tokio::spawn(async move {
@@ -263,16 +312,20 @@ struct PoolTask<P> {
     endpoints: HashMap<UseId, (String, Endpoint)>,
     drain_reply: Option<oneshot::Sender<Option<DrainReport>>>,
     ledger: Option<PoolLedger>,
+    reconcile_interval: Duration,
+    /// A periodic reconciliation listing is out.
+    reconciling: bool,
 }
 
 /// The ledger file and what was last written to it.
 struct PoolLedger {
     file: LedgerFile,
-    saved: Vec<MachineRecord>,
+    saved: (Vec<MachineRecord>, Vec<OrphanRecord>),
 }
 
-/// Loads the ledger: the file with what it holds, and its records for [`PoolTask::restore`].
-fn load_ledger(file: LedgerFile) -> (PoolLedger, Vec<crate::ledger::MachineRecord>) {
+/// Loads the ledger: the file with what it holds, and its records and orphans for
+/// [`PoolTask::restore`].
+fn load_ledger(file: LedgerFile) -> (PoolLedger, (Vec<MachineRecord>, Vec<OrphanRecord>)) {
     let loaded = file.load();
     if let Some(aside) = &loaded.set_aside {
         match &aside.moved_to {
@@ -295,8 +348,8 @@ fn load_ledger(file: LedgerFile) -> (PoolLedger, Vec<crate::ledger::MachineRecor
             "No machine ledger yet: machines found at the provider are adopted as gitlab-runner does"
         );
     }
-    let saved = loaded.records.clone();
-    (PoolLedger { file, saved }, loaded.records)
+    let saved = (loaded.records.clone(), loaded.orphans.clone());
+    (PoolLedger { file, saved }, (loaded.records, loaded.orphans))
 }
 
 /// The ledger's view of the engine's machines, in the engine's order.
@@ -325,8 +378,17 @@ fn names(list: Vec<crate::provider::MachineEntry>) -> Vec<String> {
 
 impl<P: Provider + 'static> PoolTask<P> {
     /// Puts the ledger's machines back before the first pass, reconciled with the provider's
-    /// listing (when it fails, every record is restored: nothing the provider lists is lost).
-    async fn restore(&mut self, records: Vec<MachineRecord>) {
+    /// listing (when it fails, every record is restored: nothing the provider lists is lost),
+    /// and resumes the background retries of its orphans.
+    async fn restore(&mut self, (records, orphans): (Vec<MachineRecord>, Vec<OrphanRecord>)) {
+        if !orphans.is_empty() {
+            tracing::info!(
+                orphans = orphans.len(),
+                "Resuming the retries of machine removals that gave up"
+            );
+            self.engine
+                .resume_orphans(orphans.iter().map(Into::into).collect());
+        }
         if records.is_empty() {
             return;
         }
@@ -372,6 +434,9 @@ impl<P: Provider + 'static> PoolTask<P> {
     ) {
         // Resumed removals from the ledger send their first command now.
         self.pump();
+        let period = self.reconcile_interval.max(Duration::from_millis(10));
+        let mut reconcile = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let wake = self.engine.poll_timeout().map(|t| {
                 let ms = (t - Utc::now()).num_milliseconds().clamp(0, 3_600_000);
@@ -391,6 +456,7 @@ impl<P: Provider + 'static> PoolTask<P> {
                 },
                 Some(outcome) = done.recv() => self.outcome(outcome),
                 () = timer => self.engine.handle(Event::Tick, Utc::now()),
+                _ = reconcile.tick() => self.begin_reconcile(),
             }
             self.pump();
         }
@@ -515,6 +581,7 @@ impl<P: Provider + 'static> PoolTask<P> {
                     self.fail_use(id, e.into());
                 }
             }
+            Outcome::ReconcileListing(r) => self.finish_reconcile(r),
             Outcome::UseCredentials(id, name, r) => {
                 let ok = match r {
                     Ok(endpoint) => {
@@ -529,6 +596,38 @@ impl<P: Provider + 'static> PoolTask<P> {
                 if let Err(e) = self.engine.use_credentials_result(id, ok, now) {
                     self.fail_use(id, e.into());
                 }
+            }
+        }
+    }
+
+    /// A periodic reconciliation round: the engine notes what it knows, then the provider's
+    /// listing is taken (one round at a time; a slow listing skips the next ticks).
+    fn begin_reconcile(&mut self) {
+        if self.reconciling {
+            return;
+        }
+        self.reconciling = true;
+        self.engine.begin_reconcile(Utc::now());
+        let p = self.provider.clone();
+        self.spawn_call(
+            async move { Outcome::ReconcileListing(p.list(&Call::new()).await.map(names)) },
+        );
+    }
+
+    /// The round's listing is back: the engine decides (its notices are logged and counted).
+    fn finish_reconcile(&mut self, listing: Result<Vec<String>, ProviderError>) {
+        self.reconciling = false;
+        match listing {
+            Ok(list) => {
+                if let Err(e) = self.engine.finish_reconcile(&list, Utc::now()) {
+                    tracing::warn!("cannot reconcile machines: {e}");
+                }
+            }
+            Err(e) => {
+                self.engine.cancel_reconcile();
+                tracing::warn!(
+                    "Cannot list machines to reconcile them ({e}); trying again in the next round"
+                );
             }
         }
     }
@@ -566,18 +665,24 @@ impl<P: Provider + 'static> PoolTask<P> {
         self.persist();
     }
 
-    /// Saves the ledger when a machine changed since the last save. A failed save is logged
+    /// Saves the ledger when a machine or an orphan changed since the last save. A failed save is logged
     /// and retried after the next input (the previous ledger stays intact on disk).
     fn persist(&mut self) {
         let Some(ledger) = &mut self.ledger else {
             return;
         };
         let records = ledger_records(&self.engine);
-        if records == ledger.saved {
+        let orphans: Vec<OrphanRecord> = self
+            .engine
+            .orphan_entries()
+            .iter()
+            .map(Into::into)
+            .collect();
+        if (&records, &orphans) == (&ledger.saved.0, &ledger.saved.1) {
             return;
         }
-        match ledger.file.save(&records) {
-            Ok(()) => ledger.saved = records,
+        match ledger.file.save(&records, &orphans) {
+            Ok(()) => ledger.saved = (records, orphans),
             Err(e) => tracing::error!("{e}"),
         }
     }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use chrono::{TimeDelta, TimeZone, Utc};
 use drover::engine::{
-    AcquireOutcome, AcquireStep, Command, Engine, Event, IdleSettings, Limits, Notice, RunnerId,
-    RunnerPolicy, Time, UseError, UseStep, UsedMachine,
+    AcquireOutcome, AcquireStep, Command, Engine, Event, IdleSettings, Limits, Notice,
+    ReconcileReport, RunnerId, RunnerPolicy, Time, UseError, UseStep, UsedMachine,
 };
 
 /// 2026-11-20T10:00:00Z plus `secs`.
@@ -124,6 +124,15 @@ impl World {
         };
         self.drive();
         outcome
+    }
+
+    /// One periodic reconciliation round over the fake provider's listing; then drives.
+    pub fn reconcile(&mut self) -> ReconcileReport {
+        self.engine.begin_reconcile(self.now);
+        let names: Vec<String> = self.disk.iter().cloned().collect();
+        let report = self.engine.finish_reconcile(&names, self.now).unwrap();
+        self.drive();
+        report
     }
 
     /// Executes every queued command against the fake provider until none is left.
