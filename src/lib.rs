@@ -35,5 +35,6 @@ pub mod manager;
 pub mod metrics;
 pub mod provider;
 pub mod secrets;
+pub mod signals;
 pub mod sim;
 pub mod upstream_log;

@@ -4,8 +4,8 @@
 mod engine_support;
 
 use drover::engine::{
-    AcquireResult, Command, DrainSettings, Engine, Event, MachineState, Notice, Reason,
-    TrackedMachine,
+    AcquireResult, AcquireStep, Command, DrainSettings, Engine, Event, MachineState, Notice,
+    Reason, RunnerId, RunnerPolicy, TrackedMachine,
 };
 use engine_support::*;
 
@@ -524,7 +524,7 @@ fn removal_of_a_machine_already_gone_needs_no_stop_or_rm() {
         .engine
         .begin_acquire(R, std::slice::from_ref(&m), t(0))
         .unwrap();
-    assert!(matches!(o, drover::engine::AcquireStep::Done(_)));
+    assert!(matches!(o, AcquireStep::Done(_)));
     // The provider says it does not exist (disk is empty in this world).
     w.drive();
     assert_eq!(
@@ -688,7 +688,7 @@ fn a_second_pass_cannot_start_while_one_waits_for_a_check() {
     ));
     assert!(e.begin_acquire(R, std::slice::from_ref(&m), t(0)).is_err());
     let done = e.connectivity_result(&m, true, t(0)).unwrap();
-    assert!(matches!(done, drover::engine::AcquireStep::Done(_)));
+    assert!(matches!(done, AcquireStep::Done(_)));
     assert!(e.begin_acquire(R, &[m], t(1)).is_ok());
 }
 
@@ -697,7 +697,7 @@ fn missing_machine_name_fails_the_pass() {
     let mut p = policy(idle(1, 600), limits(0, 0, 0));
     p.machine_name.clear();
     let mut e = Engine::new(vec![p], 1);
-    let drover::engine::AcquireStep::Done(o) = e.begin_acquire(R, &[name(1)], t(0)).unwrap() else {
+    let AcquireStep::Done(o) = e.begin_acquire(R, &[name(1)], t(0)).unwrap() else {
         panic!("done at once");
     };
     assert_eq!(o.result.error_text(), Some("missing Machine options"));
@@ -782,6 +782,46 @@ fn a_config_reload_fixing_max_growth_rate_releases_queued_creations() {
         .unwrap();
     w.drive();
     assert_eq!(w.count(|c| matches!(c, Command::Create { .. })), 2);
+}
+
+#[test]
+fn a_runner_added_by_a_reload_gets_the_next_id_and_its_own_idle_machines() {
+    let mut w = World::new(policy(idle(1, 600), limits(0, 0, 0)));
+    w.acquire();
+    let added = RunnerPolicy {
+        token: "glrt-zyxwvutsrqp".into(),
+        ..policy(idle(2, 600), limits(0, 0, 0))
+    };
+    let id = w.engine.add_runner(added);
+    assert_eq!(id, RunnerId(1));
+    assert_eq!(
+        w.engine.filter(R),
+        Some(FILTER),
+        "the first runner is unchanged"
+    );
+    let names: Vec<String> = w.disk.iter().cloned().collect();
+    let step = w.engine.begin_acquire(id, &names, w.now).unwrap();
+    assert!(matches!(step, AcquireStep::Done(_)), "{step:?}");
+    w.drive();
+    let created: Vec<String> = w
+        .commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Create { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created.len(), 3, "{created:?}");
+    assert!(
+        created[0].starts_with("runner-abcdefghi-auto-"),
+        "{created:?}"
+    );
+    assert!(
+        created[1..]
+            .iter()
+            .all(|n| n.starts_with("runner-zyxwvutsr-auto-")),
+        "{created:?}"
+    );
 }
 
 #[test]

@@ -90,11 +90,35 @@ async fn jobs_run_with_byte_exact_traces_and_sigquit_waits_for_the_running_job()
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or_else(|| panic!("{m}"));
     assert!(feeds >= 2.0, "{feeds}");
+    // The run loop runs: /health/ready says so.
+    let ready = http_get(port, "/health/ready");
+    assert!(
+        ready.starts_with("HTTP/1.0 200") || ready.starts_with("HTTP/1.1 200"),
+        "{ready}"
+    );
 
     // SIGQUIT while a job runs: no new job is taken, the running one finishes, drover exits 0.
     let long = sim.enqueue(job(&["echo started-long", "sleep 4", "echo finished-long"]));
     running_with(&sim, &drover, long, "started-long").await;
     drover.signal(libc::SIGQUIT);
+    // Shutdown began: not ready any more, while the job still runs.
+    until(
+        &drover,
+        Duration::from_secs(10),
+        "/health/ready 503",
+        || {
+            let state = sim.job(long).map(|j| j.state);
+            assert_eq!(
+                state,
+                Some(JobState::Running),
+                "the job ended while /health/ready still answered ready"
+            );
+            http_get(port, "/health/ready")
+                .contains(" 503 ")
+                .then_some(())
+        },
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let late = sim.enqueue(job(&["echo never"]));
     let status = drover.wait_exit(Duration::from_secs(90));

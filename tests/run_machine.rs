@@ -17,10 +17,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use gitlab_sim::{JobState, Sim};
-use provider_support::{docker_machines, shim_bin, FakeWorld};
+use provider_support::docker_machines;
 use run_machine_support::*;
 use run_support::*;
-use serde_json::json;
 
 const TOKEN: &str = "glrt-drovertestrunmach1";
 
@@ -39,33 +38,28 @@ fn machine_of(trace: &str) -> String {
 /// Against the fake docker-machine, then against the real archived one when it is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_on_autoscaled_tls_machines_created_and_removed_as_the_engine_decides() {
-    if !executor_common::engine_available() {
-        return;
-    }
-    let _g = executor_common::ENGINE_LOCK.lock().await;
-    executor_common::ensure_images();
-    let _ = shim_bin(); // beside the drover binary, where drover run looks for it
     for dm in docker_machines() {
+        let Some(setup) = machine_world().await else {
+            return;
+        };
         eprintln!("--- docker-machine: {}", dm.display());
-        autoscaled_jobs(&dm).await;
+        autoscaled_jobs(&setup, &dm).await;
     }
 }
 
-async fn autoscaled_jobs(dm: &Path) {
-    let world = FakeWorld::new();
-    world.set_faults(json!({"copy_certs": true}));
-    let (_proxy, port) = tls_endpoint(&world).await;
+async fn autoscaled_jobs(setup: &MachineWorld, dm: &Path) {
+    let (world, port) = (&setup.world, setup.port);
     let sim = Sim::start().await.expect("simulator");
     sim.add_runner(TOKEN);
     let t0 = Instant::now();
     let mut drover = Drover::start(
         &machine_config(&sim, TOKEN, port, 1, 2),
-        &env_with(&world, dm),
+        &env_with(world, dm),
     );
 
     // IdleCount 1: a machine is created before any job exists.
     let first = until(&drover, Duration::from_secs(60), "an idle machine", || {
-        machines(&world).into_iter().next()
+        machines(world).into_iter().next()
     })
     .await;
     assert!(first.starts_with("runner-drovertes-e2e-"), "{first}");
@@ -89,7 +83,7 @@ async fn autoscaled_jobs(dm: &Path) {
         &drover,
         Duration::from_secs(60),
         "the used-up machine removed",
-        || (!machines(&world).contains(&first)).then_some(()),
+        || (!machines(world).contains(&first)).then_some(()),
     )
     .await;
     let removals = world
@@ -106,7 +100,7 @@ async fn autoscaled_jobs(dm: &Path) {
         Duration::from_secs(60),
         "an idle machine again",
         || {
-            machines(&world)
+            machines(world)
                 .into_iter()
                 .find(|m| m != &ran_on[2])
                 .or_else(|| Some(ran_on[2].clone()))
@@ -134,5 +128,5 @@ async fn autoscaled_jobs(dm: &Path) {
     let status = drover.wait_exit(Duration::from_secs(120));
     assert_eq!(exit_code(status), 0, "{}", drover.log());
     eprintln!("drained and exited at {:?}", t0.elapsed());
-    assert_eq!(machines(&world), Vec::<String>::new(), "{}", drover.log());
+    assert_eq!(machines(world), Vec::<String>::new(), "{}", drover.log());
 }

@@ -10,7 +10,7 @@ pub mod logging;
 pub mod output;
 pub mod provider;
 pub mod run;
-pub mod signals;
+pub use crate::signals;
 
 use output::{errln, out};
 use std::process::ExitCode;

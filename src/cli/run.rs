@@ -112,14 +112,15 @@ fn metrics_and_logging(system_id: &str) -> anyhow::Result<crate::metrics::Metric
 }
 
 /// Starts the metrics server when an address is configured; a listen failure is fatal, as
-/// upstream.
+/// upstream. `/health/ready` answers `readiness`, which the run loop sets.
 async fn start_metrics(
     metrics: crate::metrics::Metrics,
     cli_address: Option<&str>,
     config: &Config,
     stop: tokio_util::sync::CancellationToken,
+    readiness: crate::metrics::server::Readiness,
 ) -> anyhow::Result<crate::metrics::Metrics> {
-    use crate::metrics::server::{self, ListenAddress, Readiness};
+    use crate::metrics::server::{self, ListenAddress};
     match server::effective_listen_address(cli_address, &config.listen_address) {
         None => tracing::info!("listen_address not defined, metrics & debug endpoints disabled"),
         Some(addr) => {
@@ -130,8 +131,6 @@ async fn start_metrics(
                 .map(|a| a.to_string())
                 .unwrap_or_default();
             tracing::info!(address = %bound, "Metrics server listening");
-            let readiness = Readiness::new();
-            readiness.set_ready(true);
             let m = metrics.clone();
             tokio::spawn(async move {
                 if let Err(e) = server::serve(listener, m, readiness, stop).await {
@@ -208,11 +207,13 @@ pub fn run(args: RunArgs) -> ExitCode {
     rt.block_on(async move {
         tracing::info!(service = %args.service, builds = 0, max_builds = config.concurrent, "Starting multi-runner from {}...", path.display());
         let server_stop = tokio_util::sync::CancellationToken::new();
+        let readiness = crate::metrics::server::Readiness::new();
         let metrics = match start_metrics(
             metrics,
             args.listen_address.as_deref(),
             &config,
             server_stop.clone(),
+            readiness.clone(),
         )
         .await
         {
@@ -237,7 +238,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             crate::secrets::register_config(c);
             super::logging::config_loaded(c, &origin);
         });
-        let r = lifecycle::run(manager, path, started, on_load).await;
+        let r = lifecycle::run(manager, path, started, on_load, readiness).await;
         server_stop.cancel();
         match r {
             Ok(ending) => ending_code(ending),

@@ -273,6 +273,14 @@ impl Engine {
         Ok(())
     }
 
+    /// Adds a runner (config reload: a new docker+machine runner on this provider) and returns
+    /// its id. Existing runners keep theirs; the new runner's machines are found by its filter
+    /// at its first Acquire pass, as at start-up.
+    pub fn add_runner(&mut self, policy: RunnerPolicy) -> RunnerId {
+        self.runners.push(RunnerSlot::new(policy));
+        RunnerId(self.runners.len() - 1)
+    }
+
     /// The runner's policy.
     pub fn policy(&self, runner: RunnerId) -> Option<&RunnerPolicy> {
         self.runners.get(runner.0).map(|s| &s.policy)

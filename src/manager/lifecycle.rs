@@ -1,23 +1,29 @@
 //! Start-up, signals, config reloads and shutdown of `drover run` (spec gitlab-api.md §7.3,
 //! §7.5, §7.6): the machine pools are built from the config, the feeder starts, and this loop
 //! waits for SIGQUIT (graceful), SIGTERM/SIGINT (forceful), SIGHUP or a newer config file
-//! (reload), then shuts the workers and the pools down within `shutdown_timeout`.
+//! (reload), then shuts the workers and the pools down within `shutdown_timeout`. Which
+//! signal means what is [`crate::signals::daemon_policy`]'s.
+//!
+//! A reload applies the runner list live, as upstream: a new docker+machine runner joins the
+//! pool of its provider plugin (or starts one), a removed runner is no longer fed, and its
+//! machines stay until drover restarts (upstream only looks at a runner's machines in that
+//! runner's Acquire pass); the shutdown drain still covers them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::signal::unix::{signal, Signal, SignalKind};
-
-use super::pool::{NoticeObserver, Pool};
+use super::pool::{NoticeObserver, Pool, PoolError};
 use super::runloop::{Manager, Pools, Turn};
 use super::source::JobSource;
 use crate::config::model::{Config, RunnerConfig};
 use crate::engine::{naming, DrainSettings, RunnerId, RunnerPolicy};
 use crate::ledger::LedgerFile;
+use crate::metrics::server::Readiness;
 use crate::provider::cache::CredentialCache;
 use crate::provider::plugin::{Plugin, PluginCommand};
+use crate::signals::{daemon_policy, DaemonAction, StopSignals};
 
 /// How often the config file's mtime is checked.
 pub const RELOAD_CHECK: Duration = Duration::from_secs(3);
@@ -47,6 +53,14 @@ pub enum StartError {
     /// A signal handler could not be installed.
     #[error("cannot install the {0} handler: {1}")]
     Signal(&'static str, std::io::Error),
+    /// The runner could not join its provider plugin's running pool.
+    #[error("runner {runner:?}: {error}")]
+    Pool {
+        /// The runner's name.
+        runner: String,
+        /// Why.
+        error: PoolError,
+    },
 }
 
 /// Finds an executable next to the running drover binary, else on PATH.
@@ -96,52 +110,137 @@ pub struct StartedPool {
     pub pool: Pool,
     /// The plugin process.
     pub plugin: Arc<CredentialCache<Plugin>>,
+    /// The plugin's executable (one pool per plugin).
+    pub program: PathBuf,
 }
 
-/// Starts one machine pool per provider plugin for the config's docker+machine runners. With
-/// `config_path`, each pool keeps a crash-safe machine ledger beside it
-/// (`.drover-machines.json` for `legacy-driver-shim`, `.drover-machines.<plugin>.json` for
-/// another plugin, so pools never share a file).
+/// The machine pools started so far, one per provider plugin, and what starting another one
+/// needs (a reload can add runners for a plugin not yet running).
+pub struct PoolSet {
+    started: Vec<StartedPool>,
+    observer: Arc<dyn NoticeObserver>,
+    config_path: Option<PathBuf>,
+    /// Runner token → the plugin executable its pool runs.
+    programs: HashMap<String, PathBuf>,
+}
+
+impl PoolSet {
+    /// No pools yet. With `config_path`, each pool keeps a crash-safe machine ledger beside
+    /// it (`.drover-machines.json` for `legacy-driver-shim`, `.drover-machines.<plugin>.json`
+    /// for another plugin, so pools never share a file).
+    pub fn new(observer: Arc<dyn NoticeObserver>, config_path: Option<&Path>) -> PoolSet {
+        PoolSet {
+            started: Vec::new(),
+            observer,
+            config_path: config_path.map(Path::to_path_buf),
+            programs: HashMap::new(),
+        }
+    }
+
+    /// The pools started so far.
+    pub fn started(&self) -> &[StartedPool] {
+        &self.started
+    }
+
+    /// Starts the pool of plugin `cmd` for `runners` (their ids in that order).
+    fn start_pool(
+        &mut self,
+        cmd: PluginCommand,
+        runners: &[(&RunnerConfig, RunnerPolicy)],
+    ) -> Pool {
+        let ledger = self
+            .config_path
+            .as_deref()
+            .map(|c| ledger_file(c, &cmd.program));
+        let program = cmd.program.clone();
+        for (r, _) in runners {
+            self.programs.insert(r.token.clone(), program.clone());
+        }
+        let policies = runners.iter().map(|(_, p)| p.clone()).collect();
+        let plugin = Arc::new(CredentialCache::new(Plugin::new(cmd)));
+        let pool = Pool::start_with_ledger(policies, plugin.clone(), self.observer.clone(), ledger);
+        self.started.push(StartedPool {
+            pool: pool.clone(),
+            plugin,
+            program,
+        });
+        pool
+    }
+
+    /// Serves a docker+machine runner a reload added: it joins the running pool of its
+    /// provider plugin, or a new pool starts for that plugin.
+    async fn add_runner(
+        &mut self,
+        r: &RunnerConfig,
+        policy: RunnerPolicy,
+    ) -> Result<(Pool, RunnerId), StartError> {
+        let cmd = plugin_for(r)?;
+        let running = self
+            .started
+            .iter()
+            .find(|p| p.program == cmd.program)
+            .map(|p| p.pool.clone());
+        let Some(pool) = running else {
+            tracing::info!(runner = %r.name, plugin = %cmd.program.display(), "Starting a machine pool for the new docker+machine runner");
+            let pool = self.start_pool(cmd, &[(r, policy)]);
+            return Ok((pool, RunnerId(0)));
+        };
+        let id = pool
+            .add_runner(policy)
+            .await
+            .map_err(|error| StartError::Pool {
+                runner: r.name.clone(),
+                error,
+            })?;
+        self.programs.insert(r.token.clone(), cmd.program);
+        tracing::info!(runner = %r.name, "New docker+machine runner joined its provider plugin's machine pool");
+        Ok((pool, id))
+    }
+
+    /// The plugin executable serving the runner with `token`, if any.
+    fn program_of(&self, token: &str) -> Option<&Path> {
+        self.programs.get(token).map(PathBuf::as_path)
+    }
+}
+
+/// A runner of a pool and its engine policy.
+type Member<'a> = (&'a RunnerConfig, RunnerPolicy);
+
+/// Starts one machine pool per provider plugin for the config's docker+machine runners (see
+/// [`PoolSet::new`] for the ledger files).
 pub fn start_pools(
     config: &Config,
     observer: Arc<dyn NoticeObserver>,
     config_path: Option<&Path>,
-) -> Result<(Pools, Vec<StartedPool>), StartError> {
-    let mut groups: BTreeMap<PathBuf, (PluginCommand, Vec<&RunnerConfig>)> = BTreeMap::new();
+) -> Result<(Pools, PoolSet), StartError> {
+    let mut groups: BTreeMap<PathBuf, (PluginCommand, Vec<Member<'_>>)> = BTreeMap::new();
     for r in config
         .runners
         .iter()
         .filter(|r| r.executor == "docker+machine")
     {
         let cmd = plugin_for(r)?;
+        let policy = RunnerPolicy::from_runner(r).map_err(|error| StartError::Policy {
+            runner: r.name.clone(),
+            error,
+        })?;
         groups
             .entry(cmd.program.clone())
             .or_insert_with(|| (cmd, Vec::new()))
             .1
-            .push(r);
+            .push((r, policy));
     }
     let mut pools = Pools::default();
-    let mut started = Vec::new();
+    let mut set = PoolSet::new(observer, config_path);
     for (_, (cmd, runners)) in groups {
-        let mut policies = Vec::new();
-        for r in &runners {
-            let p = RunnerPolicy::from_runner(r).map_err(|error| StartError::Policy {
-                runner: r.name.clone(),
-                error,
-            })?;
-            policies.push(p);
-        }
-        let ledger = config_path.map(|c| ledger_file(c, &cmd.program));
-        let plugin = Arc::new(CredentialCache::new(Plugin::new(cmd)));
-        let pool = Pool::start_with_ledger(policies, plugin.clone(), observer.clone(), ledger);
-        for (i, r) in runners.iter().enumerate() {
+        let pool = set.start_pool(cmd, &runners);
+        for (i, (r, _)) in runners.iter().enumerate() {
             pools
                 .by_token
                 .insert(r.token.clone(), (pool.clone(), RunnerId(i)));
         }
-        started.push(StartedPool { pool, plugin });
     }
-    Ok((pools, started))
+    Ok((pools, set))
 }
 
 /// The ledger file of the pool served by the plugin `program`.
@@ -162,27 +261,6 @@ pub enum Ending {
     Clean,
     /// `shutdown_timeout` ran out with work left (jobs or the drain).
     TimedOut,
-}
-
-struct Signals {
-    quit: Signal,
-    term: Signal,
-    int: Signal,
-    hup: Signal,
-}
-
-impl Signals {
-    fn install() -> Result<Signals, StartError> {
-        let one = |kind: SignalKind, name: &'static str| {
-            signal(kind).map_err(|e| StartError::Signal(name, e))
-        };
-        Ok(Signals {
-            quit: one(SignalKind::quit(), "SIGQUIT")?,
-            term: one(SignalKind::terminate(), "SIGTERM")?,
-            int: one(SignalKind::interrupt(), "SIGINT")?,
-            hup: one(SignalKind::hangup(), "SIGHUP")?,
-        })
-    }
 }
 
 fn mtime(path: &Path) -> Option<SystemTime> {
@@ -230,10 +308,11 @@ pub fn describe_changes(old: &Config, new: &Config) -> Vec<String> {
 }
 
 /// Loads `path` and applies it; a failed load keeps the old config.
-fn reload<S: JobSource>(
+async fn reload<S: JobSource>(
     manager: &Manager<S>,
     path: &Path,
     on_load: &(dyn Fn(&Config) + Send + Sync),
+    set: &mut PoolSet,
 ) {
     let loaded = match crate::config::load_file(path) {
         Ok(l) => l,
@@ -251,68 +330,111 @@ fn reload<S: JobSource>(
     for c in &changes {
         tracing::info!("Configuration change: {c}");
     }
-    let pools = manager.pools().clone();
     let new = loaded.config;
-    for r in new
-        .runners
-        .iter()
-        .filter(|r| r.executor == "docker+machine")
-    {
-        match (pools.by_token.get(&r.token), RunnerPolicy::from_runner(r)) {
-            (Some((pool, id)), Ok(policy)) => {
-                let (pool, id) = (pool.clone(), *id);
-                tokio::spawn(async move { pool.set_policy(id, policy).await });
-            }
-            (None, _) => tracing::warn!(
-                runner = %r.name,
-                "new docker+machine runner: restart drover to create its machine pool"
-            ),
-            (_, Err(e)) => {
-                tracing::error!(runner = %r.name, "autoscaling settings not applied: {e}")
-            }
-        }
-    }
+    apply_machine_runners(manager, &old, &new, set).await;
     manager.apply(new);
     tracing::info!("Configuration loaded");
+}
+
+/// The docker+machine part of a reload: new policies for known runners, pools for new
+/// runners (before the feeder sees them), and what happens to removed runners' machines.
+async fn apply_machine_runners<S: JobSource>(
+    manager: &Manager<S>,
+    old: &Config,
+    new: &Config,
+    set: &mut PoolSet,
+) {
+    let machine = |r: &&RunnerConfig| r.executor == "docker+machine";
+    let mut pools = (*manager.pools()).clone();
+    let mut added = false;
+    for r in new.runners.iter().filter(machine) {
+        let policy = match RunnerPolicy::from_runner(r) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(runner = %r.name, "autoscaling settings not applied: {e}");
+                continue;
+            }
+        };
+        if let Some((pool, id)) = pools.by_token.get(&r.token) {
+            let wanted = plugin_for(r).map(|c| c.program).ok();
+            if let (Some(wanted), Some(serving)) = (&wanted, set.program_of(&r.token)) {
+                if wanted != serving {
+                    tracing::warn!(runner = %r.name, "provider plugin changed: its machines stay with {} until drover restarts", serving.display());
+                }
+            }
+            let (pool, id) = (pool.clone(), *id);
+            tokio::spawn(async move { pool.set_policy(id, policy).await });
+            continue;
+        }
+        match set.add_runner(r, policy).await {
+            Ok(entry) => {
+                pools.by_token.insert(r.token.clone(), entry);
+                added = true;
+            }
+            Err(e) => tracing::error!("new docker+machine runner not served: {e}"),
+        }
+    }
+    if added {
+        manager.set_pools(pools);
+    }
+    for o in old.runners.iter().filter(machine) {
+        if !new.runners.iter().any(|r| r.token == o.token) {
+            tracing::warn!(
+                runner = %o.name,
+                "docker+machine runner removed: no more job requests for it; its machines are kept until drover restarts (as gitlab-runner), and the shutdown drain still removes them"
+            );
+        }
+    }
 }
 
 /// Runs the feeder and waits for signals and reloads; returns after the shutdown sequence.
 ///
 /// `on_load` sees every config a reload loaded, before the manager applies it (the command
 /// line applies its `log_level`/`log_format` and registers its secrets for the log).
+/// `ready` (`/health/ready`) turns true once every pool serves requests and the feeder runs,
+/// and false again when shutdown begins.
 pub async fn run<S: JobSource>(
     manager: Arc<Manager<S>>,
     config_path: PathBuf,
-    pools: Vec<StartedPool>,
+    mut set: PoolSet,
     on_load: Box<dyn Fn(&Config) + Send + Sync>,
+    ready: Readiness,
 ) -> Result<Ending, StartError> {
-    let mut sig = Signals::install()?;
+    let mut sig = install_signals()?;
     let feeder = tokio::spawn(manager.clone().feed());
+    let becoming_ready = tokio::spawn(become_ready(
+        set.started().iter().map(|p| p.pool.clone()).collect(),
+        manager.stop.clone(),
+        ready.clone(),
+    ));
     let mut seen = mtime(&config_path);
     let mut tick = tokio::time::interval(RELOAD_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let forceful = loop {
         tokio::select! {
-            _ = sig.quit.recv() => {
-                tracing::warn!(StopSignal = "quit", "Starting graceful shutdown, waiting for builds to finish");
-                break false;
-            }
-            _ = sig.term.recv() => break true,
-            _ = sig.int.recv() => break true,
-            _ = sig.hup.recv() => {
-                seen = mtime(&config_path);
-                reload(&manager, &config_path, &*on_load);
-            }
+            s = sig.recv() => match daemon_policy(s) {
+                DaemonAction::Graceful => {
+                    tracing::warn!(StopSignal = "quit", "Starting graceful shutdown, waiting for builds to finish");
+                    break false;
+                }
+                DaemonAction::Forceful => break true,
+                DaemonAction::Reload => {
+                    seen = mtime(&config_path);
+                    reload(&manager, &config_path, &*on_load, &mut set).await;
+                }
+            },
             _ = tick.tick() => {
                 let now = mtime(&config_path);
                 if now.is_some() && now != seen {
                     seen = now;
-                    reload(&manager, &config_path, &*on_load);
+                    reload(&manager, &config_path, &*on_load, &mut set).await;
                 }
             }
         }
     };
     manager.stop.cancel();
+    ready.set_ready(false);
+    becoming_ready.abort();
     let _ = feeder.await;
     let timeout = Duration::from_secs(
         u64::try_from(manager.config().shutdown_timeout_or_default()).unwrap_or(30),
@@ -320,13 +442,13 @@ pub async fn run<S: JobSource>(
     let mut ending = Ending::Clean;
     let forceful = forceful || {
         // Graceful: wait for running jobs for as long as they take; SIGTERM/SIGINT switch to
-        // forceful, a second SIGQUIT is ignored.
+        // forceful, a second SIGQUIT (and SIGHUP) is ignored.
         loop {
             tokio::select! {
                 () = manager.wait_idle() => break false,
-                _ = sig.term.recv() => break true,
-                _ = sig.int.recv() => break true,
-                _ = sig.quit.recv() => {}
+                s = sig.recv() => if daemon_policy(s) == DaemonAction::Forceful {
+                    break true;
+                },
             }
         }
     };
@@ -336,20 +458,43 @@ pub async fn run<S: JobSource>(
         );
         tracing::warn!(shutdown_timeout = ?timeout, "Starting forceful shutdown");
         manager.interrupt.cancel();
+        let interrupted =
+            async { while daemon_policy(sig.recv().await) != DaemonAction::Forceful {} };
         tokio::select! {
             () = manager.wait_idle() => tracing::info!("All workers stopped."),
             () = tokio::time::sleep(timeout) => {
                 tracing::error!(builds = manager.builds(), "shutdown_timeout expired with jobs still running");
                 ending = Ending::TimedOut;
             }
-            _ = sig.term.recv() => ending = Ending::TimedOut,
-            _ = sig.int.recv() => ending = Ending::TimedOut,
+            () = interrupted => ending = Ending::TimedOut,
         }
     }
-    if shutdown_providers(&manager, &pools, timeout).await == Ending::TimedOut {
+    if shutdown_providers(&manager, set.started(), timeout).await == Ending::TimedOut {
         ending = Ending::TimedOut;
     }
     Ok(ending)
+}
+
+fn install_signals() -> Result<StopSignals, StartError> {
+    StopSignals::install().map_err(|e| StartError::Signal("SIGQUIT/SIGTERM/SIGINT/SIGHUP", e))
+}
+
+/// Marks `ready` once every pool answers (its ledger restored), unless shutdown began.
+async fn become_ready(
+    pools: Vec<Pool>,
+    stop: tokio_util::sync::CancellationToken,
+    ready: Readiness,
+) {
+    for p in &pools {
+        if p.started().await.is_err() {
+            return;
+        }
+    }
+    ready.set_ready(true);
+    // Shutdown may have begun meanwhile: it cancels `stop` before clearing `ready`.
+    if stop.is_cancelled() {
+        ready.set_ready(false);
+    }
 }
 
 /// Shuts the executor providers down within `timeout`: `[machine.shutdown_drain]` when
@@ -402,25 +547,34 @@ pub struct SingleLimits {
 /// a loop; 3 s after an empty request, 300 s after an unhealthy one. Signals as for `run`.
 pub async fn run_single<S: JobSource>(
     manager: Arc<Manager<S>>,
-    pools: Vec<StartedPool>,
+    set: PoolSet,
     limits: SingleLimits,
 ) -> Result<Ending, StartError> {
-    let mut sig = Signals::install()?;
+    let mut sig = install_signals()?;
     let stop = manager.stop.clone();
     let interrupt = manager.interrupt.clone();
+    // run-single has no reload: SIGHUP is ignored.
     let listener = tokio::spawn(async move {
-        tokio::select! {
-            _ = sig.quit.recv() => {
-                tracing::warn!(StopSignal = "quit", "Starting graceful shutdown, waiting for builds to finish");
-                stop.cancel();
+        loop {
+            match daemon_policy(sig.recv().await) {
+                DaemonAction::Graceful => {
+                    tracing::warn!(
+                        StopSignal = "quit",
+                        "Starting graceful shutdown, waiting for builds to finish"
+                    );
+                    stop.cancel();
+                    break;
+                }
+                DaemonAction::Forceful => {
+                    stop.cancel();
+                    interrupt.cancel();
+                    return;
+                }
+                DaemonAction::Reload => {}
             }
-            _ = sig.term.recv() => { stop.cancel(); interrupt.cancel(); return; }
-            _ = sig.int.recv() => { stop.cancel(); interrupt.cancel(); return; }
         }
-        tokio::select! {
-            _ = sig.term.recv() => interrupt.cancel(),
-            _ = sig.int.recv() => interrupt.cancel(),
-        }
+        while daemon_policy(sig.recv().await) != DaemonAction::Forceful {}
+        interrupt.cancel();
     });
     let Some(mut runner) = manager.config().runners.first().cloned() else {
         listener.abort();
@@ -457,5 +611,29 @@ pub async fn run_single<S: JobSource>(
     }
     listener.abort();
     let timeout = Duration::from_secs(30);
-    Ok(shutdown_providers(&manager, &pools, timeout).await)
+    Ok(shutdown_providers(&manager, set.started(), timeout).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manager::pool::NoObserver;
+    use tokio_util::sync::CancellationToken;
+
+    #[tokio::test]
+    async fn ready_once_every_pool_serves_and_never_after_shutdown_began() {
+        let cmd = PluginCommand::new(PathBuf::from("/nonexistent/drover-provider"), Vec::new());
+        let plugin = Arc::new(CredentialCache::new(Plugin::new(cmd)));
+        let pool = Pool::start(Vec::new(), plugin, Arc::new(NoObserver));
+        let ready = Readiness::new();
+        assert!(!ready.is_ready(), "not ready before the run loop");
+        let stop = CancellationToken::new();
+        become_ready(vec![pool.clone()], stop.clone(), ready.clone()).await;
+        assert!(ready.is_ready());
+
+        let late = Readiness::new();
+        stop.cancel();
+        become_ready(vec![pool], stop, late.clone()).await;
+        assert!(!late.is_ready(), "shutdown began before the pools answered");
+    }
 }

@@ -126,6 +126,13 @@ enum Request {
         runner: RunnerId,
         policy: Box<RunnerPolicy>,
     },
+    AddRunner {
+        policy: Box<RunnerPolicy>,
+        reply: oneshot::Sender<RunnerId>,
+    },
+    Started {
+        reply: oneshot::Sender<()>,
+    },
     Drain {
         settings: DrainSettings,
         reply: oneshot::Sender<Option<DrainReport>>,
@@ -286,6 +293,20 @@ impl Pool {
                 policy: Box::new(policy),
             })
             .await;
+    }
+
+    /// Adds a runner to this pool's engine after a config reload; its id in the engine.
+    pub async fn add_runner(&self, policy: RunnerPolicy) -> Result<RunnerId, PoolError> {
+        self.ask(|reply| Request::AddRunner {
+            policy: Box::new(policy),
+            reply,
+        })
+        .await
+    }
+
+    /// Returns once the pool task serves requests (its ledger restored); `Err` if it stopped.
+    pub async fn started(&self) -> Result<(), PoolError> {
+        self.ask(|reply| Request::Started { reply }).await
     }
 
     /// Runs `[machine.shutdown_drain]` and waits for its report (`None` when disabled or when
@@ -490,6 +511,12 @@ impl<P: Provider + 'static> PoolTask<P> {
                 if let Err(e) = self.engine.set_policy(runner, *policy) {
                     tracing::warn!("cannot apply the new autoscaling policy: {e}");
                 }
+            }
+            Request::AddRunner { policy, reply } => {
+                let _ = reply.send(self.engine.add_runner(*policy));
+            }
+            Request::Started { reply } => {
+                let _ = reply.send(());
             }
             Request::Drain { settings, reply } => {
                 if !settings.enabled {

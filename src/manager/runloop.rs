@@ -128,7 +128,8 @@ pub struct Manager<S: JobSource> {
     system_id: String,
     state: Mutex<HashMap<String, RunnerState>>,
     jobs: Mutex<HashMap<i64, RunningJob>>,
-    pools: Pools,
+    /// Swapped whole by a reload that adds docker+machine runners.
+    pools: RwLock<Arc<Pools>>,
     workers: Arc<Semaphore>,
     concurrent: Mutex<usize>,
     /// SIGQUIT (and every stop): stop feeding, cancel in-flight requests.
@@ -199,7 +200,7 @@ impl<S: JobSource> Manager<S> {
             system_id,
             state: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
-            pools,
+            pools: RwLock::new(Arc::new(pools)),
             workers: Arc::new(Semaphore::new(n)),
             concurrent: Mutex::new(n),
             stop: CancellationToken::new(),
@@ -217,9 +218,15 @@ impl<S: JobSource> Manager<S> {
             .clone()
     }
 
-    /// The machine pools.
-    pub fn pools(&self) -> &Pools {
-        &self.pools
+    /// The machine pools in force.
+    pub fn pools(&self) -> Arc<Pools> {
+        self.pools.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the machine pools (a reload added runners); workers already holding a pool
+    /// keep it for their turn.
+    pub fn set_pools(&self, pools: Pools) {
+        *self.pools.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(pools);
     }
 
     /// Jobs held right now.
@@ -481,8 +488,8 @@ impl<S: JobSource> Manager<S> {
     #[allow(clippy::type_complexity)]
     async fn acquire(&self, r: &RunnerConfig) -> Result<(Pool, RunnerId, Option<String>), ()> {
         let short = crate::executor::paths::short_token(&r.token);
-        let Some((pool, id)) = self.pools.by_token.get(&r.token).cloned() else {
-            tracing::error!(runner = %short, "no machine pool for this runner (it was added by a reload: restart drover to serve it)");
+        let Some((pool, id)) = self.pools().by_token.get(&r.token).cloned() else {
+            tracing::error!(runner = %short, "no machine pool for this runner (its autoscaling settings were refused; see the reload's error)");
             return Err(());
         };
         match pool.acquire(id).await {

@@ -167,3 +167,32 @@ pub fn machines(world: &FakeWorld) -> Vec<String> {
     v.sort();
     v
 }
+
+/// A docker+machine end-to-end test's world: the Engine to itself, the test images,
+/// legacy-driver-shim beside the drover binary (where `drover run` looks for it), a fake
+/// docker-machine that copies certificates, and the TLS endpoint its machines point at.
+pub struct MachineWorld {
+    pub proxy: Killed,
+    pub port: u16,
+    pub world: FakeWorld,
+    pub engine: tokio::sync::MutexGuard<'static, ()>,
+}
+
+/// Sets up a [`MachineWorld`]; `None` without a Docker Engine (the test then passes empty).
+pub async fn machine_world() -> Option<MachineWorld> {
+    if !executor_common::engine_available() {
+        return None;
+    }
+    let engine = executor_common::ENGINE_LOCK.lock().await;
+    executor_common::ensure_images();
+    let _ = crate::provider_support::shim_bin();
+    let world = FakeWorld::new();
+    world.set_faults(serde_json::json!({"copy_certs": true}));
+    let (proxy, port) = tls_endpoint(&world).await;
+    Some(MachineWorld {
+        proxy,
+        port,
+        world,
+        engine,
+    })
+}

@@ -1,14 +1,17 @@
-//! Stop signals as cancellation, for every command that runs jobs: `exec-job` now, and
-//! `drover run` (the manager) on the same pieces.
+//! Stop signals, for every command that runs jobs: the one place that says which signal
+//! means what.
 //!
 //! [`StopSignals`] listens for SIGINT, SIGTERM, SIGQUIT and SIGHUP from the moment it is
-//! installed (so none of them kills the process any more) and yields them by name.
-//! [`one_job_policy`] is what a single job run in the foreground does with them, and
-//! [`cancel_on_signals`] applies that policy to a [`JobControl`]: the executor then stops the
-//! job and removes its containers and volumes within its clean-up budget, and the command
-//! exits non-zero. The manager keeps [`StopSignals`] and applies gitlab-runner's daemon policy
-//! instead (SIGQUIT graceful, SIGTERM/SIGINT forceful, SIGHUP reload; gitlab-api.md §7.5–7.6),
-//! by cancelling each running job's [`JobControl`].
+//! installed (so none of them kills the process any more) and yields them by name. Two
+//! policies read them:
+//!
+//! * [`one_job_policy`], for a single job run in the foreground (`exec-job`):
+//!   [`cancel_on_signals`] applies it to a [`JobControl`]: the executor then stops the job and
+//!   removes its containers and volumes within its clean-up budget, and the command exits
+//!   non-zero;
+//! * [`daemon_policy`], gitlab-runner's for `drover run` and `run-single` (gitlab-api.md
+//!   §7.5–7.6): SIGQUIT graceful, SIGTERM/SIGINT forceful, SIGHUP reload. The manager's
+//!   lifecycle applies it by cancelling its stop and interrupt tokens.
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -77,6 +80,27 @@ impl StopSignals {
             // A closed stream cannot happen while the runtime lives; wait for the others.
             tokio::task::yield_now().await;
         }
+    }
+}
+
+/// What the `drover run` daemon does on a signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DaemonAction {
+    /// Stop requesting jobs and wait for the running ones (a second one is ignored).
+    Graceful,
+    /// Abort running jobs (`runner_interrupted`) within `shutdown_timeout`.
+    Forceful,
+    /// Reload the config file (ignored once shutdown began, and by `run-single`).
+    Reload,
+}
+
+/// gitlab-runner's daemon policy (gitlab-api.md §7.5–7.6): SIGQUIT graceful, SIGTERM and
+/// SIGINT forceful, SIGHUP reload.
+pub fn daemon_policy(signal: StopSignal) -> DaemonAction {
+    match signal {
+        StopSignal::Quit => DaemonAction::Graceful,
+        StopSignal::Term | StopSignal::Int => DaemonAction::Forceful,
+        StopSignal::Hup => DaemonAction::Reload,
     }
 }
 
@@ -166,5 +190,14 @@ mod tests {
             assert_eq!(one_job_policy(s, 1), JobAction::Abort);
             assert_eq!(one_job_policy(s, 2), JobAction::Nothing);
         }
+    }
+
+    #[test]
+    fn the_daemon_quits_gracefully_on_sigquit_aborts_on_sigterm_and_sigint_and_reloads_on_sighup() {
+        use StopSignal::*;
+        assert_eq!(daemon_policy(Quit), DaemonAction::Graceful);
+        assert_eq!(daemon_policy(Term), DaemonAction::Forceful);
+        assert_eq!(daemon_policy(Int), DaemonAction::Forceful);
+        assert_eq!(daemon_policy(Hup), DaemonAction::Reload);
     }
 }
