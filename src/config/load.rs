@@ -6,8 +6,8 @@
 //! mapping each key to its canonical spelling (exact match first, then ignoring case, as
 //! gitlab-runner's decoder does), converting values (integers where floats are expected, Go
 //! duration strings to nanoseconds, datetimes) and reporting unknown, removed and ignored keys
-//! as warnings with their line. Only values that passed go into a clean `toml::Table`, which
-//! serde turns into the model; that step cannot meet a wrong type. Finally `url`/`token` get
+//! as warnings with their line. Only values that passed go into a small tree of checked values
+//! (`node.rs`), which serde turns into the model; that step cannot meet a wrong type. Finally `url`/`token` get
 //! their environment variables expanded and [`validate`](super::validate) runs upstream's
 //! load-time checks and compiles the autoscaling periods.
 //!
@@ -20,7 +20,8 @@ use serde::Deserialize;
 
 use super::diagnostic::{ConfigError, Diagnostic};
 use super::expand::expand_env;
-use super::model::Config;
+use super::model::{Config, RunnerConfig};
+use super::node::Node;
 use super::walk::Walker;
 
 /// A loaded config and what the loader noticed on the way.
@@ -71,7 +72,7 @@ pub fn load_str(text: impl AsRef<[u8]>, origin: &str) -> Result<Loaded, ConfigEr
     if !walker.errors.is_empty() {
         return Err(invalid(origin, walker));
     }
-    let mut config = match Config::deserialize(toml::Value::Table(root)) {
+    let mut config = match into_model(root) {
         Ok(config) => config,
         Err(e) => {
             // The walker checked every type, so this means schema and model disagree.
@@ -92,6 +93,26 @@ pub fn load_str(text: impl AsRef<[u8]>, origin: &str) -> Result<Loaded, ConfigEr
     let mut warnings = walker.warnings;
     sort_by_position(&mut warnings);
     Ok(Loaded { config, warnings })
+}
+
+/// Reads the checked values into the model. The runners are read one by one into a list of
+/// the right size: serde would grow it step by step, copying every runner (a few kilobytes
+/// each) again at each step.
+fn into_model(mut root: Node) -> Result<Config, serde::de::value::Error> {
+    let runners = root.take("runners");
+    let mut config = Config::deserialize(root)?;
+    if let Some(node) = runners {
+        let items = match node {
+            Node::List(items) => items,
+            _ => return Err(serde::de::Error::custom("runners is not a list")),
+        };
+        let mut list = Vec::with_capacity(items.len());
+        for item in items {
+            list.push(RunnerConfig::deserialize(item)?);
+        }
+        config.runners = list;
+    }
+    Ok(config)
 }
 
 fn invalid(origin: &str, walker: Walker<'_>) -> ConfigError {

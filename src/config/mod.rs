@@ -11,6 +11,7 @@ pub mod expand;
 pub mod load;
 pub mod machine;
 pub mod model;
+mod node;
 mod schedule;
 mod schema;
 pub mod validate;
