@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 use drover::config::load_str;
 
+#[path = "../tests/config_support/mod.rs"]
+mod config_support;
+
 /// The system allocator, counting live bytes and their peak.
 struct Counting;
 
@@ -85,32 +88,6 @@ fn measure<T>(f: impl FnOnce() -> T) -> (T, Duration, Duration, usize) {
     (out, wall, cpu, peak)
 }
 
-fn config(runners: usize) -> String {
-    let mut text = String::from("concurrent = 10\ncheck_interval = 3\n");
-    for i in 0..runners {
-        text.push_str(&format!(
-            r#"[[runners]]
-  name = "runner-{i}"
-  url = "https://gitlab.example.com/"
-  token = "glrt-token{i}"
-  executor = "docker+machine"
-  limit = 10
-  [runners.docker]
-    image = "alpine:3"
-    memory = "512m"
-    cpus = "1.5"
-  [runners.machine]
-    IdleCount = 1
-    idlecount = 1
-    IdleTime = 600
-    MachineDriver = "none"
-    MachineName = "auto-{i}-%s"
-"#
-        ));
-    }
-    text
-}
-
 fn main() {
     let sizes: Vec<usize> = std::env::args()
         .skip(1)
@@ -122,7 +99,7 @@ fn main() {
         sizes
     };
     for runners in sizes {
-        let text = config(runners);
+        let text = config_support::many_runners(runners);
         let mut times = Vec::new();
         let mut cpu_best = Duration::MAX;
         let mut peak = 0;
