@@ -2,7 +2,8 @@
 //! [`Config`], plus warnings.
 //!
 //! How it works: the text is parsed into a tree that keeps the byte span of every key and
-//! value (`toml::de::DeTable`). the schema walk (`walk.rs`) then visits the tree against the schema,
+//! value (`toml::de::DeTable`), a `[[runners]]` section at a time when possible
+//! (`document.rs`). The schema walk (`walk.rs`) then visits the tree against the schema,
 //! mapping each key to its canonical spelling (exact match first, then ignoring case, as
 //! gitlab-runner's decoder does), converting values (integers where floats are expected, Go
 //! duration strings to nanoseconds, datetimes) and reporting unknown, removed and ignored keys
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::diagnostic::{ConfigError, Diagnostic};
+use super::document::Document;
 use super::expand::expand_env;
 use super::model::{Config, RunnerConfig};
 use super::node::Node;
@@ -64,11 +66,22 @@ pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
 
 /// Loads a config from `text` (bytes or a string); `origin` names it in messages.
 pub fn load_str(text: impl AsRef<[u8]>, origin: &str) -> Result<Loaded, ConfigError> {
-    let text = decode(text.as_ref(), origin)?;
-    let parsed = toml::de::DeTable::parse(text).map_err(|e| syntax_error(&e, text, origin))?;
+    load_text(text.as_ref(), origin, true)
+}
+
+/// [`load_str`], parsing the file one `[[runners]]` section at a time when `in_parts` and that
+/// gives the same tree (see `document.rs`), else in one piece.
+pub(crate) fn load_text(text: &[u8], origin: &str, in_parts: bool) -> Result<Loaded, ConfigError> {
+    let text = decode(text, origin)?;
+    let parsed = if in_parts {
+        Document::parse(text)
+    } else {
+        Document::parse_whole(text)
+    }
+    .map_err(|e| syntax_error(&e, text, origin))?;
 
     let mut walker = Walker::new(text);
-    let root = walker.root(parsed.get_ref());
+    let root = walker.root(&parsed);
     if !walker.errors.is_empty() {
         return Err(invalid(origin, walker));
     }

@@ -6,6 +6,7 @@ pub mod periods;
 pub mod cache;
 pub mod diagnostic;
 pub mod docker;
+mod document;
 pub mod duration;
 pub mod expand;
 pub mod load;

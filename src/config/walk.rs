@@ -15,6 +15,8 @@
 use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
+
+use super::document::Document;
 use toml::Spanned;
 
 use super::diagnostic::{Diagnostic, LineIndex};
@@ -39,7 +41,10 @@ pub(crate) struct Walker<'t> {
     pub warnings: Vec<Diagnostic>,
     /// The parsed document, to find the span of a canonical path when a diagnostic needs one
     /// (rarely: looking it up on demand beats recording a span per key of a huge file).
-    doc: Option<&'t DeTable<'t>>,
+    doc: Option<&'t Document<'t>>,
+    /// Where the part being walked starts in the text: spans in a `[[runners]]` section
+    /// parsed alone are relative to it (0 elsewhere).
+    base: usize,
     /// `runners[0] "name"` while inside a runner.
     runner_label: Option<(String, String)>,
     /// The canonical path of what is being walked (`runners[0].machine.IdleCount`).
@@ -56,16 +61,39 @@ impl<'t> Walker<'t> {
             errors: Vec::new(),
             warnings: Vec::new(),
             doc: None,
+            base: 0,
             runner_label: None,
             path: String::new(),
         }
     }
 
     /// Walks the whole document.
-    pub(crate) fn root(&mut self, doc: &'t DeTable<'t>) -> Node {
+    pub(crate) fn root(&mut self, doc: &'t Document<'t>) -> Node {
         self.doc = Some(doc);
         self.path.clear();
-        Node::Table(self.table(doc, &ROOT))
+        self.base = 0;
+        let mut root = self.table(doc.head.get_ref(), &ROOT);
+        if let Some(last) = doc.parts.last() {
+            // The head has no key that could be `runners` (else the file is parsed in one
+            // piece), so this is the walk of an exactly spelled `runners` key: no warnings.
+            let mut runners = Vec::with_capacity(last.first + last.runners.len());
+            let mark = self.enter("runners");
+            for part in &doc.parts {
+                self.base = part.offset;
+                for (i, item) in part.runners.iter().enumerate() {
+                    runners.extend(self.table_list_item(item, &RUNNER, part.first + i));
+                }
+            }
+            self.base = 0;
+            self.path.truncate(mark);
+            node::set(&mut root, "runners", Node::List(runners));
+        }
+        Node::Table(root)
+    }
+
+    /// `span` of the part being walked, as a range of the text.
+    fn at(&self, span: Range<usize>) -> Range<usize> {
+        span.start + self.base..span.end + self.base
     }
 
     /// Where the key and value at canonical `path` (`runners[0].machine.Periods[1]`) are in
@@ -73,46 +101,34 @@ impl<'t> Walker<'t> {
     /// else ignoring case (the last such key, the one the walk kept). An array element's key
     /// span is its value's.
     pub(crate) fn span_of(&self, path: &str) -> Option<Spans> {
-        let mut table = self.doc?;
-        let mut found: Option<(Spans, &'t Value<'t>)> = None;
-        for segment in path.split('.') {
-            if let Some((_, value)) = found {
-                let DeValue::Table(t) = value.get_ref() else {
-                    return None;
+        let doc = self.doc?;
+        if !doc.parts.is_empty() {
+            // `runners[i]…` is in the part that holds runner i.
+            if let Some(rest) = path.strip_prefix("runners[") {
+                let (index, rest) = rest.split_once(']')?;
+                let (part, within) = doc.runner(index.parse().ok()?)?;
+                let item = part.runners.get(within)?;
+                let found = match rest.strip_prefix('.') {
+                    None if rest.is_empty() => Spans {
+                        key: item.span(),
+                        value: item.span(),
+                    },
+                    None => return None,
+                    Some(rest) => {
+                        let DeValue::Table(t) = item.get_ref() else {
+                            return None;
+                        };
+                        span_in(t, rest)?
+                    }
                 };
-                table = t;
+                let shift = |r: Range<usize>| r.start + part.offset..r.end + part.offset;
+                return Some(Spans {
+                    key: shift(found.key),
+                    value: shift(found.value),
+                });
             }
-            let (name, indices) = segment.split_once('[').unwrap_or((segment, ""));
-            let mut exact = None;
-            let mut folded = None;
-            for (k, v) in table.iter() {
-                if k.get_ref() == name {
-                    exact = Some((k, v));
-                    break;
-                }
-                if super::schema::equal_fold(k.get_ref(), name) {
-                    folded = Some((k, v));
-                }
-            }
-            let (k, mut v) = exact.or(folded)?;
-            let mut spans = Spans {
-                key: k.span(),
-                value: v.span(),
-            };
-            for index in indices.split('[').filter(|s| !s.is_empty()) {
-                let i: usize = index.strip_suffix(']')?.parse().ok()?;
-                let DeValue::Array(items) = v.get_ref() else {
-                    return None;
-                };
-                v = items.get(i)?;
-                spans = Spans {
-                    key: v.span(),
-                    value: v.span(),
-                };
-            }
-            found = Some((spans, v));
         }
-        found.map(|(spans, _)| spans)
+        span_in(doc.head.get_ref(), path)
     }
 
     /// `runners[0] "name", key machine.IdleCount` (or `key concurrent` at the top level).
@@ -190,7 +206,7 @@ impl<'t> Walker<'t> {
         let mut seen: Vec<(&'static str, bool, usize)> = Vec::new();
         for (k, v) in t.iter() {
             let key: &str = k.get_ref();
-            let key_span = k.span();
+            let key_span = self.at(k.span());
             let Some((field, exact)) = schema.lookup(key) else {
                 let mark = self.enter(key);
                 self.unknown_key(schema, key, key_span);
@@ -286,7 +302,7 @@ impl<'t> Walker<'t> {
 
     /// Checks and converts the value of `field` at the current path.
     fn convert(&mut self, v: &Value<'_>, field: &'static Field) -> Option<Node> {
-        let span = v.span();
+        let span = self.at(v.span());
         let val = v.get_ref();
         match field.kind {
             Kind::Str => match val {
@@ -368,16 +384,7 @@ impl<'t> Walker<'t> {
                 DeValue::Array(items) => {
                     let mut out = Vec::with_capacity(items.len());
                     for (i, item) in items.iter().enumerate() {
-                        let mark = self.enter_index(i);
-                        match item.get_ref() {
-                            DeValue::Table(t) => {
-                                out.push(Node::Table(self.table_entry(t, schema, i)));
-                            }
-                            _ => {
-                                self.mismatch(item, "a table", None);
-                            }
-                        }
-                        self.path.truncate(mark);
+                        out.extend(self.table_list_item(item, schema, i));
                     }
                     Some(Node::List(out))
                 }
@@ -396,6 +403,22 @@ impl<'t> Walker<'t> {
                 _ => self.mismatch(v, "a table", None),
             },
         }
+    }
+
+    /// Entry `index` of the array of tables at the current path.
+    fn table_list_item(
+        &mut self,
+        item: &Value<'_>,
+        schema: &'static Schema,
+        index: usize,
+    ) -> Option<Node> {
+        let mark = self.enter_index(index);
+        let out = match item.get_ref() {
+            DeValue::Table(t) => Some(Node::Table(self.table_entry(t, schema, index))),
+            _ => self.mismatch(item, "a table", None),
+        };
+        self.path.truncate(mark);
+        out
     }
 
     /// One entry of an array of tables at the current path; runners set the label used in
@@ -433,7 +456,7 @@ impl<'t> Walker<'t> {
             self.here(),
             found(v.get_ref())
         );
-        self.error(v.span(), msg, hint);
+        self.error(self.at(v.span()), msg, hint);
         None
     }
 
@@ -449,7 +472,7 @@ impl<'t> Walker<'t> {
                     "{}: integer {i} is out of range (it must fit a signed 64-bit integer, as Go's int)",
                     self.here()
                 );
-                self.error(v.span(), msg, None);
+                self.error(self.at(v.span()), msg, None);
                 None
             }
         }
@@ -540,7 +563,7 @@ impl<'t> Walker<'t> {
                     found(v.get_ref())
                 );
                 self.error(
-                    v.span(),
+                    self.at(v.span()),
                     msg,
                     Some("write e.g. 2024-01-31T12:00:00Z".into()),
                 );
@@ -558,7 +581,7 @@ impl<'t> Walker<'t> {
                 Some(x) => toml::Value::Float(x),
                 None => {
                     let msg = format!("{}: float {} is out of range", self.here(), fl.as_str());
-                    self.error(v.span(), msg, None);
+                    self.error(self.at(v.span()), msg, None);
                     return None;
                 }
             },
@@ -586,6 +609,50 @@ impl<'t> Walker<'t> {
             }
         })
     }
+}
+
+/// [`Walker::span_of`] within `table`, with spans as `table` has them.
+fn span_in<'a>(table: &'a DeTable<'a>, path: &str) -> Option<Spans> {
+    let mut table = table;
+    let mut found: Option<(Spans, &'a Value<'a>)> = None;
+    for segment in path.split('.') {
+        if let Some((_, value)) = found {
+            let DeValue::Table(t) = value.get_ref() else {
+                return None;
+            };
+            table = t;
+        }
+        let (name, indices) = segment.split_once('[').unwrap_or((segment, ""));
+        let mut exact = None;
+        let mut folded = None;
+        for (k, v) in table.iter() {
+            if k.get_ref() == name {
+                exact = Some((k, v));
+                break;
+            }
+            if super::schema::equal_fold(k.get_ref(), name) {
+                folded = Some((k, v));
+            }
+        }
+        let (k, mut v) = exact.or(folded)?;
+        let mut spans = Spans {
+            key: k.span(),
+            value: v.span(),
+        };
+        for index in indices.split('[').filter(|s| !s.is_empty()) {
+            let i: usize = index.strip_suffix(']')?.parse().ok()?;
+            let DeValue::Array(items) = v.get_ref() else {
+                return None;
+            };
+            v = items.get(i)?;
+            spans = Spans {
+                key: v.span(),
+                value: v.span(),
+            };
+        }
+        found = Some((spans, v));
+    }
+    found.map(|(spans, _)| spans)
 }
 
 fn leaf(path: &str) -> &str {
