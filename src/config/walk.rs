@@ -45,8 +45,9 @@ pub(crate) struct Walker<'t> {
     /// Where the part being walked starts in the text: spans in a `[[runners]]` section
     /// parsed alone are relative to it (0 elsewhere).
     base: usize,
-    /// `runners[0] "name"` while inside a runner.
-    runner_label: Option<(String, String)>,
+    /// While inside a runner: the length of its path (`runners[0]`), a prefix of `path`,
+    /// and its label (`runners[0] "name"`).
+    runner_label: Option<(usize, String)>,
     /// The canonical path of what is being walked (`runners[0].machine.IdleCount`).
     path: String,
 }
@@ -136,7 +137,7 @@ impl<'t> Walker<'t> {
         match &self.runner_label {
             Some((prefix, label)) => {
                 let rel = path
-                    .strip_prefix(prefix.as_str())
+                    .strip_prefix(&self.path[..*prefix])
                     .map(|r| r.trim_start_matches('.'))
                     .unwrap_or(path);
                 if rel.is_empty() {
@@ -200,10 +201,10 @@ impl<'t> Walker<'t> {
 
     /// Walks table `t` at the current path.
     fn table(&mut self, t: &DeTable<'_>, schema: &'static Schema) -> Vec<(&'static str, Node)> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(t.len());
         // (canonical name, was the match exact, byte offset of the key): a schema table has
         // a bounded number of fields, so a short list beats a hash map built per table.
-        let mut seen: Vec<(&'static str, bool, usize)> = Vec::new();
+        let mut seen: Vec<(&'static str, bool, usize)> = Vec::with_capacity(t.len());
         for (k, v) in t.iter() {
             let key: &str = k.get_ref();
             let key_span = self.at(k.span());
@@ -443,7 +444,7 @@ impl<'t> Walker<'t> {
             .find(|(k, _)| super::schema::equal_fold(k.get_ref(), "name"))
             .and_then(|(_, v)| v.get_ref().as_str());
         let label = Self::runner_label(index, name);
-        let saved = self.runner_label.replace((self.path.clone(), label));
+        let saved = self.runner_label.replace((self.path.len(), label));
         let out = self.table(t, schema);
         self.runner_label = saved;
         out
