@@ -65,7 +65,7 @@ fn work_per_runner(runners: usize) -> (f64, f64) {
 }
 
 /// The most allocations one generated runner may cost: what the loader needs today (the
-/// parsed document, the checked values, the model, a warning), 58, with room for small
+/// parsed document, the checked values, the model, a warning), 56, with room for small
 /// changes but not for a string or a table copy per key (17 keys per runner).
 const MAX_ALLOCS_PER_RUNNER: f64 = 65.0;
 

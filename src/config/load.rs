@@ -95,9 +95,14 @@ pub(crate) fn load_text(text: &[u8], origin: &str, in_parts: bool) -> Result<Loa
             return Err(invalid(origin, walker));
         }
     };
+    // Text without `$` expands to itself: skip the copy.
     for runner in &mut config.runners {
-        runner.url = expand_env(&runner.url);
-        runner.token = expand_env(&runner.token);
+        if runner.url.contains('$') {
+            runner.url = expand_env(&runner.url);
+        }
+        if runner.token.contains('$') {
+            runner.token = expand_env(&runner.token);
+        }
     }
     super::validate::validate(&mut config, &mut walker);
     if !walker.errors.is_empty() {
