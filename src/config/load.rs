@@ -2,12 +2,13 @@
 //! [`Config`], plus warnings.
 //!
 //! How it works: the text is parsed into a tree that keeps the byte span of every key and
-//! value (`toml::de::DeTable`). the schema walk (`walk.rs`) then visits the tree against the schema,
+//! value (`toml::de::DeTable`), a `[[runners]]` section at a time when possible
+//! (`document.rs`). The schema walk (`walk.rs`) then visits the tree against the schema,
 //! mapping each key to its canonical spelling (exact match first, then ignoring case, as
 //! gitlab-runner's decoder does), converting values (integers where floats are expected, Go
 //! duration strings to nanoseconds, datetimes) and reporting unknown, removed and ignored keys
-//! as warnings with their line. Only values that passed go into a clean `toml::Table`, which
-//! serde turns into the model; that step cannot meet a wrong type. Finally `url`/`token` get
+//! as warnings with their line. Only values that passed go into a small tree of checked values
+//! (`node.rs`), which serde turns into the model; that step cannot meet a wrong type. Finally `url`/`token` get
 //! their environment variables expanded and [`validate`](super::validate) runs upstream's
 //! load-time checks and compiles the autoscaling periods.
 //!
@@ -19,8 +20,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::diagnostic::{ConfigError, Diagnostic};
+use super::document::Document;
 use super::expand::expand_env;
-use super::model::Config;
+use super::model::{Config, RunnerConfig};
+use super::node::Node;
 use super::walk::Walker;
 
 /// A loaded config and what the loader noticed on the way.
@@ -63,15 +66,26 @@ pub fn load_file(path: &Path) -> Result<Loaded, ConfigError> {
 
 /// Loads a config from `text` (bytes or a string); `origin` names it in messages.
 pub fn load_str(text: impl AsRef<[u8]>, origin: &str) -> Result<Loaded, ConfigError> {
-    let text = decode(text.as_ref(), origin)?;
-    let parsed = toml::de::DeTable::parse(text).map_err(|e| syntax_error(&e, text, origin))?;
+    load_text(text.as_ref(), origin, true)
+}
+
+/// [`load_str`], parsing the file one `[[runners]]` section at a time when `in_parts` and that
+/// gives the same tree (see `document.rs`), else in one piece.
+pub(crate) fn load_text(text: &[u8], origin: &str, in_parts: bool) -> Result<Loaded, ConfigError> {
+    let text = decode(text, origin)?;
+    let parsed = if in_parts {
+        Document::parse(text)
+    } else {
+        Document::parse_whole(text)
+    }
+    .map_err(|e| syntax_error(&e, text, origin))?;
 
     let mut walker = Walker::new(text);
-    let root = walker.root(parsed.get_ref());
+    let root = walker.root(&parsed);
     if !walker.errors.is_empty() {
         return Err(invalid(origin, walker));
     }
-    let mut config = match Config::deserialize(toml::Value::Table(root)) {
+    let mut config = match into_model(root) {
         Ok(config) => config,
         Err(e) => {
             // The walker checked every type, so this means schema and model disagree.
@@ -81,9 +95,14 @@ pub fn load_str(text: impl AsRef<[u8]>, origin: &str) -> Result<Loaded, ConfigEr
             return Err(invalid(origin, walker));
         }
     };
+    // Text without `$` expands to itself: skip the copy.
     for runner in &mut config.runners {
-        runner.url = expand_env(&runner.url);
-        runner.token = expand_env(&runner.token);
+        if runner.url.contains('$') {
+            runner.url = expand_env(&runner.url);
+        }
+        if runner.token.contains('$') {
+            runner.token = expand_env(&runner.token);
+        }
     }
     super::validate::validate(&mut config, &mut walker);
     if !walker.errors.is_empty() {
@@ -92,6 +111,26 @@ pub fn load_str(text: impl AsRef<[u8]>, origin: &str) -> Result<Loaded, ConfigEr
     let mut warnings = walker.warnings;
     sort_by_position(&mut warnings);
     Ok(Loaded { config, warnings })
+}
+
+/// Reads the checked values into the model. The runners are read one by one into a list of
+/// the right size: serde would grow it step by step, copying every runner (a few kilobytes
+/// each) again at each step.
+fn into_model(mut root: Node) -> Result<Config, serde::de::value::Error> {
+    let runners = root.take("runners");
+    let mut config = Config::deserialize(root)?;
+    if let Some(node) = runners {
+        let items = match node {
+            Node::List(items) => items,
+            _ => return Err(serde::de::Error::custom("runners is not a list")),
+        };
+        let mut list = Vec::with_capacity(items.len());
+        for item in items {
+            list.push(RunnerConfig::deserialize(item)?);
+        }
+        config.runners = list;
+    }
+    Ok(config)
 }
 
 fn invalid(origin: &str, walker: Walker<'_>) -> ConfigError {

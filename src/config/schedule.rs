@@ -6,24 +6,22 @@
 //! whole file as upstream's `CompilePeriods` does. Period lint and host-zone fallbacks become
 //! warnings. Matching itself lives in [`crate::config::periods`].
 
+use super::node::Node;
 use super::periods::{lint_periods, PeriodError, TimePeriod};
 use super::walk::Walker;
 
 /// Checks one converted autoscaling section at canonical `path` (`runners[0].machine.autoscaling[1]`).
-pub(crate) fn check_section(w: &mut Walker<'_>, section: &toml::Table, path: &str) {
-    let periods: Vec<String> = section
-        .get("Periods")
-        .and_then(toml::Value::as_array)
+pub(crate) fn check_section(w: &mut Walker<'_>, section: &[(&'static str, Node)], path: &str) {
+    let get = |key: &str| section.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
+    let periods: Vec<String> = get("Periods")
+        .and_then(Node::as_list)
         .map(|a| {
             a.iter()
                 .filter_map(|v| v.as_str().map(str::to_string))
                 .collect()
         })
         .unwrap_or_default();
-    let timezone = section
-        .get("Timezone")
-        .and_then(toml::Value::as_str)
-        .unwrap_or("");
+    let timezone = get("Timezone").and_then(Node::as_str).unwrap_or("");
     let at = |key: &str| format!("{path}.{key}");
     match TimePeriod::compile(&periods, timezone) {
         Ok(tp) => {

@@ -8,15 +8,20 @@
 //! never stops at the first error so an operator sees them all. It keeps the parsed document, so
 //! the later validation step finds the span of a canonical path (`runners[0].machine.Periods`)
 //! with [`Walker::span_of`] when it has something to report (no per-key record: a file of
-//! 100,000 runners would build a map of 1.5 million paths for nothing).
+//! 100,000 runners would build a map of 1.5 million paths for nothing). Likewise the canonical
+//! path of the key being walked lives in one buffer that grows and shrinks as the walk goes
+//! (no string per key), and the result is a [`Node`] tree that serde reads into the model.
 
 use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
+
+use super::document::Document;
 use toml::Spanned;
 
 use super::diagnostic::{Diagnostic, LineIndex};
 use super::duration::parse_go_duration;
+use super::node::{self, Node};
 use super::schema::{Field, Kind, Schema, AUTOSCALING, ROOT, RUNNER};
 use super::values::{float_value, found, int_value, quote_hint, toml_datetime_to_utc};
 
@@ -36,9 +41,15 @@ pub(crate) struct Walker<'t> {
     pub warnings: Vec<Diagnostic>,
     /// The parsed document, to find the span of a canonical path when a diagnostic needs one
     /// (rarely: looking it up on demand beats recording a span per key of a huge file).
-    doc: Option<&'t DeTable<'t>>,
-    /// `runners[0] "name"` while inside a runner.
-    runner_label: Option<(String, String)>,
+    doc: Option<&'t Document<'t>>,
+    /// Where the part being walked starts in the text: spans in a `[[runners]]` section
+    /// parsed alone are relative to it (0 elsewhere).
+    base: usize,
+    /// While inside a runner: the length of its path (`runners[0]`), a prefix of `path`,
+    /// and its label (`runners[0] "name"`).
+    runner_label: Option<(usize, String)>,
+    /// The canonical path of what is being walked (`runners[0].machine.IdleCount`).
+    path: String,
 }
 
 type Value<'i> = Spanned<DeValue<'i>>;
@@ -51,14 +62,39 @@ impl<'t> Walker<'t> {
             errors: Vec::new(),
             warnings: Vec::new(),
             doc: None,
+            base: 0,
             runner_label: None,
+            path: String::new(),
         }
     }
 
     /// Walks the whole document.
-    pub(crate) fn root(&mut self, doc: &'t DeTable<'t>) -> toml::Table {
+    pub(crate) fn root(&mut self, doc: &'t Document<'t>) -> Node {
         self.doc = Some(doc);
-        self.table(doc, &ROOT, "")
+        self.path.clear();
+        self.base = 0;
+        let mut root = self.table(doc.head.get_ref(), &ROOT);
+        if let Some(last) = doc.parts.last() {
+            // The head has no key that could be `runners` (else the file is parsed in one
+            // piece), so this is the walk of an exactly spelled `runners` key: no warnings.
+            let mut runners = Vec::with_capacity(last.first + last.runners.len());
+            let mark = self.enter("runners");
+            for part in &doc.parts {
+                self.base = part.offset;
+                for (i, item) in part.runners.iter().enumerate() {
+                    runners.extend(self.table_list_item(item, &RUNNER, part.first + i));
+                }
+            }
+            self.base = 0;
+            self.path.truncate(mark);
+            node::set(&mut root, "runners", Node::List(runners));
+        }
+        Node::Table(root)
+    }
+
+    /// `span` of the part being walked, as a range of the text.
+    fn at(&self, span: Range<usize>) -> Range<usize> {
+        span.start + self.base..span.end + self.base
     }
 
     /// Where the key and value at canonical `path` (`runners[0].machine.Periods[1]`) are in
@@ -66,46 +102,34 @@ impl<'t> Walker<'t> {
     /// else ignoring case (the last such key, the one the walk kept). An array element's key
     /// span is its value's.
     pub(crate) fn span_of(&self, path: &str) -> Option<Spans> {
-        let mut table = self.doc?;
-        let mut found: Option<(Spans, &'t Value<'t>)> = None;
-        for segment in path.split('.') {
-            if let Some((_, value)) = found {
-                let DeValue::Table(t) = value.get_ref() else {
-                    return None;
+        let doc = self.doc?;
+        if !doc.parts.is_empty() {
+            // `runners[i]…` is in the part that holds runner i.
+            if let Some(rest) = path.strip_prefix("runners[") {
+                let (index, rest) = rest.split_once(']')?;
+                let (part, within) = doc.runner(index.parse().ok()?)?;
+                let item = part.runners.get(within)?;
+                let found = match rest.strip_prefix('.') {
+                    None if rest.is_empty() => Spans {
+                        key: item.span(),
+                        value: item.span(),
+                    },
+                    None => return None,
+                    Some(rest) => {
+                        let DeValue::Table(t) = item.get_ref() else {
+                            return None;
+                        };
+                        span_in(t, rest)?
+                    }
                 };
-                table = t;
+                let shift = |r: Range<usize>| r.start + part.offset..r.end + part.offset;
+                return Some(Spans {
+                    key: shift(found.key),
+                    value: shift(found.value),
+                });
             }
-            let (name, indices) = segment.split_once('[').unwrap_or((segment, ""));
-            let mut exact = None;
-            let mut folded = None;
-            for (k, v) in table.iter() {
-                if k.get_ref() == name {
-                    exact = Some((k, v));
-                    break;
-                }
-                if super::schema::equal_fold(k.get_ref(), name) {
-                    folded = Some((k, v));
-                }
-            }
-            let (k, mut v) = exact.or(folded)?;
-            let mut spans = Spans {
-                key: k.span(),
-                value: v.span(),
-            };
-            for index in indices.split('[').filter(|s| !s.is_empty()) {
-                let i: usize = index.strip_suffix(']')?.parse().ok()?;
-                let DeValue::Array(items) = v.get_ref() else {
-                    return None;
-                };
-                v = items.get(i)?;
-                spans = Spans {
-                    key: v.span(),
-                    value: v.span(),
-                };
-            }
-            found = Some((spans, v));
         }
-        found.map(|(spans, _)| spans)
+        span_in(doc.head.get_ref(), path)
     }
 
     /// `runners[0] "name", key machine.IdleCount` (or `key concurrent` at the top level).
@@ -113,7 +137,7 @@ impl<'t> Walker<'t> {
         match &self.runner_label {
             Some((prefix, label)) => {
                 let rel = path
-                    .strip_prefix(prefix.as_str())
+                    .strip_prefix(&self.path[..*prefix])
                     .map(|r| r.trim_start_matches('.'))
                     .unwrap_or(path);
                 if rel.is_empty() {
@@ -150,74 +174,114 @@ impl<'t> Walker<'t> {
         });
     }
 
-    fn table(&mut self, t: &DeTable<'_>, schema: &'static Schema, path: &str) -> toml::Table {
-        let mut out = toml::Table::new();
+    /// Appends `key` to the current path (`runners[0].machine` → `runners[0].machine.IdleCount`)
+    /// and returns the length to truncate back to.
+    fn enter(&mut self, key: &str) -> usize {
+        let mark = self.path.len();
+        if mark > 0 {
+            self.path.push('.');
+        }
+        self.path.push_str(key);
+        mark
+    }
+
+    /// Appends `[index]` to the current path and returns the length to truncate back to.
+    fn enter_index(&mut self, index: usize) -> usize {
+        use std::fmt::Write as _;
+        let mark = self.path.len();
+        // Writing to a String cannot fail.
+        let _ = write!(self.path, "[{index}]");
+        mark
+    }
+
+    /// [`Self::describe`] of the current path.
+    fn here(&self) -> String {
+        self.describe(&self.path)
+    }
+
+    /// Walks table `t` at the current path.
+    fn table(&mut self, t: &DeTable<'_>, schema: &'static Schema) -> Vec<(&'static str, Node)> {
+        let mut out = Vec::with_capacity(t.len());
         // (canonical name, was the match exact, byte offset of the key): a schema table has
         // a bounded number of fields, so a short list beats a hash map built per table.
-        let mut seen: Vec<(&'static str, bool, usize)> = Vec::new();
+        let mut seen: Vec<(&'static str, bool, usize)> = Vec::with_capacity(t.len());
         for (k, v) in t.iter() {
             let key: &str = k.get_ref();
-            let key_span = k.span();
+            let key_span = self.at(k.span());
             let Some((field, exact)) = schema.lookup(key) else {
-                self.unknown_key(schema, path, key, key_span);
+                let mark = self.enter(key);
+                self.unknown_key(schema, key, key_span);
+                self.path.truncate(mark);
                 continue;
             };
-            let sub = join(path, field.name);
-            let previous = seen
-                .iter()
-                .position(|(name, _, _)| std::ptr::eq(*name, field.name) || *name == field.name);
-            if let Some(at) = previous {
-                let (_, prev_exact, prev_offset) = seen[at];
-                let prev_line = self.lines.position(self.text, prev_offset).line;
-                let kept = if prev_exact && !exact {
-                    format!("the key on line {prev_line}")
-                } else {
-                    "this one".to_string()
-                };
-                self.warn(
-                    key_span.clone(),
-                    format!(
-                        "{}: `{key}` sets the same setting as the key on line {prev_line} (keys match ignoring case); gitlab-runner picks either, drover uses {kept}",
-                        self.describe(&sub),
-                    ),
-                    Some(format!("keep only one `{}` key", field.name)),
-                );
-                if prev_exact && !exact {
-                    continue;
+            let mark = self.enter(field.name);
+            if self.key(field, exact, key, key_span, &mut seen) {
+                if let Some(value) = self.convert(v, field) {
+                    node::set(&mut out, field.name, value);
                 }
             }
-            match previous {
-                Some(at) => seen[at] = (field.name, exact, key_span.start),
-                None => seen.push((field.name, exact, key_span.start)),
-            }
-            if !exact {
-                self.warn(
-                    key_span.clone(),
-                    format!(
-                        "{}: `{key}` is read as `{}` because keys match ignoring case",
-                        self.describe(&sub),
-                        field.name
-                    ),
-                    Some(format!("spell it `{}`", field.name)),
-                );
-            }
-            if let Some(why) = field.unused {
-                self.warn(
-                    key_span.clone(),
-                    format!("{}: {why}", self.describe(&sub)),
-                    None,
-                );
-            }
-            if let Some(value) = self.convert(v, field, &sub) {
-                out.insert(field.name.to_string(), value);
-            }
+            self.path.truncate(mark);
         }
         out
     }
 
-    fn unknown_key(&mut self, schema: &'static Schema, path: &str, key: &str, span: Range<usize>) {
-        let sub = join(path, key);
-        let what = self.describe(&sub);
+    /// The warnings about key `key` (matched to `field`) at the current path; false when an
+    /// earlier key for the same field wins and this one is skipped.
+    fn key(
+        &mut self,
+        field: &'static Field,
+        exact: bool,
+        key: &str,
+        key_span: Range<usize>,
+        seen: &mut Vec<(&'static str, bool, usize)>,
+    ) -> bool {
+        let previous = seen
+            .iter()
+            .position(|(name, _, _)| std::ptr::eq(*name, field.name) || *name == field.name);
+        if let Some(at) = previous {
+            let (_, prev_exact, prev_offset) = seen[at];
+            let prev_line = self.lines.position(self.text, prev_offset).line;
+            let kept = if prev_exact && !exact {
+                format!("the key on line {prev_line}")
+            } else {
+                "this one".to_string()
+            };
+            self.warn(
+                key_span.clone(),
+                format!(
+                    "{}: `{key}` sets the same setting as the key on line {prev_line} (keys match ignoring case); gitlab-runner picks either, drover uses {kept}",
+                    self.here(),
+                ),
+                Some(format!("keep only one `{}` key", field.name)),
+            );
+            if prev_exact && !exact {
+                return false;
+            }
+        }
+        match previous {
+            Some(at) => seen[at] = (field.name, exact, key_span.start),
+            None => seen.push((field.name, exact, key_span.start)),
+        }
+        if !exact {
+            self.warn(
+                key_span.clone(),
+                format!(
+                    "{}: `{key}` is read as `{}` because keys match ignoring case",
+                    self.here(),
+                    field.name
+                ),
+                Some(format!("spell it `{}`", field.name)),
+            );
+        }
+        if let Some(why) = field.unused {
+            self.warn(key_span, format!("{}: {why}", self.here()), None);
+        }
+        true
+    }
+
+    /// Warns about unknown or removed key `key`, the current path.
+    fn unknown_key(&mut self, schema: &'static Schema, key: &str, span: Range<usize>) {
+        let what = self.here();
         if let Some(hint) = schema.removed_hint(key) {
             self.warn(
                 span,
@@ -237,169 +301,168 @@ impl<'t> Walker<'t> {
         );
     }
 
-    fn convert(&mut self, v: &Value<'_>, field: &'static Field, path: &str) -> Option<toml::Value> {
-        let span = v.span();
+    /// Checks and converts the value of `field` at the current path.
+    fn convert(&mut self, v: &Value<'_>, field: &'static Field) -> Option<Node> {
+        let span = self.at(v.span());
         let val = v.get_ref();
         match field.kind {
             Kind::Str => match val {
-                DeValue::String(s) => Some(toml::Value::String(s.to_string())),
-                _ => self.mismatch(v, path, "a string", quote_hint(val)),
+                DeValue::String(s) => Some(Node::Str(s.to_string())),
+                _ => self.mismatch(v, "a string", quote_hint(val)),
             },
             Kind::Int => match val {
-                DeValue::Integer(_) => self.int(v, path).map(toml::Value::Integer),
+                DeValue::Integer(_) => self.int(v).map(Node::Int),
                 DeValue::String(s) if s.trim().parse::<i64>().is_ok() => {
-                    let hint = format!("remove the quotes: {} = {}", leaf(path), s.trim());
-                    self.mismatch(v, path, "an integer", Some(hint))
+                    let hint = format!("remove the quotes: {} = {}", leaf(&self.path), s.trim());
+                    self.mismatch(v, "an integer", Some(hint))
                 }
                 DeValue::Float(_) => {
-                    self.mismatch(v, path, "an integer", Some("write a whole number".into()))
+                    self.mismatch(v, "an integer", Some("write a whole number".into()))
                 }
-                _ => self.mismatch(v, path, "an integer", None),
+                _ => self.mismatch(v, "an integer", None),
             },
             Kind::Float => match val {
                 DeValue::Float(fl) => match float_value(fl.as_str()) {
-                    Some(x) => Some(toml::Value::Float(x)),
+                    Some(x) => Some(Node::Float(x)),
                     None => {
-                        let msg = format!(
-                            "{}: float {} is out of range",
-                            self.describe(path),
-                            fl.as_str()
-                        );
+                        let msg = format!("{}: float {} is out of range", self.here(), fl.as_str());
                         self.error(span, msg, None);
                         None
                     }
                 },
                 DeValue::Integer(_) => {
-                    let n = self.int(v, path)?;
+                    let n = self.int(v)?;
                     // Go refuses integers a float64 cannot hold exactly.
                     if n.unsigned_abs() > (1u64 << 53) {
                         let msg = format!(
                             "{}: integer {n} cannot be represented exactly as a float",
-                            self.describe(path)
+                            self.here()
                         );
                         self.error(span, msg, Some("write it as a float, e.g. 1.5".into()));
                         return None;
                     }
-                    Some(toml::Value::Float(n as f64))
+                    Some(Node::Float(n as f64))
                 }
                 DeValue::String(s) if s.trim().parse::<f64>().is_ok() => {
-                    let hint = format!("remove the quotes: {} = {}", leaf(path), s.trim());
-                    self.mismatch(v, path, "a number", Some(hint))
+                    let hint = format!("remove the quotes: {} = {}", leaf(&self.path), s.trim());
+                    self.mismatch(v, "a number", Some(hint))
                 }
-                _ => self.mismatch(v, path, "a number", None),
+                _ => self.mismatch(v, "a number", None),
             },
             Kind::Bool => match val {
-                DeValue::Boolean(b) => Some(toml::Value::Boolean(*b)),
+                DeValue::Boolean(b) => Some(Node::Bool(*b)),
                 DeValue::String(s) if s == "true" || s == "false" => {
-                    let hint = format!("remove the quotes: {} = {s}", leaf(path));
-                    self.mismatch(v, path, "a boolean (true or false)", Some(hint))
+                    let hint = format!("remove the quotes: {} = {s}", leaf(&self.path));
+                    self.mismatch(v, "a boolean (true or false)", Some(hint))
                 }
-                _ => self.mismatch(v, path, "a boolean (true or false)", None),
+                _ => self.mismatch(v, "a boolean (true or false)", None),
             },
             Kind::Duration => match val {
                 DeValue::String(s) => match parse_go_duration(s) {
-                    Ok(d) => Some(toml::Value::Integer(d.as_nanos())),
+                    Ok(d) => Some(Node::Int(d.as_nanos())),
                     Err(e) => {
-                        let msg = format!("{}: {e}", self.describe(path));
+                        let msg = format!("{}: {e}", self.here());
                         self.error(span, msg, None);
                         None
                     }
                 },
-                DeValue::Integer(_) => self.int(v, path).map(toml::Value::Integer),
+                DeValue::Integer(_) => self.int(v).map(Node::Int),
                 _ => self.mismatch(
                     v,
-                    path,
                     "a duration (a string such as \"15m\", or an integer of nanoseconds)",
                     None,
                 ),
             },
-            Kind::Datetime => self.datetime(v, path).map(toml::Value::String),
-            Kind::StrList => self.str_list(v, path, false).map(toml::Value::Array),
-            Kind::StrOrList => self.str_list(v, path, true).map(toml::Value::Array),
-            Kind::StrMap | Kind::BoolMap | Kind::StrListMap => self.map(v, field.kind, path),
+            Kind::Datetime => self.datetime(v).map(Node::Str),
+            Kind::StrList => self.str_list(v, false).map(Node::List),
+            Kind::StrOrList => self.str_list(v, true).map(Node::List),
+            Kind::StrMap | Kind::BoolMap | Kind::StrListMap => self.map(v, field.kind),
             Kind::Table(schema) => match val {
-                DeValue::Table(t) => Some(toml::Value::Table(self.table(t, schema, path))),
-                _ => self.mismatch(v, path, "a table", None),
+                DeValue::Table(t) => Some(Node::Table(self.table(t, schema))),
+                _ => self.mismatch(v, "a table", None),
             },
             Kind::TableList(schema) => match val {
                 DeValue::Array(items) => {
-                    let mut out = Vec::new();
+                    let mut out = Vec::with_capacity(items.len());
                     for (i, item) in items.iter().enumerate() {
-                        let sub = format!("{path}[{i}]");
-                        match item.get_ref() {
-                            DeValue::Table(t) => {
-                                out.push(toml::Value::Table(self.table_entry(t, schema, &sub, i)));
-                            }
-                            _ => {
-                                self.mismatch(item, &sub, "a table", None);
-                            }
-                        }
+                        out.extend(self.table_list_item(item, schema, i));
                     }
-                    Some(toml::Value::Array(out))
+                    Some(Node::List(out))
                 }
                 DeValue::Table(_) => self.mismatch(
                     v,
-                    path,
                     "an array of tables",
                     Some(format!(
                         "write each entry as {} (double brackets)",
                         schema.title
                     )),
                 ),
-                _ => self.mismatch(v, path, "an array of tables", None),
+                _ => self.mismatch(v, "an array of tables", None),
             },
             Kind::Raw => match val {
-                DeValue::Table(_) => self.raw(v, path),
-                _ => self.mismatch(v, path, "a table", None),
+                DeValue::Table(_) => self.raw(v).map(Node::Raw),
+                _ => self.mismatch(v, "a table", None),
             },
         }
     }
 
-    /// One entry of an array of tables; runners set the label used in messages.
+    /// Entry `index` of the array of tables at the current path.
+    fn table_list_item(
+        &mut self,
+        item: &Value<'_>,
+        schema: &'static Schema,
+        index: usize,
+    ) -> Option<Node> {
+        let mark = self.enter_index(index);
+        let out = match item.get_ref() {
+            DeValue::Table(t) => Some(Node::Table(self.table_entry(t, schema, index))),
+            _ => self.mismatch(item, "a table", None),
+        };
+        self.path.truncate(mark);
+        out
+    }
+
+    /// One entry of an array of tables at the current path; runners set the label used in
+    /// messages.
     fn table_entry(
         &mut self,
         t: &DeTable<'_>,
         schema: &'static Schema,
-        path: &str,
         index: usize,
-    ) -> toml::Table {
+    ) -> Vec<(&'static str, Node)> {
         if std::ptr::eq(schema, &AUTOSCALING) {
-            let out = self.table(t, schema, path);
-            super::schedule::check_section(self, &out, path);
+            let out = self.table(t, schema);
+            let path = self.path.clone();
+            super::schedule::check_section(self, &out, &path);
             return out;
         }
         if !std::ptr::eq(schema, &RUNNER) {
-            return self.table(t, schema, path);
+            return self.table(t, schema);
         }
         let name = t
             .iter()
             .find(|(k, _)| super::schema::equal_fold(k.get_ref(), "name"))
-            .and_then(|(_, v)| v.get_ref().as_str().map(str::to_string));
-        let saved = self
-            .runner_label
-            .replace((path.to_string(), Self::runner_label(index, name.as_deref())));
-        let out = self.table(t, schema, path);
+            .and_then(|(_, v)| v.get_ref().as_str());
+        let label = Self::runner_label(index, name);
+        let saved = self.runner_label.replace((self.path.len(), label));
+        let out = self.table(t, schema);
         self.runner_label = saved;
         out
     }
 
-    fn mismatch(
-        &mut self,
-        v: &Value<'_>,
-        path: &str,
-        expected: &str,
-        hint: Option<String>,
-    ) -> Option<toml::Value> {
+    /// Reports that the value at the current path is not `expected`.
+    fn mismatch(&mut self, v: &Value<'_>, expected: &str, hint: Option<String>) -> Option<Node> {
         let msg = format!(
             "{}: expected {expected}, found {}",
-            self.describe(path),
+            self.here(),
             found(v.get_ref())
         );
-        self.error(v.span(), msg, hint);
+        self.error(self.at(v.span()), msg, hint);
         None
     }
 
-    fn int(&mut self, v: &Value<'_>, path: &str) -> Option<i64> {
+    /// The integer at the current path, if it fits an i64.
+    fn int(&mut self, v: &Value<'_>) -> Option<i64> {
         let DeValue::Integer(i) = v.get_ref() else {
             return None;
         };
@@ -408,39 +471,36 @@ impl<'t> Walker<'t> {
             None => {
                 let msg = format!(
                     "{}: integer {i} is out of range (it must fit a signed 64-bit integer, as Go's int)",
-                    self.describe(path)
+                    self.here()
                 );
-                self.error(v.span(), msg, None);
+                self.error(self.at(v.span()), msg, None);
                 None
             }
         }
     }
 
-    fn str_list(&mut self, v: &Value<'_>, path: &str, single_ok: bool) -> Option<Vec<toml::Value>> {
+    fn str_list(&mut self, v: &Value<'_>, single_ok: bool) -> Option<Vec<Node>> {
         match v.get_ref() {
-            DeValue::String(s) if single_ok => Some(vec![toml::Value::String(s.to_string())]),
+            DeValue::String(s) if single_ok => Some(vec![Node::Str(s.to_string())]),
             DeValue::Array(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 let mut ok = true;
                 for (i, item) in items.iter().enumerate() {
                     match item.get_ref() {
-                        DeValue::String(s) => out.push(toml::Value::String(s.to_string())),
+                        DeValue::String(s) => out.push(Node::Str(s.to_string())),
                         _ => {
                             ok = false;
-                            self.mismatch(
-                                item,
-                                &format!("{path}[{i}]"),
-                                "a string",
-                                quote_hint(item.get_ref()),
-                            );
+                            let mark = self.enter_index(i);
+                            self.mismatch(item, "a string", quote_hint(item.get_ref()));
+                            self.path.truncate(mark);
                         }
                     }
                 }
                 ok.then_some(out)
             }
             DeValue::String(s) => {
-                let hint = format!("write it as a list: {} = [{s:?}]", leaf(path));
-                self.mismatch(v, path, "an array of strings", Some(hint));
+                let hint = format!("write it as a list: {} = [{s:?}]", leaf(&self.path));
+                self.mismatch(v, "an array of strings", Some(hint));
                 None
             }
             _ => {
@@ -449,43 +509,41 @@ impl<'t> Walker<'t> {
                 } else {
                     "an array of strings"
                 };
-                self.mismatch(v, path, expected, None);
+                self.mismatch(v, expected, None);
                 None
             }
         }
     }
 
-    fn map(&mut self, v: &Value<'_>, kind: Kind, path: &str) -> Option<toml::Value> {
+    fn map(&mut self, v: &Value<'_>, kind: Kind) -> Option<Node> {
         let DeValue::Table(t) = v.get_ref() else {
-            return self.mismatch(v, path, "a table", None);
+            return self.mismatch(v, "a table", None);
         };
-        let mut out = toml::Table::new();
+        let mut out = Vec::with_capacity(t.len());
         let mut ok = true;
         for (k, item) in t.iter() {
-            let sub = join(path, k.get_ref());
+            let mark = self.enter(k.get_ref());
             let converted = match (kind, item.get_ref()) {
-                (Kind::StrMap, DeValue::String(s)) => Some(toml::Value::String(s.to_string())),
-                (Kind::BoolMap, DeValue::Boolean(b)) => Some(toml::Value::Boolean(*b)),
-                (Kind::StrListMap, _) => self.str_list(item, &sub, false).map(toml::Value::Array),
+                (Kind::StrMap, DeValue::String(s)) => Some(Node::Str(s.to_string())),
+                (Kind::BoolMap, DeValue::Boolean(b)) => Some(Node::Bool(*b)),
+                (Kind::StrListMap, _) => self.str_list(item, false).map(Node::List),
                 (Kind::BoolMap, _) => self.mismatch(
                     item,
-                    &sub,
                     "a boolean (true or false)",
                     quote_hint(item.get_ref()),
                 ),
-                _ => self.mismatch(item, &sub, "a string", quote_hint(item.get_ref())),
+                _ => self.mismatch(item, "a string", quote_hint(item.get_ref())),
             };
+            self.path.truncate(mark);
             match converted {
-                Some(c) => {
-                    out.insert(k.get_ref().to_string(), c);
-                }
+                Some(c) => out.push((k.get_ref().to_string(), c)),
                 None => ok = false,
             }
         }
-        ok.then_some(toml::Value::Table(out))
+        ok.then_some(Node::Map(out))
     }
 
-    fn datetime(&mut self, v: &Value<'_>, path: &str) -> Option<String> {
+    fn datetime(&mut self, v: &Value<'_>) -> Option<String> {
         use chrono::{DateTime, Utc};
         let parsed: Option<DateTime<Utc>> = match v.get_ref() {
             DeValue::String(s) => DateTime::parse_from_rfc3339(s)
@@ -493,7 +551,7 @@ impl<'t> Walker<'t> {
                 .map(|d| d.with_timezone(&Utc)),
             DeValue::Datetime(dt) => toml_datetime_to_utc(dt),
             _ => {
-                self.mismatch(v, path, "a datetime (e.g. 2024-01-31T12:00:00Z)", None);
+                self.mismatch(v, "a datetime (e.g. 2024-01-31T12:00:00Z)", None);
                 return None;
             }
         };
@@ -502,11 +560,11 @@ impl<'t> Walker<'t> {
             None => {
                 let msg = format!(
                     "{}: {} is not a valid RFC 3339 datetime",
-                    self.describe(path),
+                    self.here(),
                     found(v.get_ref())
                 );
                 self.error(
-                    v.span(),
+                    self.at(v.span()),
                     msg,
                     Some("write e.g. 2024-01-31T12:00:00Z".into()),
                 );
@@ -516,19 +574,15 @@ impl<'t> Walker<'t> {
     }
 
     /// Copies a section drover does not interpret, still refusing out-of-range numbers.
-    fn raw(&mut self, v: &Value<'_>, path: &str) -> Option<toml::Value> {
+    fn raw(&mut self, v: &Value<'_>) -> Option<toml::Value> {
         Some(match v.get_ref() {
             DeValue::String(s) => toml::Value::String(s.to_string()),
-            DeValue::Integer(_) => toml::Value::Integer(self.int(v, path)?),
+            DeValue::Integer(_) => toml::Value::Integer(self.int(v)?),
             DeValue::Float(fl) => match float_value(fl.as_str()) {
                 Some(x) => toml::Value::Float(x),
                 None => {
-                    let msg = format!(
-                        "{}: float {} is out of range",
-                        self.describe(path),
-                        fl.as_str()
-                    );
-                    self.error(v.span(), msg, None);
+                    let msg = format!("{}: float {} is out of range", self.here(), fl.as_str());
+                    self.error(self.at(v.span()), msg, None);
                     return None;
                 }
             },
@@ -537,15 +591,20 @@ impl<'t> Walker<'t> {
             DeValue::Array(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
-                    out.push(self.raw(item, &format!("{path}[{i}]"))?);
+                    let mark = self.enter_index(i);
+                    let value = self.raw(item);
+                    self.path.truncate(mark);
+                    out.push(value?);
                 }
                 toml::Value::Array(out)
             }
             DeValue::Table(t) => {
                 let mut out = toml::Table::new();
                 for (k, item) in t.iter() {
-                    let sub = join(path, k.get_ref());
-                    out.insert(k.get_ref().to_string(), self.raw(item, &sub)?);
+                    let mark = self.enter(k.get_ref());
+                    let value = self.raw(item);
+                    self.path.truncate(mark);
+                    out.insert(k.get_ref().to_string(), value?);
                 }
                 toml::Value::Table(out)
             }
@@ -553,12 +612,48 @@ impl<'t> Walker<'t> {
     }
 }
 
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
+/// [`Walker::span_of`] within `table`, with spans as `table` has them.
+fn span_in<'a>(table: &'a DeTable<'a>, path: &str) -> Option<Spans> {
+    let mut table = table;
+    let mut found: Option<(Spans, &'a Value<'a>)> = None;
+    for segment in path.split('.') {
+        if let Some((_, value)) = found {
+            let DeValue::Table(t) = value.get_ref() else {
+                return None;
+            };
+            table = t;
+        }
+        let (name, indices) = segment.split_once('[').unwrap_or((segment, ""));
+        let mut exact = None;
+        let mut folded = None;
+        for (k, v) in table.iter() {
+            if k.get_ref() == name {
+                exact = Some((k, v));
+                break;
+            }
+            if super::schema::equal_fold(k.get_ref(), name) {
+                folded = Some((k, v));
+            }
+        }
+        let (k, mut v) = exact.or(folded)?;
+        let mut spans = Spans {
+            key: k.span(),
+            value: v.span(),
+        };
+        for index in indices.split('[').filter(|s| !s.is_empty()) {
+            let i: usize = index.strip_suffix(']')?.parse().ok()?;
+            let DeValue::Array(items) = v.get_ref() else {
+                return None;
+            };
+            v = items.get(i)?;
+            spans = Spans {
+                key: v.span(),
+                value: v.span(),
+            };
+        }
+        found = Some((spans, v));
     }
+    found.map(|(spans, _)| spans)
 }
 
 fn leaf(path: &str) -> &str {
