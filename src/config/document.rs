@@ -11,7 +11,9 @@
 //! inside a multi-line string leaves a part that does not parse, a `[session_server]` after the
 //! runners, any syntax error) the file is parsed in one piece, so every tree and every syntax
 //! error is the one `toml` gives for the whole file. Spans in a section are relative to its
-//! start; [`Part::offset`] turns them into positions in the file.
+//! start; [`Part::offset`] turns them into positions in the file. From 4,096 sections on, the
+//! sections are parsed on one thread per core, each taking a contiguous run of them; the parts
+//! are joined in file order, so the result does not depend on the number of threads.
 
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
@@ -63,33 +65,44 @@ impl<'t> Document<'t> {
         {
             return None;
         }
+        // The sections parse independently: on a large file, one thread per core parses a
+        // contiguous run of them (a few thousand sections is where threads start to pay).
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let runs = if cuts.len() >= PARALLEL_SECTIONS && threads > 1 {
+            threads.min(cuts.len() / (PARALLEL_SECTIONS / 2))
+        } else {
+            1
+        };
+        let per = cuts.len().div_ceil(runs);
+        let parsed: Vec<Option<Sections<'t>>> = if runs == 1 {
+            vec![parse_sections(text, &cuts, 0, cuts.len())]
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..runs)
+                    .map(|r| {
+                        let cuts = &cuts;
+                        let (from, to) = (r * per, ((r + 1) * per).min(cuts.len()));
+                        scope.spawn(move || parse_sections(text, cuts, from, to))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().ok().flatten())
+                    .collect()
+            })
+        };
         let mut parts = Vec::with_capacity(cuts.len());
         let mut first = 0;
-        for (i, &start) in cuts.iter().enumerate() {
-            let end = cuts.get(i + 1).copied().unwrap_or(text.len());
-            let table = DeTable::parse(&text[start..end]).ok()?.into_inner();
-            let mut entries = table.into_iter();
-            let (key, value) = entries.next()?;
-            if entries.next().is_some() || key.get_ref() != "runners" {
-                return None;
+        for run in parsed {
+            for (offset, runners) in run? {
+                let count = runners.len();
+                parts.push(Part {
+                    offset,
+                    first,
+                    runners,
+                });
+                first += count;
             }
-            let DeValue::Array(items) = value.into_inner() else {
-                return None;
-            };
-            let runners: Vec<_> = items.into_iter().collect();
-            if runners.is_empty()
-                || runners
-                    .iter()
-                    .any(|r| !matches!(r.get_ref(), DeValue::Table(_)))
-            {
-                return None;
-            }
-            parts.push(Part {
-                offset: start,
-                first,
-                runners,
-            });
-            first += parts.last().map_or(0, |p| p.runners.len());
         }
         Some(Document { head, parts })
     }
@@ -104,6 +117,46 @@ impl<'t> Document<'t> {
         let within = index - part.first;
         (within < part.runners.len()).then_some((part, within))
     }
+}
+
+/// Parsed sections: each one's offset in the file and its `runners` entries.
+type Sections<'t> = Vec<(usize, Vec<Spanned<DeValue<'t>>>)>;
+
+/// Sections from which parsing them is spread over threads.
+const PARALLEL_SECTIONS: usize = 4096;
+
+/// Parses sections `from..to` of `cuts` alone; `None` when one of them does not parse or
+/// defines anything but `runners` entries (the caller then parses the whole file).
+fn parse_sections<'t>(
+    text: &'t str,
+    cuts: &[usize],
+    from: usize,
+    to: usize,
+) -> Option<Sections<'t>> {
+    let mut out = Vec::with_capacity(to - from);
+    for i in from..to {
+        let start = cuts[i];
+        let end = cuts.get(i + 1).copied().unwrap_or(text.len());
+        let table = DeTable::parse(&text[start..end]).ok()?.into_inner();
+        let mut entries = table.into_iter();
+        let (key, value) = entries.next()?;
+        if entries.next().is_some() || key.get_ref() != "runners" {
+            return None;
+        }
+        let DeValue::Array(items) = value.into_inner() else {
+            return None;
+        };
+        let runners: Vec<_> = items.into_iter().collect();
+        if runners.is_empty()
+            || runners
+                .iter()
+                .any(|r| !matches!(r.get_ref(), DeValue::Table(_)))
+        {
+            return None;
+        }
+        out.push((start, runners));
+    }
+    Some(out)
 }
 
 /// Byte offsets of the lines that are exactly `[[runners]]` (surrounding whitespace aside).
@@ -321,5 +374,24 @@ check_interval = 3
             assert_eq!(a, b, "{name} loads differently in parts");
         }
         assert!(in_parts > 20, "only {in_parts} texts were parsed in parts");
+    }
+
+    /// A file large enough to be parsed on several threads loads as in one piece, runner
+    /// indexes, positions and findings included.
+    #[test]
+    fn sections_parsed_on_several_threads_load_as_in_one_piece() {
+        let at = MIXED.find("[[runners]]").expect("MIXED has runners");
+        let (head, runners) = MIXED.split_at(at);
+        let per_copy = runner_headers(runners).len();
+        let copies = PARALLEL_SECTIONS / per_copy + 3;
+        let text = format!("{head}{}", runners.repeat(copies));
+        let doc = Document::parse_in_parts(&text).expect("parsed in parts");
+        assert_eq!(doc.parts.len(), per_copy * copies);
+        assert!(doc.parts.len() >= PARALLEL_SECTIONS);
+        let offsets: Vec<usize> = doc.parts.iter().map(|p| p.offset).collect();
+        assert_eq!(offsets, runner_headers(&text), "sections in file order");
+        let a = format!("{:?}", load_text(text.as_bytes(), "t.toml", true));
+        let b = format!("{:?}", load_text(text.as_bytes(), "t.toml", false));
+        assert!(a == b, "loads differently on threads");
     }
 }
