@@ -46,14 +46,7 @@ concurrent = 2
 
 /// The machines in the fake docker-machine's store.
 fn machines(world: &FakeWorld) -> Vec<String> {
-    std::fs::read_dir(world.store().join("machines"))
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| !n.starts_with('.'))
-                .collect()
-        })
-        .unwrap_or_default()
+    store_machines(&world.store())
 }
 
 fn ledger_path(world: &FakeWorld) -> PathBuf {

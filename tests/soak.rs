@@ -276,14 +276,9 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
         let store = world.store();
         std::thread::spawn(move || {
             let list = |store: &Path| -> BTreeSet<String> {
-                std::fs::read_dir(store.join("machines"))
-                    .map(|d| {
-                        d.filter_map(|e| e.ok())
-                            .map(|e| e.file_name().to_string_lossy().into_owned())
-                            .filter(|n| !n.starts_with('.'))
-                            .collect()
-                    })
-                    .unwrap_or_default()
+                provider_support::store_machines(store)
+                    .into_iter()
+                    .collect()
             };
             while !stop.load(Ordering::SeqCst) {
                 let running: Vec<(i64, String)> = sim

@@ -49,6 +49,20 @@ pub fn docker_machines() -> Vec<PathBuf> {
     all
 }
 
+/// The machines in a docker-machine store (the folders under `machines/`), sorted.
+pub fn store_machines(store: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(store.join("machines"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
 /// The example plugin.
 pub fn example_plugin() -> PathBuf {
     root().join("fixtures/plugins/example-plugin.sh")

@@ -155,17 +155,9 @@ shutdown_timeout = 60
     )
 }
 
+/// The machines in the world's store, sorted.
 pub fn machines(world: &FakeWorld) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(world.store().join("machines"))
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| !n.starts_with('.'))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+    crate::provider_support::store_machines(&world.store())
 }
 
 /// A docker+machine end-to-end test's world: the Engine to itself, the test images,
