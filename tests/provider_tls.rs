@@ -10,10 +10,9 @@ mod docker_engine;
 mod provider_support;
 mod test_certs;
 
-use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, LogsOptionsBuilder,
@@ -27,7 +26,7 @@ use drover::provider::{Call, Endpoint, Provider};
 use futures_util::StreamExt;
 use provider_support::*;
 use serde_json::json;
-use test_certs::{leaf, machine_tls, make_ca};
+use test_certs::{leaf, machine_tls, make_ca, stunnel_binary, stunnel_front};
 
 const IMAGE: &str = "drover-test-provider-busybox";
 
@@ -44,31 +43,6 @@ async fn local_docker() -> Option<Docker> {
     }
     let d = Docker::connect_with_socket(docker_engine::SOCKET, 30, API_DEFAULT_VERSION).ok()?;
     d.ping().await.ok().map(|_| d)
-}
-
-fn stunnel() -> Option<&'static str> {
-    ["stunnel4", "stunnel"].into_iter().find(|b| {
-        Command::new("which")
-            .arg(b)
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    })
-}
-
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// Builds the test image from the host's static busybox, never pulling.
@@ -116,7 +90,7 @@ async fn tls_machine_end_to_end_on_the_real_engine() {
     let Some(local) = local_docker().await else {
         return unavailable("Docker Engine unreachable at /var/run/docker.sock");
     };
-    let Some(stunnel) = stunnel() else {
+    let Some(stunnel) = stunnel_binary() else {
         return unavailable("stunnel4 is not installed");
     };
     let world = FakeWorld::new();
@@ -135,33 +109,7 @@ async fn tls_machine_end_to_end_on_the_real_engine() {
         "extendedKeyUsage=clientAuth\n",
     );
 
-    let port = free_port();
-    let conf = tls.join("stunnel.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "foreground = yes\npid =\noutput = {log}\n[docker]\naccept = 127.0.0.1:{port}\nconnect = {SOCKET}\ncert = {d}/server.pem\nkey = {d}/server-key.pem\nCAfile = {d}/ca.pem\nrequireCert = yes\nverifyChain = yes\n",
-            log = tls.join("stunnel.log").display(),
-            d = tls.display(),
-        ),
-    )
-    .expect("stunnel.conf");
-    let _proxy = Killed(
-        Command::new(stunnel)
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start stunnel"),
-    );
-    let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "stunnel did not listen"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (_proxy, port) = stunnel_front(stunnel, &tls, SOCKET).await;
 
     // The machine: created through the shim; the fake copies the certs into its StorePath
     // as provisioning does.

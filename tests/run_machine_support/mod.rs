@@ -4,38 +4,19 @@
 
 #![allow(dead_code)]
 
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use gitlab_sim::Sim;
 
 use crate::docker_engine;
 use crate::executor_common;
 use crate::provider_support::{fake_dm, root, FakeWorld};
-use crate::run_support::free_port;
-use crate::test_certs::machine_tls;
+use crate::test_certs::{machine_tls, stunnel_binary, stunnel_front};
 
-pub struct Killed(pub Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub use crate::test_certs::Killed;
 
 pub fn stunnel() -> &'static str {
-    ["stunnel4", "stunnel"]
-        .into_iter()
-        .find(|b| {
-            Command::new("which")
-                .arg(b)
-                .stdout(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .expect("stunnel4 is not installed (fixtures/setup/provider.sh installs it)")
+    stunnel_binary().expect("stunnel4 is not installed (fixtures/setup/provider.sh installs it)")
 }
 
 /// The TLS endpoint every fake machine points at: stunnel requiring a client certificate from
@@ -44,35 +25,7 @@ pub async fn tls_endpoint(world: &FakeWorld) -> (Killed, u16) {
     let certs = world.store().join("certs");
     let tls = world.dir.path().join("tls");
     machine_tls(&certs, &tls);
-    let port = free_port();
-    let conf = tls.join("stunnel.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "foreground = yes\npid =\noutput = {log}\n[docker]\naccept = 127.0.0.1:{port}\nconnect = {sock}\ncert = {d}/server.pem\nkey = {d}/server-key.pem\nCAfile = {d}/ca.pem\nrequireCert = yes\nverifyChain = yes\n",
-            log = tls.join("stunnel.log").display(),
-            sock = docker_engine::SOCKET,
-            d = tls.display(),
-        ),
-    )
-    .expect("stunnel.conf");
-    let proxy = Killed(
-        Command::new(stunnel())
-            .arg(&conf)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start stunnel"),
-    );
-    let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "stunnel did not listen"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    (proxy, port)
+    stunnel_front(stunnel(), &tls, docker_engine::SOCKET).await
 }
 
 /// drover's environment: the fake docker-machine first on PATH (the shim runs

@@ -112,3 +112,64 @@ pub fn machine_tls(store_certs: &Path, tls: &Path) {
         "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
     );
 }
+
+/// A child process killed (and reaped) when dropped.
+#[allow(dead_code)]
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The stunnel executable (`stunnel4` or `stunnel`), if installed.
+#[allow(dead_code)]
+pub fn stunnel_binary() -> Option<&'static str> {
+    ["stunnel4", "stunnel"].into_iter().find(|b| {
+        Command::new("which")
+            .arg(b)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// A machine's TLS Engine endpoint: `stunnel` on a free 127.0.0.1 port, presenting
+/// `tls/server.pem` and requiring a client certificate from `tls/ca.pem` (as made by
+/// [`machine_tls`]), in front of the Engine's unix `socket`. Returns once it listens.
+#[allow(dead_code)]
+pub async fn stunnel_front(stunnel: &str, tls: &Path, socket: &str) -> (Killed, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port");
+    let conf = tls.join("stunnel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "foreground = yes\npid =\noutput = {log}\n[docker]\naccept = 127.0.0.1:{port}\nconnect = {socket}\ncert = {d}/server.pem\nkey = {d}/server-key.pem\nCAfile = {d}/ca.pem\nrequireCert = yes\nverifyChain = yes\n",
+            log = tls.join("stunnel.log").display(),
+            d = tls.display(),
+        ),
+    )
+    .expect("stunnel.conf");
+    let proxy = Killed(
+        Command::new(stunnel)
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start stunnel"),
+    );
+    let start = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(15),
+            "stunnel did not listen"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    (proxy, port)
+}
