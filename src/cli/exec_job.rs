@@ -101,7 +101,7 @@ fn prepare(args: &ExecJobArgs) -> anyhow::Result<Prepared> {
             // A plain docker runner's own [runners.docker] host applies unless --docker-host
             // is given (docker+machine runners get theirs from the machine).
             if args.docker_host.is_none() && entry.executor != "docker+machine" {
-                config_endpoint = DockerEndpoint::configured(entry.docker.as_ref());
+                config_endpoint = DockerEndpoint::configured(entry.docker.as_deref());
             }
             RunnerSettings::from_config(entry, &system_id)
         }

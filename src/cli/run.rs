@@ -266,7 +266,7 @@ fn single_runner(args: &RunSingleArgs) -> anyhow::Result<(Config, Option<PathBuf
         if let Some(h) = &args.docker_host {
             docker.host = h.clone();
         }
-        r.docker = Some(docker);
+        r.docker = Some(Box::new(docker));
         let text = "concurrent = 1\n";
         let mut config = crate::config::load_str(text, "run-single")?.config;
         config.runners = vec![r];

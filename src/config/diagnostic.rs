@@ -169,12 +169,7 @@ impl LineIndex {
     /// Indexes the lines of `text`.
     pub(crate) fn new(text: &str) -> Self {
         let mut starts = vec![0];
-        starts.extend(
-            text.bytes()
-                .enumerate()
-                .filter(|&(_, b)| b == b'\n')
-                .map(|(i, _)| i + 1),
-        );
+        starts.extend(memchr::memchr_iter(b'\n', text.as_bytes()).map(|i| i + 1));
         LineIndex { starts }
     }
 

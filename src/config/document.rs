@@ -1,63 +1,41 @@
-//! Parsing `config.toml` into a tree with spans, one `[[runners]]` section at a time when that
-//! gives the same tree.
+//! Cutting `config.toml` into its head and its `[[runners]]` sections, each parsed alone when
+//! that gives the same tree as the whole file.
 //!
 //! A large file is mostly `[[runners]]` sections. Parsed in one piece, `toml` lexes the whole
-//! file into token and event lists first (for 100,000 runners, hundreds of megabytes); parsed
-//! section by section, the same work runs on small lists that stay in the cache, about a fifth
-//! faster and with a fraction of the memory. The file is cut before each line that is exactly
-//! `[[runners]]`: the part before the first such line (the head) and each section are parsed
-//! alone. The result is the whole file's tree when every part parses, the head has no key that
-//! could be `runners`, and each section defines nothing but `runners` entries; otherwise (a cut
-//! inside a multi-line string leaves a part that does not parse, a `[session_server]` after the
-//! runners, any syntax error) the file is parsed in one piece, so every tree and every syntax
-//! error is the one `toml` gives for the whole file. Spans in a section are relative to its
-//! start; [`Part::offset`] turns them into positions in the file. From 4,096 sections on, the
-//! sections are parsed on one thread per core, each taking a contiguous run of them; the parts
-//! are joined in file order, so the result does not depend on the number of threads.
+//! file into token and event lists first and the loader keeps the whole tree while it works (for
+//! 100,000 runners, hundreds of megabytes). Cut into sections, each section is parsed, checked
+//! and turned into its runner on its own, and its tree freed, so the work runs on small lists
+//! that stay in the cache and on every core (`load.rs`). The file is cut before each line that
+//! is `[[runners]]` (surrounding whitespace and a trailing comment aside): the part before the
+//! first such line (the head) and each section are parsed alone. This gives the whole file's
+//! tree when every part parses, the head has no key that could be `runners`, and each section
+//! defines exactly one `runners` entry and nothing else; otherwise (a cut inside a multi-line
+//! string leaves a part that does not parse, a `[session_server]` after the runners, a header
+//! spelled `[[ runners ]]`, any syntax error) the loader parses the file in one piece, so every
+//! tree and every syntax error is the one `toml` gives for the whole file. Spans in a section
+//! are relative to its start.
+
+use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-/// The parsed file.
-pub(crate) struct Document<'t> {
-    /// The whole file, or only what comes before the first `[[runners]]` when `parts` is not
-    /// empty.
+/// A file cut into its head and its `[[runners]]` sections.
+pub(crate) struct Sections<'t> {
+    text: &'t str,
+    /// What comes before the first `[[runners]]`, parsed.
     pub head: Spanned<DeTable<'t>>,
-    /// The `[[runners]]` sections, in file order, when the file was parsed in parts.
-    pub parts: Vec<Part<'t>>,
+    /// Where each section starts, in file order; section `i` holds runner `i`.
+    cuts: Vec<usize>,
 }
 
-/// One `[[runners]]` section parsed alone.
-pub(crate) struct Part<'t> {
-    /// Where the section starts in the file: add it to every span inside.
-    pub offset: usize,
-    /// The index in the whole file of the section's first runner.
-    pub first: usize,
-    /// The section's `runners` entries (usually one).
-    pub runners: Vec<Spanned<DeValue<'t>>>,
-}
-
-impl<'t> Document<'t> {
-    /// Parses `text` in parts when that gives the whole file's tree, else in one piece.
-    pub(crate) fn parse(text: &'t str) -> Result<Self, toml::de::Error> {
-        if let Some(doc) = Self::parse_in_parts(text) {
-            return Ok(doc);
-        }
-        Self::parse_whole(text)
-    }
-
-    /// Parses `text` in one piece.
-    pub(crate) fn parse_whole(text: &'t str) -> Result<Self, toml::de::Error> {
-        Ok(Document {
-            head: DeTable::parse(text)?,
-            parts: Vec::new(),
-        })
-    }
-
-    fn parse_in_parts(text: &'t str) -> Option<Self> {
+impl<'t> Sections<'t> {
+    /// Cuts `text` into sections, or `None` when it has no `[[runners]]` line or its head does
+    /// not parse alone or could hold runners.
+    pub(crate) fn cut(text: &'t str) -> Option<Self> {
         let cuts = runner_headers(text);
-        let (&first_cut, _) = cuts.split_first()?;
-        let head = DeTable::parse(&text[..first_cut]).ok()?;
+        let first = *cuts.first()?;
+        let head = DeTable::parse(&text[..first]).ok()?;
         if head
             .get_ref()
             .keys()
@@ -65,79 +43,43 @@ impl<'t> Document<'t> {
         {
             return None;
         }
-        // The sections parse independently: on a large file, one thread per core parses a
-        // contiguous run of them (a few thousand sections is where threads start to pay).
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let runs = if cuts.len() >= PARALLEL_SECTIONS && threads > 1 {
-            threads.min(cuts.len() / (PARALLEL_SECTIONS / 2))
-        } else {
-            1
-        };
-        let per = cuts.len().div_ceil(runs);
-        let parsed: Vec<Option<Sections<'t>>> = if runs == 1 {
-            vec![parse_sections(text, &cuts, 0, cuts.len())]
-        } else {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = (0..runs)
-                    .map(|r| {
-                        let cuts = &cuts;
-                        let (from, to) = (r * per, ((r + 1) * per).min(cuts.len()));
-                        scope.spawn(move || parse_sections(text, cuts, from, to))
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().ok().flatten())
-                    .collect()
-            })
-        };
-        let mut parts = Vec::with_capacity(cuts.len());
-        let mut first = 0;
-        for run in parsed {
-            for (offset, runners) in run? {
-                let count = runners.len();
-                parts.push(Part {
-                    offset,
-                    first,
-                    runners,
-                });
-                first += count;
-            }
-        }
-        Some(Document { head, parts })
+        Some(Sections { text, head, cuts })
     }
 
-    /// The part holding runner `index`, and the runner's index within it.
-    pub(crate) fn runner(&self, index: usize) -> Option<(&Part<'t>, usize)> {
-        let at = self
-            .parts
-            .partition_point(|p| p.first <= index)
-            .checked_sub(1)?;
-        let part = self.parts.get(at)?;
-        let within = index - part.first;
-        (within < part.runners.len()).then_some((part, within))
+    /// How many sections (and so runners) there are.
+    pub(crate) fn len(&self) -> usize {
+        self.cuts.len()
     }
-}
 
-/// Parsed sections: each one's offset in the file and its `runners` entries.
-type Sections<'t> = Vec<(usize, Vec<Spanned<DeValue<'t>>>)>;
+    /// Where sections `sections` are in the text, together.
+    pub(crate) fn range(&self, sections: Range<usize>) -> Range<usize> {
+        let start = self
+            .cuts
+            .get(sections.start)
+            .copied()
+            .unwrap_or(self.text.len());
+        let end = self
+            .cuts
+            .get(sections.end)
+            .copied()
+            .unwrap_or(self.text.len());
+        start..end
+    }
 
-/// Sections from which parsing them is spread over threads.
-const PARALLEL_SECTIONS: usize = 4096;
-
-/// Parses sections `from..to` of `cuts` alone; `None` when one of them does not parse or
-/// defines anything but `runners` entries (the caller then parses the whole file).
-fn parse_sections<'t>(
-    text: &'t str,
-    cuts: &[usize],
-    from: usize,
-    to: usize,
-) -> Option<Sections<'t>> {
-    let mut out = Vec::with_capacity(to - from);
-    for i in from..to {
-        let start = cuts[i];
-        let end = cuts.get(i + 1).copied().unwrap_or(text.len());
-        let table = DeTable::parse(&text[start..end]).ok()?.into_inner();
+    /// Parses sections `sections` together, apart from the rest of the file: where they start
+    /// (spans inside are relative to it) and their runners' tables, runner `i` of them from
+    /// section `sections.start + i`. `None` when they do not parse apart or define anything but
+    /// exactly one `runners` entry each, a table (the caller then parses the whole file).
+    ///
+    /// A few sections at a time rather than one: `toml` allocates its token and event lists
+    /// per parse, and a few kilobytes of text still stay in the cache.
+    pub(crate) fn parse(
+        &self,
+        sections: Range<usize>,
+    ) -> Option<(usize, Vec<Spanned<DeValue<'t>>>)> {
+        let range = self.range(sections.clone());
+        let start = range.start;
+        let table = DeTable::parse(self.text.get(range)?).ok()?.into_inner();
         let mut entries = table.into_iter();
         let (key, value) = entries.next()?;
         if entries.next().is_some() || key.get_ref() != "runners" {
@@ -146,30 +88,37 @@ fn parse_sections<'t>(
         let DeValue::Array(items) = value.into_inner() else {
             return None;
         };
-        let runners: Vec<_> = items.into_iter().collect();
-        if runners.is_empty()
-            || runners
+        // As many runners as cuts: a cut inside a multi-line string, or a header spelled
+        // `[[ runners ]]`, would make them differ.
+        if items.len() != sections.len()
+            || items
                 .iter()
-                .any(|r| !matches!(r.get_ref(), DeValue::Table(_)))
+                .any(|item| !matches!(item.get_ref(), DeValue::Table(_)))
         {
             return None;
         }
-        out.push((start, runners));
+        Some((start, items.into_iter().collect()))
     }
-    Some(out)
 }
 
-/// Byte offsets of the lines that are exactly `[[runners]]` (surrounding whitespace aside).
+/// Byte offsets of the lines that are `[[runners]]`, with spaces or tabs around it and a
+/// comment after it allowed.
 fn runner_headers(text: &str) -> Vec<usize> {
-    let mut cuts = Vec::new();
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        if line.trim() == "[[runners]]" {
-            cuts.push(offset);
-        }
-        offset += line.len();
-    }
-    cuts
+    const HEADER: &[u8] = b"[[runners]]";
+    let bytes = text.as_bytes();
+    let blank = |b: &u8| *b == b' ' || *b == b'\t';
+    memchr::memmem::find_iter(bytes, HEADER)
+        .filter_map(|at| {
+            let before = &bytes[..at];
+            let line_start = memchr::memrchr(b'\n', before).map_or(0, |nl| nl + 1);
+            if !before[line_start..].iter().all(blank) {
+                return None;
+            }
+            let after = &bytes[at + HEADER.len()..];
+            let rest = after.iter().position(|b| !blank(b)).map(|i| after[i]);
+            matches!(rest, None | Some(b'\n' | b'\r' | b'#')).then_some(line_start)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -235,7 +184,7 @@ check_interval = 3
     [[runners.machine.autoscaling]]
       Periods = ["* * 9-17 * * mon-fri *"]
       Timezone = "UTC"
-[[runners]] # not a cut: the first part holds two runners
+[[runners]] # a comment after the header: still a cut
   name = "second"
   executor = "docker+machine"
   [runners.machine]
@@ -276,20 +225,19 @@ check_interval = 3
     }
 
     #[test]
-    fn parts_give_the_whole_files_tree_and_spans() {
-        let parts = Document::parse(MIXED).expect("parses");
-        let whole = Document::parse_whole(MIXED).expect("parses");
-        // `[[runners]] # third` is no cut, so the second part holds two runners.
-        let sizes: Vec<usize> = parts.parts.iter().map(|p| p.runners.len()).collect();
-        assert_eq!(sizes, [1, 2, 1], "parsed in parts");
-        let all = whole.head.get_ref();
-        let mut keys = all.keys().map(|k| k.get_ref().to_string());
-        let head_keys: Vec<String> = parts
+    fn sections_give_the_whole_files_tree_and_spans() {
+        let sections = Sections::cut(MIXED).expect("cut");
+        // `[[runners]] # third` is a cut too.
+        assert_eq!(sections.len(), 4);
+        let whole = DeTable::parse(MIXED).expect("parses");
+        let all = whole.get_ref();
+        let head_keys: Vec<String> = sections
             .head
             .get_ref()
             .keys()
             .map(|k| k.get_ref().to_string())
             .collect();
+        let mut keys = all.keys().map(|k| k.get_ref().to_string());
         assert_eq!(
             keys.by_ref().take(head_keys.len()).collect::<Vec<_>>(),
             head_keys
@@ -298,16 +246,16 @@ check_interval = 3
         let Some(DeValue::Array(runners)) = all.get("runners").map(Spanned::get_ref) else {
             panic!("runners is an array");
         };
+        assert_eq!(runners.len(), sections.len());
         for (i, runner) in runners.iter().enumerate() {
-            let (part, within) = parts.runner(i).expect("runner is in a part");
-            compare(
-                runner,
-                &part.runners[within],
-                part.offset,
-                &format!("runners[{i}]"),
-            );
+            let (offset, alone) = sections.parse(i..i + 1).expect("the section parses alone");
+            compare(runner, &alone[0], offset, &format!("runners[{i}]"));
         }
-        assert!(parts.runner(runners.len()).is_none());
+    }
+
+    /// Whether `text` is loaded a section at a time.
+    fn in_sections(text: &str) -> bool {
+        Sections::cut(text).is_some_and(|s| (0..s.len()).all(|i| s.parse(i..i + 1).is_some()))
     }
 
     /// Texts the parts cannot parse alone, or where they would not give the whole file's tree.
@@ -324,6 +272,11 @@ check_interval = 3
         // A duplicate key within a section, and a section redefining a table.
         "[[runners]]\nname = \"a\"\nname = \"b\"\n",
         "[[runners]]\n[runners.docker]\n[runners.docker]\n",
+        // A section holding two runners: headers spelled otherwise are no cuts.
+        "[[runners]]\nname = \"a\"\n[[ runners ]]\nname = \"b\"\n[[runners]]\nname = \"c\"\n",
+        "[[runners]]\nname = \"a\"\n[[\"runners\"]]\nname = \"b\"\n",
+        // No runners at all.
+        "concurrent = 2\n",
     ];
 
     #[test]
@@ -332,12 +285,19 @@ check_interval = 3
             ("mixed".into(), MIXED.into()),
             ("mixed-crlf".into(), MIXED.replace('\n', "\r\n")),
             ("checked".into(), CHECKED.into()),
+            // A walk error in the head: the sections are only walked.
+            (
+                "head-error".into(),
+                CHECKED.replace("concurrent = 4", "concurrent = \"4\""),
+            ),
+            // An error of the checks in the head, with the runners' own.
+            (
+                "head-check".into(),
+                CHECKED.replace("concurrent = 4", "concurrent = 4\nlabels = { a = \"b\" }"),
+            ),
         ];
         for (i, t) in WHOLE_ONLY.iter().enumerate() {
-            assert!(
-                Document::parse_in_parts(t).is_none(),
-                "case {i} must be parsed in one piece"
-            );
+            assert!(!in_sections(t), "case {i} must be parsed in one piece");
             texts.push((format!("whole-only {i}"), t.to_string()));
         }
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -366,7 +326,7 @@ check_interval = 3
         assert!(texts.len() > 40, "the fixtures were found: {}", texts.len());
         let mut in_parts = 0;
         for (name, text) in &texts {
-            if Document::parse_in_parts(text).is_some() {
+            if in_sections(text) {
                 in_parts += 1;
             }
             let a = format!("{:?}", load_text(text.as_bytes(), "t.toml", true));
@@ -380,18 +340,33 @@ check_interval = 3
     /// indexes, positions and findings included.
     #[test]
     fn sections_parsed_on_several_threads_load_as_in_one_piece() {
-        let at = MIXED.find("[[runners]]").expect("MIXED has runners");
-        let (head, runners) = MIXED.split_at(at);
-        let per_copy = runner_headers(runners).len();
-        let copies = PARALLEL_SECTIONS / per_copy + 3;
-        let text = format!("{head}{}", runners.repeat(copies));
-        let doc = Document::parse_in_parts(&text).expect("parsed in parts");
-        assert_eq!(doc.parts.len(), per_copy * copies);
-        assert!(doc.parts.len() >= PARALLEL_SECTIONS);
-        let offsets: Vec<usize> = doc.parts.iter().map(|p| p.offset).collect();
-        assert_eq!(offsets, runner_headers(&text), "sections in file order");
-        let a = format!("{:?}", load_text(text.as_bytes(), "t.toml", true));
-        let b = format!("{:?}", load_text(text.as_bytes(), "t.toml", false));
-        assert!(a == b, "loads differently on threads");
+        use crate::config::load::PARALLEL_SECTIONS;
+        // Walk errors, errors of the checks after the walk, and a file that loads with
+        // warnings (case-folded keys, an executor drover does not run).
+        let clean = CHECKED
+            .replace("\"name=nope\"", "\"again=%s\"")
+            .replace("IdleCount = 2", "idlecount = 2\n    IdleCount = 3");
+        for (name, text) in [("mixed", MIXED), ("checked", CHECKED), ("clean", &clean)] {
+            let at = text.find("[[runners]]").expect("the text has runners");
+            let (head, runners) = text.split_at(at);
+            let per_copy = runner_headers(runners).len();
+            let copies = PARALLEL_SECTIONS / per_copy + 3;
+            let text = format!("{head}{}", runners.repeat(copies));
+            assert!(in_sections(&text), "{name} is loaded a section at a time");
+            let sections = Sections::cut(&text).expect("cut");
+            assert_eq!(sections.len(), per_copy * copies);
+            assert!(sections.len() >= PARALLEL_SECTIONS);
+            let a = load_text(text.as_bytes(), "t.toml", true);
+            if name == "clean" {
+                let Ok(loaded) = a.as_ref() else {
+                    panic!("the clean text does not load");
+                };
+                assert_eq!(loaded.config.runners.len(), sections.len());
+                assert!(loaded.warnings.len() > sections.len(), "{name}: warnings");
+            }
+            let a = format!("{a:?}");
+            let b = format!("{:?}", load_text(text.as_bytes(), "t.toml", false));
+            assert!(a == b, "{name} loads differently on threads");
+        }
     }
 }

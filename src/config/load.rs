@@ -2,8 +2,7 @@
 //! [`Config`], plus warnings.
 //!
 //! How it works: the text is parsed into a tree that keeps the byte span of every key and
-//! value (`toml::de::DeTable`), a `[[runners]]` section at a time when possible
-//! (`document.rs`). The schema walk (`walk.rs`) then visits the tree against the schema,
+//! value (`toml::de::DeTable`). The schema walk (`walk.rs`) then visits the tree against the schema,
 //! mapping each key to its canonical spelling (exact match first, then ignoring case, as
 //! gitlab-runner's decoder does), converting values (integers where floats are expected, Go
 //! duration strings to nanoseconds, datetimes) and reporting unknown, removed and ignored keys
@@ -12,19 +11,33 @@
 //! their environment variables expanded and [`validate`](super::validate) runs upstream's
 //! load-time checks and compiles the autoscaling periods.
 //!
+//! A file whose runners are `[[runners]]` sections one after another (nearly every file) goes
+//! through these steps a few sections at a time: the head (what comes before the first
+//! runner) first, then each batch of sections is parsed, walked, read into its runners and
+//! checked, and its trees freed before the next (`document.rs` says when that gives the same
+//! result as the whole file in one piece, and any doubt falls back to that). From
+//! 4,096 sections on, one thread per core takes a contiguous run of them and
+//! writes its runners straight into their places in the final list. Findings are put
+//! together in the order a load in one piece makes them, so both ways give the same result.
+//!
 //! This module does no scaling and keeps no state; it reads the file it is given and nothing
 //! else (apart from environment variables in `url` and `token`).
 
+use std::collections::BTreeMap;
+use std::mem::MaybeUninit;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
 
-use super::diagnostic::{ConfigError, Diagnostic};
-use super::document::Document;
+use super::diagnostic::{ConfigError, Diagnostic, LineIndex};
+use super::document::Sections;
 use super::expand::expand_env;
 use super::model::{Config, RunnerConfig};
 use super::node::Node;
-use super::walk::Walker;
+use super::walk::{Tree, Walker};
 
 /// A loaded config and what the loader noticed on the way.
 #[derive(Debug, Clone)]
@@ -69,48 +82,64 @@ pub fn load_str(text: impl AsRef<[u8]>, origin: &str) -> Result<Loaded, ConfigEr
     load_text(text.as_ref(), origin, true)
 }
 
-/// [`load_str`], parsing the file one `[[runners]]` section at a time when `in_parts` and that
-/// gives the same tree (see `document.rs`), else in one piece.
+/// [`load_str`], a `[[runners]]` section at a time when `in_parts` and that gives the same
+/// result (see `document.rs`), else in one piece.
 pub(crate) fn load_text(text: &[u8], origin: &str, in_parts: bool) -> Result<Loaded, ConfigError> {
     let text = decode(text, origin)?;
-    let parsed = if in_parts {
-        Document::parse(text)
-    } else {
-        Document::parse_whole(text)
+    if in_parts {
+        if let Some(sections) = Sections::cut(text) {
+            if let Some(loaded) = load_sections(text, origin, &sections) {
+                return loaded;
+            }
+        }
     }
-    .map_err(|e| syntax_error(&e, text, origin))?;
+    load_whole(text, origin)
+}
 
-    let mut walker = Walker::new(text);
-    let root = walker.root(&parsed);
+/// Loads `text` parsed in one piece.
+fn load_whole(text: &str, origin: &str) -> Result<Loaded, ConfigError> {
+    let parsed = DeTable::parse(text).map_err(|e| syntax_error(&e, text, origin))?;
+    let lines = LineIndex::new(text);
+    let mut walker = Walker::new(text, &lines, Tree::Whole(parsed.get_ref()));
+    let root = Node::Table(walker.root());
     if !walker.errors.is_empty() {
-        return Err(invalid(origin, walker));
+        return Err(invalid(origin, walker.errors, walker.warnings));
     }
     let mut config = match into_model(root) {
         Ok(config) => config,
         Err(e) => {
-            // The walker checked every type, so this means schema and model disagree.
-            walker.errors.push(Diagnostic::whole_file(format!(
-                "internal error: the checked config does not fit drover's model: {e}"
-            )));
-            return Err(invalid(origin, walker));
+            walker.errors.push(internal_error(&e));
+            return Err(invalid(origin, walker.errors, walker.warnings));
         }
     };
-    // Text without `$` expands to itself: skip the copy.
     for runner in &mut config.runners {
-        if runner.url.contains('$') {
-            runner.url = expand_env(&runner.url);
-        }
-        if runner.token.contains('$') {
-            runner.token = expand_env(&runner.token);
-        }
+        expand_credentials(runner);
     }
     super::validate::validate(&mut config, &mut walker);
     if !walker.errors.is_empty() {
-        return Err(invalid(origin, walker));
+        return Err(invalid(origin, walker.errors, walker.warnings));
     }
     let mut warnings = walker.warnings;
     sort_by_position(&mut warnings);
     Ok(Loaded { config, warnings })
+}
+
+/// The error for a checked config that does not fit the model: the walker checked every
+/// type, so this means schema and model disagree.
+fn internal_error(e: &serde::de::value::Error) -> Diagnostic {
+    Diagnostic::whole_file(format!(
+        "internal error: the checked config does not fit drover's model: {e}"
+    ))
+}
+
+/// Expands environment variables in `url` and `token` (text without `$` is kept as it is).
+fn expand_credentials(runner: &mut RunnerConfig) {
+    if runner.url.contains('$') {
+        runner.url = expand_env(&runner.url);
+    }
+    if runner.token.contains('$') {
+        runner.token = expand_env(&runner.token);
+    }
 }
 
 /// Reads the checked values into the model. The runners are read one by one into a list of
@@ -133,9 +162,278 @@ fn into_model(mut root: Node) -> Result<Config, serde::de::value::Error> {
     Ok(config)
 }
 
-fn invalid(origin: &str, walker: Walker<'_>) -> ConfigError {
-    let mut errors = walker.errors;
-    let mut warnings = walker.warnings;
+/// Findings, in the order they were made.
+#[derive(Default)]
+struct Findings {
+    errors: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
+}
+
+impl Findings {
+    /// Moves the walker's findings to the end of these.
+    fn take_from(&mut self, walker: &mut Walker<'_>) {
+        self.errors.append(&mut walker.errors);
+        self.warnings.append(&mut walker.warnings);
+    }
+}
+
+/// What loading a run of sections gave.
+struct Run<'a> {
+    /// Their runners, in their places in the file's list, while every section before walked
+    /// without an error.
+    runners: Slots<'a, RunnerConfig>,
+    /// What the walk found.
+    walk: Findings,
+    /// What the checks after it found.
+    checks: Findings,
+    /// The first runner that did not fit the model, if one did not.
+    internal: Option<serde::de::value::Error>,
+}
+
+/// Sections from which they are loaded on several threads.
+pub(crate) const PARALLEL_SECTIONS: usize = 4096;
+
+/// Loads a file cut into sections: the head is walked and read into the model, then each
+/// section is parsed, walked, read into its runner and checked on its own, its tree freed
+/// before the next; from [`PARALLEL_SECTIONS`] sections on, one thread per core takes a
+/// contiguous run of them. The findings are put together in the order a load in one piece
+/// makes them (the walk's, then the checks'), so the result is the same. `None` when a
+/// section does not parse alone or holds anything but one runner: the caller then loads the
+/// file in one piece.
+fn load_sections(
+    text: &str,
+    origin: &str,
+    sections: &Sections<'_>,
+) -> Option<Result<Loaded, ConfigError>> {
+    let lines = LineIndex::new(text);
+    let mut walk = Findings::default();
+    let mut checks = Findings::default();
+    let mut head = Walker::new(text, &lines, Tree::Whole(sections.head.get_ref()));
+    let root = Node::Table(head.root());
+    walk.take_from(&mut head);
+    let mut internal = None;
+    let mut config = None;
+    if walk.errors.is_empty() {
+        match Config::deserialize(root) {
+            Ok(c) => config = Some(c),
+            Err(e) => internal = Some(e),
+        }
+    }
+    if let Some(c) = &config {
+        super::validate::validate_global(c, &mut head);
+        checks.take_from(&mut head);
+    }
+    // Without a model of the head, the sections are only walked, for their findings.
+    let labels = config.as_ref().map(|c| &c.labels);
+
+    let count = sections.len();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runs = if count >= PARALLEL_SECTIONS && threads > 1 {
+        threads.min(count / (PARALLEL_SECTIONS / 2))
+    } else {
+        1
+    };
+    let per = count.div_ceil(runs);
+    // The runners go straight to their places in the file's list: a run fills its own part of
+    // it, so no runner (a few kilobytes each) is copied again to join the runs.
+    let mut list: Vec<RunnerConfig> = Vec::with_capacity(count);
+    let mut rest = &mut list.spare_capacity_mut()[..count];
+    let mut work = Vec::with_capacity(runs);
+    for r in 0..runs {
+        let range = r * per..((r + 1) * per).min(count);
+        let (room, tail) = std::mem::take(&mut rest).split_at_mut(range.len());
+        rest = tail;
+        work.push((range, Slots::new(room)));
+    }
+    let loaded: Vec<Option<Run<'_>>> = std::thread::scope(|scope| {
+        let lines = &lines;
+        let mut work = work.into_iter();
+        let first = work.next();
+        let handles: Vec<_> = work
+            .map(|(range, room)| {
+                scope.spawn(move || load_run(text, lines, sections, range, room, labels))
+            })
+            .collect();
+        let mut loaded = Vec::with_capacity(runs);
+        loaded.push(
+            first.and_then(|(range, room)| load_run(text, lines, sections, range, room, labels)),
+        );
+        loaded.extend(handles.into_iter().map(|h| h.join().ok().flatten()));
+        loaded
+    });
+    let mut parts = Vec::with_capacity(loaded.len());
+    for run in loaded {
+        parts.push(run?);
+    }
+
+    let mut filled = Vec::with_capacity(parts.len());
+    for mut run in parts {
+        walk.errors.append(&mut run.walk.errors);
+        walk.warnings.append(&mut run.walk.warnings);
+        checks.errors.append(&mut run.checks.errors);
+        checks.warnings.append(&mut run.checks.warnings);
+        internal = internal.or(run.internal);
+        filled.push(run.runners);
+    }
+    if !walk.errors.is_empty() {
+        return Some(Err(invalid(origin, walk.errors, walk.warnings)));
+    }
+    let (Some(mut config), None) = (config, internal.as_ref()) else {
+        let e = internal.map_or_else(
+            || Diagnostic::whole_file("internal error: the global settings were not read"),
+            |e| internal_error(&e),
+        );
+        return Some(Err(invalid(origin, vec![e], walk.warnings)));
+    };
+    if !filled.iter().all(Slots::is_full) {
+        // Every section walked cleanly and fit the model, so every runner is there.
+        let e = Diagnostic::whole_file("internal error: a runner was not read");
+        return Some(Err(invalid(origin, vec![e], walk.warnings)));
+    }
+    for slots in filled {
+        slots.keep();
+    }
+    // SAFETY: the runs' slots are `list`'s first `count` places, cut in order; each run was
+    // full (checked just above) and kept its runners, so all `count` places hold one.
+    unsafe { list.set_len(count) };
+    config.runners = list;
+    let mut warnings = walk.warnings;
+    warnings.append(&mut checks.warnings);
+    if !checks.errors.is_empty() {
+        return Some(Err(invalid(origin, checks.errors, warnings)));
+    }
+    sort_by_position(&mut warnings);
+    Some(Ok(Loaded { config, warnings }))
+}
+
+/// Loads sections `range`: parses, walks, reads into the model and checks each one, runner
+/// `i` from section `i`. `labels` are the global labels, `None` when the head did not walk
+/// cleanly (the sections are then only walked). `None` when a section does not parse alone or
+/// holds anything but one runner.
+fn load_run<'a>(
+    text: &str,
+    lines: &LineIndex,
+    sections: &Sections<'_>,
+    range: Range<usize>,
+    room: Slots<'a, RunnerConfig>,
+    labels: Option<&BTreeMap<String, String>>,
+) -> Option<Run<'a>> {
+    let mut run = Run {
+        runners: room,
+        walk: Findings::default(),
+        checks: Findings::default(),
+        internal: None,
+    };
+    let mut batch_start = range.start;
+    while batch_start < range.end {
+        let batch = batch_start..(batch_start + BATCH).min(range.end);
+        batch_start = batch.end;
+        let (offset, items) = sections.parse(batch.clone())?;
+        for (index, item) in batch.zip(&items) {
+            if load_runner(text, lines, index, offset, item, labels, &mut run).is_err() {
+                return None;
+            }
+        }
+    }
+    Some(run)
+}
+
+/// Sections parsed together (see [`Sections::parse`]).
+const BATCH: usize = 16;
+
+/// Walks runner `index`, parsed from the text at `offset`, reads it into the model and checks
+/// it, into `run`; an error when `run` has no room left for it.
+fn load_runner(
+    text: &str,
+    lines: &LineIndex,
+    index: usize,
+    offset: usize,
+    item: &Spanned<DeValue<'_>>,
+    labels: Option<&BTreeMap<String, String>>,
+    run: &mut Run<'_>,
+) -> Result<(), ()> {
+    let mut walker = Walker::new(
+        text,
+        lines,
+        Tree::Runner {
+            index,
+            offset,
+            item,
+        },
+    );
+    let node = walker.runner();
+    let clean = walker.errors.is_empty();
+    run.walk.take_from(&mut walker);
+    let (Some(labels), Some(node), true, true, None) = (
+        labels,
+        node,
+        clean,
+        run.walk.errors.is_empty(),
+        run.internal.as_ref(),
+    ) else {
+        return Ok(());
+    };
+    match RunnerConfig::deserialize(node) {
+        Ok(mut runner) => {
+            expand_credentials(&mut runner);
+            super::validate::validate_runner(index, &mut runner, labels, &mut walker);
+            run.checks.take_from(&mut walker);
+            run.runners.push(runner).map_err(|_| ())?;
+        }
+        Err(e) => run.internal = Some(e),
+    }
+    Ok(())
+}
+
+/// Places filled from the front, a value each; the values are dropped with it unless
+/// [`Slots::keep`] hands them over.
+struct Slots<'a, T> {
+    places: &'a mut [MaybeUninit<T>],
+    /// How many places from the front hold a value.
+    filled: usize,
+}
+
+impl<'a, T> Slots<'a, T> {
+    fn new(places: &'a mut [MaybeUninit<T>]) -> Self {
+        Slots { places, filled: 0 }
+    }
+
+    /// Puts `value` in the next place; gives it back when every place is taken.
+    fn push(&mut self, value: T) -> Result<(), T> {
+        match self.places.get_mut(self.filled) {
+            Some(place) => {
+                place.write(value);
+                self.filled += 1;
+                Ok(())
+            }
+            None => Err(value),
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.filled == self.places.len()
+    }
+
+    /// Leaves the values where they are, for the owner of the places to take.
+    fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl<T> Drop for Slots<'_, T> {
+    fn drop(&mut self) {
+        for place in &mut self.places[..self.filled] {
+            // SAFETY: the first `filled` places were written by `push` and not yet dropped.
+            unsafe { place.assume_init_drop() };
+        }
+    }
+}
+
+fn invalid(
+    origin: &str,
+    mut errors: Vec<Diagnostic>,
+    mut warnings: Vec<Diagnostic>,
+) -> ConfigError {
     sort_by_position(&mut errors);
     sort_by_position(&mut warnings);
     ConfigError::Invalid {
@@ -302,4 +600,42 @@ fn decode<'a>(bytes: &'a [u8], origin: &str) -> Result<&'a str, ConfigError> {
             )),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    /// What a run put in its places is dropped with it unless kept, and kept values are
+    /// there for the list that owns the places.
+    #[test]
+    fn slots_drop_what_they_hold_unless_kept() {
+        let value = Rc::new(());
+        let mut list: Vec<Rc<()>> = Vec::with_capacity(3);
+        {
+            let mut slots = Slots::new(&mut list.spare_capacity_mut()[..3]);
+            assert!(slots.push(value.clone()).is_ok());
+            assert!(slots.push(value.clone()).is_ok());
+            assert!(!slots.is_full());
+            assert_eq!(Rc::strong_count(&value), 3);
+        }
+        assert_eq!(
+            Rc::strong_count(&value),
+            1,
+            "an abandoned run drops its values"
+        );
+
+        let mut slots = Slots::new(&mut list.spare_capacity_mut()[..2]);
+        assert!(slots.push(value.clone()).is_ok());
+        assert!(slots.push(value.clone()).is_ok());
+        assert!(slots.push(value.clone()).is_err(), "no third place");
+        assert!(slots.is_full());
+        slots.keep();
+        assert_eq!(Rc::strong_count(&value), 3, "kept values stay");
+        // SAFETY: the two places were filled and kept just above.
+        unsafe { list.set_len(2) };
+        drop(list);
+        assert_eq!(Rc::strong_count(&value), 1);
+    }
 }

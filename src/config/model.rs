@@ -334,46 +334,46 @@ pub struct RunnerConfig {
     pub custom_build_dir: CustomBuildDir,
     /// `[runners.referees]`: kept verbatim; drover does not use it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub referees: Option<RawTable>,
+    pub referees: Option<Box<RawTable>>,
     /// `[runners.cache]`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache: Option<CacheConfig>,
+    pub cache: Option<Box<CacheConfig>>,
     /// `[runners.feature_flags]`.
     pub feature_flags: BTreeMap<String, bool>,
     /// `[runners.monitoring]`: kept verbatim; drover does not use it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub monitoring: Option<RawTable>,
+    pub monitoring: Option<Box<RawTable>>,
     /// `use_slot_cgroups`.
     pub use_slot_cgroups: bool,
     /// `slot_cgroup_template`.
     pub slot_cgroup_template: String,
     /// `[runners.instance]`: kept verbatim (instance executor).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub instance: Option<RawTable>,
+    pub instance: Option<Box<RawTable>>,
     /// `[runners.ssh]`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ssh: Option<SshConfig>,
+    pub ssh: Option<Box<SshConfig>>,
     /// `[runners.docker]`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub docker: Option<DockerConfig>,
+    pub docker: Option<Box<DockerConfig>>,
     /// `[runners.parallels]`: kept verbatim.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub parallels: Option<RawTable>,
+    pub parallels: Option<Box<RawTable>>,
     /// `[runners.virtualbox]`: kept verbatim.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub virtualbox: Option<RawTable>,
+    pub virtualbox: Option<Box<RawTable>>,
     /// `[runners.machine]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub machine: Option<MachineConfig>,
     /// `[runners.kubernetes]`: kept verbatim.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kubernetes: Option<RawTable>,
+    pub kubernetes: Option<Box<RawTable>>,
     /// `[runners.custom]`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub custom: Option<CustomExecutorConfig>,
+    pub custom: Option<Box<CustomExecutorConfig>>,
     /// `[runners.autoscaler]`: kept verbatim (docker-autoscaler / instance executors).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub autoscaler: Option<RawTable>,
+    pub autoscaler: Option<Box<RawTable>>,
     /// `step_runner_image`.
     pub step_runner_image: String,
 }

@@ -8,6 +8,8 @@
 //! cgroup templates without `${slot}`. Each finding names the runner and points at the key.
 //! Nothing here reads the clock or the file system.
 
+use std::collections::BTreeMap;
+
 use super::model::{Config, RunnerConfig};
 use super::walk::Walker;
 
@@ -17,47 +19,56 @@ pub const SUPPORTED_EXECUTORS: &[&str] = &["docker+machine", "docker"];
 const PULL_POLICIES: &[&str] = &["always", "if-not-present", "never"];
 
 pub(crate) fn validate(config: &mut Config, w: &mut Walker<'_>) {
+    validate_global(config, w);
+    for (index, runner) in config.runners.iter_mut().enumerate() {
+        validate_runner(index, runner, &config.labels, w);
+    }
+}
+
+/// The checks of the global settings (`config.runners` is not looked at).
+pub(crate) fn validate_global(config: &Config, w: &mut Walker<'_>) {
     check_label_patterns(&config.labels, "", "global labels", w);
     check_logging(config, w);
-    for (index, runner) in config.runners.iter_mut().enumerate() {
-        let base = format!("runners[{index}]");
-        let label = Walker::runner_label(index, Some(&runner.name));
-        check_label_patterns(&runner.labels, &base, &label, w);
-        let computed = config
-            .labels
-            .keys()
-            .chain(
-                runner
-                    .labels
-                    .keys()
-                    .filter(|k| !config.labels.contains_key(*k)),
-            )
-            .count();
-        if computed > MAX_LABELS {
-            error_at(
+}
+
+/// The checks of runner `index`, given the global `labels`; compiles its autoscaling periods.
+pub(crate) fn validate_runner(
+    index: usize,
+    runner: &mut RunnerConfig,
+    labels: &BTreeMap<String, String>,
+    w: &mut Walker<'_>,
+) {
+    let base = format!("runners[{index}]");
+    let label = Walker::runner_label(index, Some(&runner.name));
+    check_label_patterns(&runner.labels, &base, &label, w);
+    let computed = labels
+        .keys()
+        .chain(runner.labels.keys().filter(|k| !labels.contains_key(*k)))
+        .count();
+    if computed > MAX_LABELS {
+        error_at(
+            w,
+            &base,
+            "labels",
+            &label,
+            format!("{computed} labels with the global ones; at most {MAX_LABELS} are allowed"),
+            Some("remove some labels here or in the top-level `labels`".into()),
+        );
+    }
+    check_executor(runner, &base, &label, w);
+    check_machine(runner, &base, &label, w);
+    check_docker(runner, &base, &label, w);
+    if runner.use_slot_cgroups {
+        let t = &runner.slot_cgroup_template;
+        if !t.is_empty() && !t.contains("${slot}") && !t.contains("$slot") {
+            warn_at(
                 w,
                 &base,
-                "labels",
+                "slot_cgroup_template",
                 &label,
-                format!("{computed} labels with the global ones; at most {MAX_LABELS} are allowed"),
-                Some("remove some labels here or in the top-level `labels`".into()),
+                "template has no ${slot}, so every job shares one cgroup".into(),
+                Some("use a template like \"gitlab-runner/slot-${slot}\"".into()),
             );
-        }
-        check_executor(runner, &base, &label, w);
-        check_machine(runner, &base, &label, w);
-        check_docker(runner, &base, &label, w);
-        if runner.use_slot_cgroups {
-            let t = &runner.slot_cgroup_template;
-            if !t.is_empty() && !t.contains("${slot}") && !t.contains("$slot") {
-                warn_at(
-                    w,
-                    &base,
-                    "slot_cgroup_template",
-                    &label,
-                    "template has no ${slot}, so every job shares one cgroup".into(),
-                    Some("use a template like \"gitlab-runner/slot-${slot}\"".into()),
-                );
-            }
         }
     }
 }
@@ -172,7 +183,7 @@ fn label_value_ok(value: &str) -> bool {
 }
 
 fn check_label_patterns(
-    labels: &std::collections::BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
     base: &str,
     label: &str,
     w: &mut Walker<'_>,

@@ -5,8 +5,9 @@
 //! a float when it converts exactly; durations are Go strings or integer nanoseconds;
 //! `StringOrArray` takes either form), and every finding becomes a [`Diagnostic`] that names
 //! the runner (index and name) and the key, at the key's or value's `line:column`. The walk
-//! never stops at the first error so an operator sees them all. It keeps the parsed document, so
-//! the later validation step finds the span of a canonical path (`runners[0].machine.Periods`)
+//! never stops at the first error so an operator sees them all. It keeps the parsed tree (the
+//! whole file's, or one runner's when the file is loaded a section at a time), so the later
+//! validation step finds the span of a canonical path (`runners[0].machine.Periods`)
 //! with [`Walker::span_of`] when it has something to report (no per-key record: a file of
 //! 100,000 runners would build a map of 1.5 million paths for nothing). Likewise the canonical
 //! path of the key being walked lives in one buffer that grows and shrinks as the walk goes
@@ -16,7 +17,6 @@ use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
 
-use super::document::Document;
 use toml::Spanned;
 
 use super::diagnostic::{Diagnostic, LineIndex};
@@ -32,17 +32,17 @@ pub(crate) struct Spans {
     pub value: Range<usize>,
 }
 
-/// Walk state: the text (for positions), the parsed document (for spans), findings.
+/// Walk state: the text (for positions), the parsed tree (for spans), findings.
 pub(crate) struct Walker<'t> {
     pub text: &'t str,
     /// Line starts of `text`, so positions cost a lookup and not a rescan.
-    lines: LineIndex,
+    lines: &'t LineIndex,
     pub errors: Vec<Diagnostic>,
     pub warnings: Vec<Diagnostic>,
-    /// The parsed document, to find the span of a canonical path when a diagnostic needs one
+    /// The parsed tree, to find the span of a canonical path when a diagnostic needs one
     /// (rarely: looking it up on demand beats recording a span per key of a huge file).
-    doc: Option<&'t Document<'t>>,
-    /// Where the part being walked starts in the text: spans in a `[[runners]]` section
+    tree: Tree<'t>,
+    /// Where the tree being walked starts in the text: spans in a `[[runners]]` section
     /// parsed alone are relative to it (0 elsewhere).
     base: usize,
     /// While inside a runner: the length of its path (`runners[0]`), a prefix of `path`,
@@ -52,84 +52,105 @@ pub(crate) struct Walker<'t> {
     path: String,
 }
 
+/// The parsed tree a walker looks spans up in.
+#[derive(Clone, Copy)]
+pub(crate) enum Tree<'t> {
+    /// The whole file, or the head of a file loaded a section at a time: spans are the file's.
+    Whole(&'t DeTable<'t>),
+    /// Runner `index` of a file loaded a section at a time, parsed from the section that
+    /// starts at byte `offset`.
+    Runner {
+        index: usize,
+        offset: usize,
+        item: &'t Value<'t>,
+    },
+}
+
 type Value<'i> = Spanned<DeValue<'i>>;
 
 impl<'t> Walker<'t> {
-    pub(crate) fn new(text: &'t str) -> Self {
+    /// A walker over `text`, whose lines `lines` indexes, looking spans up in `tree`.
+    pub(crate) fn new(text: &'t str, lines: &'t LineIndex, tree: Tree<'t>) -> Self {
+        let base = match tree {
+            Tree::Whole(_) => 0,
+            Tree::Runner { offset, .. } => offset,
+        };
         Walker {
             text,
-            lines: LineIndex::new(text),
+            lines,
             errors: Vec::new(),
             warnings: Vec::new(),
-            doc: None,
-            base: 0,
+            tree,
+            base,
             runner_label: None,
-            path: String::new(),
+            path: String::with_capacity(64),
         }
     }
 
-    /// Walks the whole document.
-    pub(crate) fn root(&mut self, doc: &'t Document<'t>) -> Node {
-        self.doc = Some(doc);
+    /// Walks the whole file (or the head of a file loaded a section at a time).
+    pub(crate) fn root(&mut self) -> Vec<(&'static str, Node)> {
+        let Tree::Whole(table) = self.tree else {
+            return Vec::new();
+        };
         self.path.clear();
-        self.base = 0;
-        let mut root = self.table(doc.head.get_ref(), &ROOT);
-        if let Some(last) = doc.parts.last() {
-            // The head has no key that could be `runners` (else the file is parsed in one
-            // piece), so this is the walk of an exactly spelled `runners` key: no warnings.
-            let mut runners = Vec::with_capacity(last.first + last.runners.len());
-            let mark = self.enter("runners");
-            for part in &doc.parts {
-                self.base = part.offset;
-                for (i, item) in part.runners.iter().enumerate() {
-                    runners.extend(self.table_list_item(item, &RUNNER, part.first + i));
-                }
-            }
-            self.base = 0;
-            self.path.truncate(mark);
-            node::set(&mut root, "runners", Node::List(runners));
-        }
-        Node::Table(root)
+        self.table(table, &ROOT)
     }
 
-    /// `span` of the part being walked, as a range of the text.
+    /// Walks the runner of a section parsed alone: what the walk of the whole file gives for
+    /// `runners[index]`, an exactly spelled key (no warnings of its own).
+    pub(crate) fn runner(&mut self) -> Option<Node> {
+        let Tree::Runner { index, item, .. } = self.tree else {
+            return None;
+        };
+        self.path.clear();
+        self.enter("runners");
+        let node = self.table_list_item(item, &RUNNER, index);
+        self.path.clear();
+        node
+    }
+
+    /// `span` of the tree being walked, as a range of the text.
     fn at(&self, span: Range<usize>) -> Range<usize> {
         span.start + self.base..span.end + self.base
     }
 
     /// Where the key and value at canonical `path` (`runners[0].machine.Periods[1]`) are in
-    /// the text, if the document has them. Keys match as the walk matched them: exactly first,
+    /// the text, if the tree has them. Keys match as the walk matched them: exactly first,
     /// else ignoring case (the last such key, the one the walk kept). An array element's key
     /// span is its value's.
     pub(crate) fn span_of(&self, path: &str) -> Option<Spans> {
-        let doc = self.doc?;
-        if !doc.parts.is_empty() {
-            // `runners[i]…` is in the part that holds runner i.
-            if let Some(rest) = path.strip_prefix("runners[") {
-                let (index, rest) = rest.split_once(']')?;
-                let (part, within) = doc.runner(index.parse().ok()?)?;
-                let item = part.runners.get(within)?;
-                let found = match rest.strip_prefix('.') {
-                    None if rest.is_empty() => Spans {
-                        key: item.span(),
-                        value: item.span(),
-                    },
-                    None => return None,
-                    Some(rest) => {
-                        let DeValue::Table(t) = item.get_ref() else {
-                            return None;
-                        };
-                        span_in(t, rest)?
-                    }
-                };
-                let shift = |r: Range<usize>| r.start + part.offset..r.end + part.offset;
-                return Some(Spans {
-                    key: shift(found.key),
-                    value: shift(found.value),
-                });
-            }
+        let (index, offset, item) = match self.tree {
+            Tree::Whole(table) => return span_in(table, path),
+            Tree::Runner {
+                index,
+                offset,
+                item,
+            } => (index, offset, item),
+        };
+        // Only `runners[index]…` is in this section.
+        let rest = path.strip_prefix("runners[")?;
+        let (at, rest) = rest.split_once(']')?;
+        if at.parse::<usize>().ok()? != index {
+            return None;
         }
-        span_in(doc.head.get_ref(), path)
+        let found = match rest.strip_prefix('.') {
+            None if rest.is_empty() => Spans {
+                key: item.span(),
+                value: item.span(),
+            },
+            None => return None,
+            Some(rest) => {
+                let DeValue::Table(t) = item.get_ref() else {
+                    return None;
+                };
+                span_in(t, rest)?
+            }
+        };
+        let shift = |r: Range<usize>| r.start + offset..r.end + offset;
+        Some(Spans {
+            key: shift(found.key),
+            value: shift(found.value),
+        })
     }
 
     /// `runners[0] "name", key machine.IdleCount` (or `key concurrent` at the top level).
@@ -159,7 +180,7 @@ impl<'t> Walker<'t> {
     }
 
     pub(crate) fn error(&mut self, span: Range<usize>, message: String, hint: Option<String>) {
-        let d = Diagnostic::at_indexed(&self.lines, self.text, span, message);
+        let d = Diagnostic::at_indexed(self.lines, self.text, span, message);
         self.errors.push(match hint {
             Some(h) => d.with_hint(h),
             None => d,
@@ -167,7 +188,7 @@ impl<'t> Walker<'t> {
     }
 
     pub(crate) fn warn(&mut self, span: Range<usize>, message: String, hint: Option<String>) {
-        let d = Diagnostic::at_indexed(&self.lines, self.text, span, message);
+        let d = Diagnostic::at_indexed(self.lines, self.text, span, message);
         self.warnings.push(match hint {
             Some(h) => d.with_hint(h),
             None => d,

@@ -271,7 +271,7 @@ impl RunnerSettings {
             post_build_script: non_empty(&r.post_build_script),
             feature_flags: r.feature_flags.clone(),
             debug_trace_disabled: r.debug_trace_disabled,
-            cache: r.cache.clone(),
+            cache: r.cache.as_deref().cloned(),
             docker: DockerSettings {
                 image: d.image.clone(),
                 helper_image: non_empty(&d.helper_image),

@@ -175,7 +175,7 @@ pub fn supported_executor(name: &str) -> bool {
 /// The Docker endpoint of a plain `docker` runner: `[runners.docker] host` and its TLS
 /// settings, else the environment (DOCKER_HOST…), as upstream's docker executor.
 pub fn plain_docker_endpoint(r: &RunnerConfig) -> DockerEndpoint {
-    DockerEndpoint::configured(r.docker.as_ref()).unwrap_or_else(DockerEndpoint::from_env)
+    DockerEndpoint::configured(r.docker.as_deref()).unwrap_or_else(DockerEndpoint::from_env)
 }
 
 impl<S: JobSource> Manager<S> {
