@@ -1,19 +1,20 @@
-//! Cutting `config.toml` into its head and its `[[runners]]` sections, each parsed alone when
-//! that gives the same tree as the whole file.
+//! Cutting `config.toml` into its head and its `[[runners]]` sections, parsed apart from the
+//! rest of the file when that gives the same tree as the whole file.
 //!
 //! A large file is mostly `[[runners]]` sections. Parsed in one piece, `toml` lexes the whole
 //! file into token and event lists first and the loader keeps the whole tree while it works (for
-//! 100,000 runners, hundreds of megabytes). Cut into sections, each section is parsed, checked
-//! and turned into its runner on its own, and its tree freed, so the work runs on small lists
-//! that stay in the cache and on every core (`load.rs`). The file is cut before each line that
-//! is `[[runners]]` (surrounding whitespace and a trailing comment aside): the part before the
-//! first such line (the head) and each section are parsed alone. This gives the whole file's
-//! tree when every part parses, the head has no key that could be `runners`, and each section
-//! defines exactly one `runners` entry and nothing else; otherwise (a cut inside a multi-line
-//! string leaves a part that does not parse, a `[session_server]` after the runners, a header
-//! spelled `[[ runners ]]`, any syntax error) the loader parses the file in one piece, so every
-//! tree and every syntax error is the one `toml` gives for the whole file. Spans in a section
-//! are relative to its start.
+//! 100,000 runners, hundreds of megabytes). Cut into sections, a few sections at a time are
+//! parsed, checked and turned into their runners, and their tree freed, so the work runs on
+//! small lists that stay in the cache and on every core (`load.rs`). The file is cut before
+//! each line that is `[[runners]]` (spaces or tabs around it and a trailing comment aside): the
+//! part before the first such line (the head) and each run of sections are parsed apart. This
+//! gives the whole file's tree when every part parses, the head has no key that could be
+//! `runners`, and each run defines exactly one `runners` entry per section and nothing else;
+//! otherwise (a cut inside a multi-line string leaves a part that does not parse or holds fewer
+//! runners than cuts, a `[session_server]` after the runners, a header spelled `[[ runners ]]`,
+//! any syntax error) the loader parses the file in one piece, so every tree and every syntax
+//! error is the one `toml` gives for the whole file. Spans in a run of sections are relative
+//! to its start.
 
 use std::ops::Range;
 

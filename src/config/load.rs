@@ -175,6 +175,12 @@ impl Findings {
         self.errors.append(&mut walker.errors);
         self.warnings.append(&mut walker.warnings);
     }
+
+    /// Moves `other`'s findings to the end of these.
+    fn append(&mut self, mut other: Findings) {
+        self.errors.append(&mut other.errors);
+        self.warnings.append(&mut other.warnings);
+    }
 }
 
 /// What loading a run of sections gave.
@@ -194,12 +200,12 @@ struct Run<'a> {
 pub(crate) const PARALLEL_SECTIONS: usize = 4096;
 
 /// Loads a file cut into sections: the head is walked and read into the model, then each
-/// section is parsed, walked, read into its runner and checked on its own, its tree freed
-/// before the next; from [`PARALLEL_SECTIONS`] sections on, one thread per core takes a
-/// contiguous run of them. The findings are put together in the order a load in one piece
-/// makes them (the walk's, then the checks'), so the result is the same. `None` when a
-/// section does not parse alone or holds anything but one runner: the caller then loads the
-/// file in one piece.
+/// batch of sections is parsed apart from the rest, and each of its runners walked, read into
+/// the model and checked, the batch's tree freed before the next; from [`PARALLEL_SECTIONS`]
+/// sections on, one thread per core takes a contiguous run of them. The findings are put
+/// together in the order a load in one piece makes them (the walk's, then the checks'), so
+/// the result is the same. `None` when a batch does not parse apart or holds anything but one
+/// runner per section: the caller then loads the file in one piece.
 fn load_sections(
     text: &str,
     origin: &str,
@@ -267,11 +273,9 @@ fn load_sections(
     }
 
     let mut filled = Vec::with_capacity(parts.len());
-    for mut run in parts {
-        walk.errors.append(&mut run.walk.errors);
-        walk.warnings.append(&mut run.walk.warnings);
-        checks.errors.append(&mut run.checks.errors);
-        checks.warnings.append(&mut run.checks.warnings);
+    for run in parts {
+        walk.append(run.walk);
+        checks.append(run.checks);
         internal = internal.or(run.internal);
         filled.push(run.runners);
     }
@@ -306,10 +310,10 @@ fn load_sections(
     Some(Ok(Loaded { config, warnings }))
 }
 
-/// Loads sections `range`: parses, walks, reads into the model and checks each one, runner
-/// `i` from section `i`. `labels` are the global labels, `None` when the head did not walk
-/// cleanly (the sections are then only walked). `None` when a section does not parse alone or
-/// holds anything but one runner.
+/// Loads sections `range` a batch at a time into `room`, runner `i` from section `i`.
+/// `labels` are the global labels, `None` when the head did not walk cleanly (the sections
+/// are then only walked). `None` when a batch does not parse apart or holds anything but one
+/// runner per section.
 fn load_run<'a>(
     text: &str,
     lines: &LineIndex,
@@ -362,15 +366,12 @@ fn load_runner(
         },
     );
     let node = walker.runner();
-    let clean = walker.errors.is_empty();
     run.walk.take_from(&mut walker);
-    let (Some(labels), Some(node), true, true, None) = (
-        labels,
-        node,
-        clean,
-        run.walk.errors.is_empty(),
-        run.internal.as_ref(),
-    ) else {
+    // After a walk error or a misfit anywhere the load fails: only the walk's findings count.
+    if !run.walk.errors.is_empty() || run.internal.is_some() {
+        return Ok(());
+    }
+    let (Some(labels), Some(node)) = (labels, node) else {
         return Ok(());
     };
     match RunnerConfig::deserialize(node) {
