@@ -53,7 +53,7 @@ impl<'t> Sections<'t> {
     }
 
     /// Where sections `sections` are in the text, together.
-    pub(crate) fn range(&self, sections: Range<usize>) -> Range<usize> {
+    fn range(&self, sections: Range<usize>) -> Range<usize> {
         let start = self
             .cuts
             .get(sections.start)
@@ -116,7 +116,7 @@ fn runner_headers(text: &str) -> Vec<usize> {
                 return None;
             }
             let after = &bytes[at + HEADER.len()..];
-            let rest = after.iter().position(|b| !blank(b)).map(|i| after[i]);
+            let rest = after.iter().find(|b| !blank(b));
             matches!(rest, None | Some(b'\n' | b'\r' | b'#')).then_some(line_start)
         })
         .collect()

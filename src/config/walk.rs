@@ -42,9 +42,6 @@ pub(crate) struct Walker<'t> {
     /// The parsed tree, to find the span of a canonical path when a diagnostic needs one
     /// (rarely: looking it up on demand beats recording a span per key of a huge file).
     tree: Tree<'t>,
-    /// Where the tree being walked starts in the text: spans in a `[[runners]]` section
-    /// parsed alone are relative to it (0 elsewhere).
-    base: usize,
     /// While inside a runner: the length of its path (`runners[0]`), a prefix of `path`,
     /// and its label (`runners[0] "name"`).
     runner_label: Option<(usize, String)>,
@@ -57,8 +54,8 @@ pub(crate) struct Walker<'t> {
 pub(crate) enum Tree<'t> {
     /// The whole file, or the head of a file loaded a section at a time: spans are the file's.
     Whole(&'t DeTable<'t>),
-    /// Runner `index` of a file loaded a section at a time, parsed from the section that
-    /// starts at byte `offset`.
+    /// Runner `index` of a file loaded a section at a time, parsed with the sections from
+    /// byte `offset` on: spans inside are relative to it.
     Runner {
         index: usize,
         offset: usize,
@@ -71,17 +68,12 @@ type Value<'i> = Spanned<DeValue<'i>>;
 impl<'t> Walker<'t> {
     /// A walker over `text`, whose lines `lines` indexes, looking spans up in `tree`.
     pub(crate) fn new(text: &'t str, lines: &'t LineIndex, tree: Tree<'t>) -> Self {
-        let base = match tree {
-            Tree::Whole(_) => 0,
-            Tree::Runner { offset, .. } => offset,
-        };
         Walker {
             text,
             lines,
             errors: Vec::new(),
             warnings: Vec::new(),
             tree,
-            base,
             runner_label: None,
             path: String::with_capacity(64),
         }
@@ -111,7 +103,11 @@ impl<'t> Walker<'t> {
 
     /// `span` of the tree being walked, as a range of the text.
     fn at(&self, span: Range<usize>) -> Range<usize> {
-        span.start + self.base..span.end + self.base
+        let base = match self.tree {
+            Tree::Whole(_) => 0,
+            Tree::Runner { offset, .. } => offset,
+        };
+        span.start + base..span.end + base
     }
 
     /// Where the key and value at canonical `path` (`runners[0].machine.Periods[1]`) are in
