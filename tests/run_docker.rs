@@ -324,6 +324,56 @@ async fn run_single_serves_max_builds_jobs_then_exits() {
     assert_eq!(sim.job(c).map(|j| j.state), Some(JobState::Pending));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_single_stops_within_the_shutdown_timeout_when_the_final_update_keeps_failing() {
+    let token = "glrt-drovertestsingleterm";
+    let Some((sim, _g)) = setup(token).await else {
+        return;
+    };
+    let id = sim.enqueue(job(&["echo single-term-start", "sleep 3"]));
+    let dir = tempfile::Builder::new()
+        .prefix("drover-test-run-")
+        .tempdir()
+        .expect("tempdir");
+    let mut drover = Drover::start_command(
+        "run-single",
+        dir,
+        &docker_config(&sim, token, 1, ""),
+        &[],
+        &["--runner-name", "drover-test-run"],
+    );
+    running_with(&sim, &drover, id, "single-term-start").await;
+    // From now on GitLab answers every status update with 500: the final update can never
+    // succeed, and upstream's retries would hold it for about 17 minutes.
+    sim.fault(Fault {
+        route: Route::UpdateJob,
+        kind: FaultKind::Status(500),
+        times: 1_000_000,
+    });
+    let path = format!("/jobs/{id}");
+    until(
+        &drover,
+        Duration::from_secs(90),
+        "a refused final update",
+        || {
+            sim.requests_to("PUT", &path)
+                .iter()
+                .any(|r| r.json()["state"] == "success")
+                .then_some(())
+        },
+    )
+    .await;
+    drover.signal(libc::SIGTERM);
+    // The fixed 30 s shutdown timeout, then the providers' shutdown: well within 60 s.
+    let status = drover.wait_exit(Duration::from_secs(60));
+    assert_eq!(exit_code(status), 1, "{}", drover.log());
+    assert!(
+        drover.log().contains("shutdown_timeout expired"),
+        "{}",
+        drover.log()
+    );
+}
+
 fn drover_cmd(args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
         .args(args)

@@ -144,7 +144,27 @@ pub fn unknown_command(name: &str) -> String {
 /// Parses the process arguments, runs the command and returns its exit code (after
 /// [`output::exit_code`] has had its say about a failed stdout).
 pub fn main() -> ExitCode {
+    raise_open_files_limit();
     output::exit_code(run())
+}
+
+/// Raises the soft limit on open files to the hard limit, as Go's runtime does for
+/// gitlab-runner at start: with the common soft limit of 1,024, a busy manager (jobs, Docker
+/// connections, plugins, the metrics server) would otherwise run out of descriptors long
+/// before the system's limit. Failing to raise it changes nothing.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct we pass, nothing else.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
 }
 
 fn run() -> ExitCode {

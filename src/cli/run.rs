@@ -132,11 +132,7 @@ async fn start_metrics(
                 .unwrap_or_default();
             tracing::info!(address = %bound, "Metrics server listening");
             let m = metrics.clone();
-            tokio::spawn(async move {
-                if let Err(e) = server::serve(listener, m, readiness, stop).await {
-                    tracing::error!("metrics server: {e}");
-                }
-            });
+            tokio::spawn(server::serve(listener, m, readiness, stop));
         }
     }
     Ok(metrics)

@@ -39,7 +39,14 @@ pub struct ClientSettings {
     pub connection_max_age: Option<Duration>,
     /// HTTP-level retry policy.
     pub retry: RetryPolicy,
+    /// How long to wait for a response's headers after sending a request (None: upstream's
+    /// 10 minutes). A request past it fails as a transport error, so a server that accepts
+    /// and never answers cannot hold a worker for the whole 60-minute request timeout.
+    pub response_header_timeout: Option<Duration>,
 }
+
+/// Upstream's wait for response headers.
+pub const RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 impl ClientSettings {
     /// Settings for one `[[runners]]` entry. When the TLS files are unset, upstream's fallbacks
@@ -212,6 +219,7 @@ pub struct Client {
     http: reqwest::Client,
     base: Url,
     retry: RetryPolicy,
+    header_timeout: Duration,
     last_update: Mutex<Option<String>>,
     observer: Arc<dyn RequestObserver>,
 }
@@ -358,6 +366,9 @@ impl Client {
             http,
             base,
             retry: settings.retry,
+            header_timeout: settings
+                .response_header_timeout
+                .unwrap_or(RESPONSE_HEADER_TIMEOUT),
             last_update: Mutex::new(None),
             observer: Arc::new(NoopObserver),
         })
@@ -420,14 +431,23 @@ impl Client {
                 Body::Raw(ct, bytes) => req.header(CONTENT_TYPE, *ct).body(bytes.clone()),
             };
             let started = Instant::now();
-            let resp = req.send().await.map_err(|e| GitlabError::Transport {
+            let transport = |message: String| GitlabError::Transport {
                 endpoint: call.endpoint.as_str(),
                 url: url.to_string(),
-                message: error_chain(&e),
-            })?;
+                message,
+            };
+            let resp = match tokio::time::timeout(self.header_timeout, req.send()).await {
+                Ok(sent) => sent.map_err(|e| transport(error_chain(&e)))?,
+                Err(_) => {
+                    return Err(transport(format!(
+                        "no response headers within {:?}",
+                        self.header_timeout
+                    )))
+                }
+            };
             let status = resp.status().as_u16();
             let headers = resp.headers().clone();
-            let body = read_bounded(resp, call.endpoint, &url).await?;
+            let body = read_bounded(resp, call, &url).await?;
             self.observer
                 .request(call.endpoint, &method_lc, status, started.elapsed());
             self.remember_last_update(&headers);
@@ -485,9 +505,12 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// Reads a response body, at most [`MAX_RESPONSE_BYTES`]. A longer body is an error where the
+/// call reads the body (JSON answers); elsewhere (status updates, trace appends, deletes) only
+/// the status counts, as upstream, so the rest is left unread and the connection dropped.
 async fn read_bounded(
     mut resp: reqwest::Response,
-    endpoint: Endpoint,
+    call: &Call,
     url: &Url,
 ) -> Result<Bytes, GitlabError> {
     let status = resp.status().as_u16();
@@ -496,8 +519,13 @@ async fn read_bounded(
         match resp.chunk().await {
             Ok(Some(chunk)) => {
                 if buf.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                    if !call.accept_json {
+                        let room = MAX_RESPONSE_BYTES - buf.len();
+                        buf.extend_from_slice(&chunk[..room]);
+                        return Ok(Bytes::from(buf));
+                    }
                     return Err(GitlabError::Decode {
-                        endpoint: endpoint.as_str(),
+                        endpoint: call.endpoint.as_str(),
                         status,
                         message: format!("the body is larger than {MAX_RESPONSE_BYTES} bytes"),
                     });
@@ -507,7 +535,7 @@ async fn read_bounded(
             Ok(None) => return Ok(Bytes::from(buf)),
             Err(e) => {
                 return Err(GitlabError::Transport {
-                    endpoint: endpoint.as_str(),
+                    endpoint: call.endpoint.as_str(),
                     url: url.to_string(),
                     message: format!("reading the body: {}", error_chain(&e)),
                 })

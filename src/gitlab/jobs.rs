@@ -176,8 +176,9 @@ pub struct UpdateResult {
     pub cancel_requested: bool,
     /// `X-GitLab-Trace-Update-Interval`, when valid (> 0), capped at 15 min.
     pub update_interval: Option<Duration>,
-    /// PATCH: the server's stored length after the call (`Range: 0-<n>`), when given; on a
-    /// successful PATCH without a `Range` header, the new end of the sent bytes.
+    /// PATCH: where the next append starts. On 202 the end of the sent bytes (upstream ignores
+    /// the `Range` of a 202); on 416 (and an abort) the server's stored length from its
+    /// `Range: 0-<n>`, when given.
     pub offset: Option<u64>,
     /// The HTTP status, or −1/−100.
     pub status: i32,
@@ -447,10 +448,10 @@ impl Client {
             (UpdateState::Abort, range_end)
         } else {
             match reply.status {
-                202 => (
-                    UpdateState::Succeeded,
-                    Some(range_end.unwrap_or(offset + len)),
-                ),
+                // As upstream, a 202 advances by what was sent, whatever its `Range` says: a
+                // server answering `Range: 0-0` to every append cannot hold the log in a
+                // resend loop. A length that really differs comes back as 416 next time.
+                202 => (UpdateState::Succeeded, Some(offset + len)),
                 416 => (UpdateState::RangeMismatch, range_end),
                 404 => (UpdateState::NotFound, None),
                 _ => (UpdateState::Failed, None),

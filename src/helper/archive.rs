@@ -256,14 +256,69 @@ pub fn create_zip(root: &Path, entries: &[PathBuf], out: &Path) -> Result<usize,
     Ok(count)
 }
 
-/// Extracts the zip at `file` into `dest`, keeping modes and symlinks; entries whose name
-/// would leave `dest` are refused. Returns the number of entries extracted.
+/// Where an archive entry named `rel` (already free of `..` and roots) may be written below
+/// `dest`, or why not: no directory on the way may be a symlink this archive created
+/// (`links`), and none may resolve outside `dest`. Upstream checks neither; without it, a
+/// link entry `l -> /etc` followed by a file entry `l/passwd` writes outside the folder.
+pub fn entry_target(
+    dest: &Path,
+    rel: &Path,
+    links: &BTreeSet<PathBuf>,
+) -> Result<PathBuf, ArchiveError> {
+    let refuse = |why: String| ArchiveError::Io {
+        what: format!("entry {:?}", rel.display().to_string()),
+        source: io::Error::new(io::ErrorKind::InvalidData, why),
+    };
+    let mut root: Option<PathBuf> = None;
+    let mut prefix = PathBuf::new();
+    let mut parts = rel.components().peekable();
+    while let Some(part) = parts.next() {
+        if parts.peek().is_none() {
+            break;
+        }
+        prefix.push(part);
+        if links.contains(&prefix) {
+            return Err(refuse(format!(
+                "goes through {}, a symlink of the same archive",
+                prefix.display()
+            )));
+        }
+        let on_disk = dest.join(&prefix);
+        match fs::symlink_metadata(&on_disk) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let root = match &root {
+                    Some(r) => r,
+                    None => root.insert(
+                        fs::canonicalize(dest)
+                            .map_err(io_err(format!("resolving {}", dest.display())))?,
+                    ),
+                };
+                let inside = fs::canonicalize(&on_disk).is_ok_and(|t| t.starts_with(root));
+                if !inside {
+                    return Err(refuse(format!(
+                        "goes through the symlink {}, which leads outside the target directory",
+                        prefix.display()
+                    )));
+                }
+            }
+            Ok(_) => {}
+            // Nothing there yet: the rest is created as plain directories.
+            Err(_) => break,
+        }
+    }
+    Ok(dest.join(rel))
+}
+
+/// Extracts the zip at `file` into `dest`, keeping modes and symlinks. Entries whose name
+/// would leave `dest`, or whose way goes through a symlink of the archive or one leading
+/// outside `dest` ([`entry_target`]), are refused. Returns the number of entries extracted.
 pub fn extract_zip(file: &Path, dest: &Path) -> Result<usize, ArchiveError> {
     use std::os::unix::fs::PermissionsExt;
     let f = fs::File::open(file).map_err(io_err(format!("opening {}", file.display())))?;
     let mut zip = zip::ZipArchive::new(io::BufReader::with_capacity(1 << 20, f))
         .map_err(zip_err(format!("reading {}", file.display())))?;
     let mut count = 0;
+    let mut links = BTreeSet::new();
     for i in 0..zip.len() {
         let mut entry = zip
             .by_index(i)
@@ -277,12 +332,22 @@ pub fn extract_zip(file: &Path, dest: &Path) -> Result<usize, ArchiveError> {
                 ),
             });
         };
-        let path = dest.join(&rel);
+        let path = entry_target(dest, &rel, &links).map_err(|e| match e {
+            ArchiveError::Io { what, source } => ArchiveError::Io {
+                what: format!("{what} of {}", file.display()),
+                source,
+            },
+            other => other,
+        })?;
         let mode = entry.unix_mode();
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).map_err(io_err(format!("creating {}", parent.display())))?;
         }
         if entry.is_dir() {
+            if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                // A directory entry never follows a link that stands in its place.
+                fs::remove_file(&path).map_err(io_err(format!("replacing {}", path.display())))?;
+            }
             fs::create_dir_all(&path).map_err(io_err(format!("creating {}", path.display())))?;
         } else if entry.is_symlink() {
             let mut target = String::new();
@@ -291,13 +356,13 @@ pub fn extract_zip(file: &Path, dest: &Path) -> Result<usize, ArchiveError> {
             let _ = fs::remove_file(&path);
             std::os::unix::fs::symlink(&target, &path)
                 .map_err(io_err(format!("linking {}", path.display())))?;
+            links.insert(rel);
             count += 1;
             continue;
         } else {
             // Replace rather than write through: an existing symlink must not be followed.
             let _ = fs::remove_file(&path);
-            let mut out =
-                fs::File::create(&path).map_err(io_err(format!("creating {}", path.display())))?;
+            let mut out = create_new(&path)?;
             io::copy(&mut entry, &mut out)
                 .map_err(io_err(format!("extracting {}", rel.display())))?;
         }
@@ -308,6 +373,20 @@ pub fn extract_zip(file: &Path, dest: &Path) -> Result<usize, ArchiveError> {
         count += 1;
     }
     Ok(count)
+}
+
+/// Creates `path` for writing without following a symlink in its place (`O_NOFOLLOW`); the
+/// caller removed what stood there, so a link that appears meanwhile is an error, not a write
+/// elsewhere.
+pub fn create_new(path: &Path) -> Result<fs::File, ArchiveError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(io_err(format!("creating {}", path.display())))
 }
 
 #[cfg(test)]
@@ -418,5 +497,84 @@ mod tests {
         fs::create_dir_all(&dest).unwrap();
         assert!(extract_zip(&zip_path, &dest).is_err());
         assert!(!out.path().join("evil.txt").exists());
+    }
+
+    /// A zip of `entries`: (name, Some(link target)) for a symlink, (name, None) for a file
+    /// holding "pwned".
+    fn zip_of(path: &Path, entries: &[(&str, Option<&str>)]) {
+        let mut w = zip::ZipWriter::new(fs::File::create(path).unwrap());
+        for (name, link) in entries {
+            match link {
+                Some(t) => w
+                    .add_symlink(*name, *t, SimpleFileOptions::default())
+                    .unwrap(),
+                None => {
+                    w.start_file(*name, SimpleFileOptions::default()).unwrap();
+                    io::Write::write_all(&mut w, b"pwned").unwrap();
+                }
+            }
+        }
+        w.finish().unwrap();
+    }
+
+    /// A target folder and, beside it, an outside folder an attacker aims at.
+    fn sandbox() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let dest = d.path().join("dest");
+        let outside = d.path().join("outside");
+        fs::create_dir_all(&dest).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        (d, dest, outside)
+    }
+
+    #[test]
+    fn a_later_entry_never_goes_through_a_symlink_of_the_archive() {
+        let (d, dest, outside) = sandbox();
+        let outside_s = outside.to_str().unwrap();
+        // Absolute link out, relative link out, and a link that stays inside: none may be
+        // traversed by a later entry, directly or below a directory of its own.
+        for (i, link) in [outside_s, "../outside", "sub"].into_iter().enumerate() {
+            fs::create_dir_all(dest.join("sub")).unwrap();
+            let zip = d.path().join(format!("evil{i}.zip"));
+            zip_of(
+                &zip,
+                &[("keep.txt", None), ("l", Some(link)), ("l/pwned", None)],
+            );
+            let err = extract_zip(&zip, &dest).expect_err(link).to_string();
+            assert!(err.contains("symlink"), "{err}");
+            assert!(!outside.join("pwned").exists(), "wrote outside via {link}");
+            assert!(!dest.join("sub/pwned").exists(), "went through {link}");
+            let zip = d.path().join(format!("deep{i}.zip"));
+            zip_of(&zip, &[("m", Some(link)), ("m/x/y/pwned", None)]);
+            assert!(extract_zip(&zip, &dest).is_err(), "{link}");
+            assert!(!outside.join("x").exists());
+        }
+    }
+
+    #[test]
+    fn a_symlink_already_there_may_not_lead_outside() {
+        let (d, dest, outside) = sandbox();
+        std::os::unix::fs::symlink(&outside, dest.join("cache")).unwrap();
+        fs::create_dir_all(dest.join("real")).unwrap();
+        std::os::unix::fs::symlink("real", dest.join("inner")).unwrap();
+        let zip = d.path().join("a.zip");
+        zip_of(&zip, &[("cache/pwned", None)]);
+        assert!(extract_zip(&zip, &dest).is_err());
+        assert!(!outside.join("pwned").exists());
+        // A link of the project that stays inside keeps working, as before.
+        let zip = d.path().join("b.zip");
+        zip_of(&zip, &[("inner/ok.txt", None)]);
+        assert_eq!(extract_zip(&zip, &dest).unwrap(), 1);
+        assert_eq!(fs::read(dest.join("real/ok.txt")).unwrap(), b"pwned");
+        // A link standing where a file goes is replaced, not written through.
+        std::os::unix::fs::symlink(outside.join("target"), dest.join("file")).unwrap();
+        let zip = d.path().join("c.zip");
+        zip_of(&zip, &[("file", None)]);
+        assert_eq!(extract_zip(&zip, &dest).unwrap(), 1);
+        assert!(!outside.join("target").exists());
+        assert!(!fs::symlink_metadata(dest.join("file"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
     }
 }

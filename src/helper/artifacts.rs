@@ -417,13 +417,18 @@ pub fn extract_any(file: &Path, workdir: &Path, log: &mut dyn Write) -> Result<(
                     "gzip member name {name:?} leaves the working directory"
                 )));
             }
-            let target = workdir.join(rel);
+            // Its directories may not lead outside through a symlink, and a symlink standing
+            // where the file goes is replaced, not written through.
+            let target = archive::entry_target(workdir, rel, &Default::default())?;
             if let Some(dir) = target.parent() {
                 std::fs::create_dir_all(dir)
                     .map_err(io_err(format!("creating {}", dir.display())))?;
             }
-            let mut out = std::fs::File::create(&target)
-                .map_err(io_err(format!("creating {}", target.display())))?;
+            if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir()) {
+                std::fs::remove_file(&target)
+                    .map_err(io_err(format!("replacing {}", target.display())))?;
+            }
+            let mut out = archive::create_new(&target)?;
             std::io::copy(&mut dec, &mut out).map_err(io_err(format!("extracting {name}")))?;
             Ok(())
         }
@@ -514,5 +519,24 @@ mod tests {
             pack(&none, d.path(), &r, &mut log),
             Err(ArtifactsError::Empty)
         ));
+    }
+
+    #[test]
+    fn a_gzip_name_never_leads_outside_through_a_symlink() {
+        use std::io::Write as _;
+        let d = tempfile::tempdir().unwrap();
+        let (work, outside) = (d.path().join("work"), d.path().join("outside"));
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, work.join("l")).unwrap();
+        let gz = d.path().join("a.gz");
+        let mut enc = flate2::GzBuilder::new()
+            .filename("l/pwned")
+            .write(std::fs::File::create(&gz).unwrap(), Default::default());
+        enc.write_all(b"pwned").unwrap();
+        enc.finish().unwrap();
+        let mut log = Vec::new();
+        assert!(extract_any(&gz, &work, &mut log).is_err());
+        assert!(!outside.join("pwned").exists());
     }
 }

@@ -584,8 +584,26 @@ pub async fn run_single<S: JobSource>(
     runner.strict_check_interval = Some(true);
     let mut builds = 0u64;
     let mut last_job = limits.started;
+    let timeout = Duration::from_secs(30);
+    let mut ending = Ending::Clean;
+    // A forceful stop waits for the running job (its abort, clean-up and final update) for
+    // the shutdown timeout at most, as `run` does: a GitLab answering the final update with
+    // 5xx or 412 for ever cannot hold the process.
+    let expired = async {
+        manager.interrupt.cancelled().await;
+        tokio::time::sleep(timeout).await;
+    };
+    tokio::pin!(expired);
     while !manager.stop.is_cancelled() {
-        let pause = match manager.clone().work(runner.clone()).await {
+        let turn = tokio::select! {
+            t = manager.clone().work(runner.clone()) => t,
+            () = &mut expired => {
+                tracing::error!(builds = manager.builds(), "shutdown_timeout expired with jobs still running");
+                ending = Ending::TimedOut;
+                break;
+            }
+        };
+        let pause = match turn {
             Turn::Job => {
                 builds += 1;
                 last_job = std::time::Instant::now();
@@ -610,8 +628,10 @@ pub async fn run_single<S: JobSource>(
         }
     }
     listener.abort();
-    let timeout = Duration::from_secs(30);
-    Ok(shutdown_providers(&manager, set.started(), timeout).await)
+    if shutdown_providers(&manager, set.started(), timeout).await == Ending::TimedOut {
+        ending = Ending::TimedOut;
+    }
+    Ok(ending)
 }
 
 #[cfg(test)]

@@ -50,14 +50,6 @@ pub enum ServerError {
         /// The system's error.
         source: std::io::Error,
     },
-    /// The server failed while running.
-    #[error("metrics server on {address}: {source}")]
-    Serve {
-        /// The address.
-        address: String,
-        /// The system's error.
-        source: std::io::Error,
-    },
 }
 
 /// The address the server listens on, parsed as upstream does: `host:port`, `:port` (every
@@ -247,6 +239,34 @@ async fn jobs_handler(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
+/// Connections served at once. Past it, new connections wait in the kernel's accept queue
+/// (holding no descriptor of drover's) until one ends, so held connections can never take
+/// the descriptors that jobs and the Docker client need.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a client may take to send a request's headers, from connecting or from the end
+/// of its previous answer (an idle keep-alive connection is closed after it too).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The limits of [`serve_with`]; [`Default`] is [`MAX_CONNECTIONS`] and
+/// [`HEADER_READ_TIMEOUT`].
+#[derive(Debug, Clone, Copy)]
+pub struct ServeLimits {
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Header read (and keep-alive idle) timeout.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            max_connections: MAX_CONNECTIONS,
+            header_read_timeout: HEADER_READ_TIMEOUT,
+        }
+    }
+}
+
 /// Serves the routes on `listener` until `shutdown` is cancelled, then lets in-flight requests
 /// finish for at most [`SHUTDOWN_GRACE`].
 pub async fn serve(
@@ -254,24 +274,97 @@ pub async fn serve(
     metrics: Metrics,
     readiness: Readiness,
     shutdown: CancellationToken,
-) -> Result<(), ServerError> {
+) {
+    serve_with(
+        listener,
+        router(metrics, readiness),
+        ServeLimits::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// Serves `routes` on `listener` within `limits` until `shutdown` is cancelled. Serving never
+/// fails: a failed `accept` (out of descriptors, a reset) is logged and retried.
+pub async fn serve_with(
+    listener: TcpListener,
+    routes: Router,
+    limits: ServeLimits,
+    shutdown: CancellationToken,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
     let address = listener
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| "?".into());
-    let stop = shutdown.clone();
-    let server = axum::serve(listener, router(metrics, readiness))
-        .with_graceful_shutdown(async move { stop.cancelled().await });
-    let grace = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
-    };
-    tokio::select! {
-        r = server => r.map_err(|source| ServerError::Serve { address, source }),
-        () = grace => {
-            tracing::warn!("metrics server on {address}: requests still open {SHUTDOWN_GRACE:?} after shutdown; closing them");
-            Ok(())
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let mut connections = tokio::task::JoinSet::new();
+    let mut full_logged = false;
+    loop {
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if !full_logged {
+                    tracing::warn!(
+                        connections = limits.max_connections,
+                        "metrics server on {address}: connection limit reached; new connections wait"
+                    );
+                    full_logged = true;
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
+        let stream = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors or a connection reset before it was taken: wait a
+                    // moment and go on, as Go's server does; never stop serving.
+                    tracing::warn!("metrics server on {address}: accept failed: {e}; retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    }
+                    continue;
+                }
+            },
+        };
+        if slots.available_permits() > 0 {
+            full_logged = false;
         }
+        let service = TowerToHyperService::new(routes.clone());
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let stop = shutdown.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+        while connections.try_join_next().is_some() {}
+    }
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_GRACE, drained).await.is_err() {
+        tracing::warn!("metrics server on {address}: requests still open {SHUTDOWN_GRACE:?} after shutdown; closing them");
+        connections.abort_all();
     }
 }
 

@@ -35,11 +35,22 @@ impl Drover {
         env: &[(String, String)],
         extra: &[&str],
     ) -> Drover {
+        Drover::start_command("run", dir, config, env, extra)
+    }
+
+    /// Starts `drover <command> -c <dir>/config.toml <extra>` (`run` or `run-single`).
+    pub fn start_command(
+        command: &str,
+        dir: tempfile::TempDir,
+        config: &str,
+        env: &[(String, String)],
+        extra: &[&str],
+    ) -> Drover {
         let path = dir.path().join("config.toml");
         std::fs::write(&path, config).expect("write config");
         let log = std::fs::File::create(dir.path().join("drover.log")).expect("log file");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_drover"));
-        cmd.arg("run")
+        cmd.arg(command)
             .arg("-c")
             .arg(&path)
             .args(extra)
