@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use drover::config::cache::{CacheConfig, CacheS3Config};
+use drover::executor::RunnerSettings;
 use executor_common::*;
 use serde_json::json;
 
@@ -54,11 +55,17 @@ impl Moto {
 
     /// A raw HTTP request to moto (it accepts unsigned requests); returns status line and body.
     fn request(&self, method: &str, path: &str) -> String {
+        self.request_with_body(method, path, "")
+    }
+
+    /// A raw HTTP request with a body.
+    fn request_with_body(&self, method: &str, path: &str, body: &str) -> String {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect moto");
         write!(
             s,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.port
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.port,
+            body.len()
         )
         .unwrap();
         let mut out = String::new();
@@ -161,37 +168,18 @@ async fn cache_is_restored_from_the_local_volume() {
     assert_clean_and_remove_reusable(&short);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cache_is_restored_from_s3_after_the_local_volumes_are_gone() {
-    let _guard = engine_test!();
-    let moto = Moto::start();
-    assert!(moto
-        .request("PUT", "/drover-cache")
-        .starts_with("HTTP/1.1 200"));
-    let mut runner = settings("caches3");
-    runner.cache = Some(CacheConfig {
-        cache_type: "s3".into(),
-        path: "ci".into(),
-        s3: Some(CacheS3Config {
-            server_address: format!("127.0.0.1:{}", moto.port),
-            access_key: "AKIDDROVERTEST".into(),
-            secret_key: "drover-test-secret-key".into(),
-            bucket_name: "drover-cache".into(),
-            bucket_location: "us-east-1".into(),
-            insecure: true,
-            server_side_encryption: "S3".into(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    let short = short_token(&runner);
+/// Runs a job that writes the cache (uploaded to moto), checks the object is in the bucket,
+/// removes the local cache volume, and runs a job that gets the cache back from moto. `base`
+/// is where the presigned URLs must point (`http://host:port`).
+async fn s3_round_trip(moto: &Moto, runner: &RunnerSettings, jobs: (i64, i64), base: &str) {
+    let short = short_token(runner);
     let cache = json!([{"key": "deps", "paths": ["vendor/"]}]);
-    let ran = run_job(&cache_job(53, SCRIPT_WRITE, cache.clone()), &runner).await;
+    let ran = run_job(&cache_job(jobs.0, SCRIPT_WRITE, cache.clone()), runner).await;
     assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
     assert!(ran.trace.contains("Created cache"), "{}", ran.trace);
     assert!(
         ran.trace
-            .contains("Uploading cache.zip to http://127.0.0.1:"),
+            .contains(&format!("Uploading cache.zip to {base}/")),
         "{}",
         ran.trace
     );
@@ -207,14 +195,79 @@ async fn cache_is_restored_from_s3_after_the_local_volumes_are_gone() {
 
     // Delete the local cache volume: the next job downloads the archive from S3.
     assert_clean_and_remove_reusable(&short);
-    let ran = run_job(&cache_job(54, SCRIPT_READ, cache), &runner).await;
+    let ran = run_job(&cache_job(jobs.1, SCRIPT_READ, cache), runner).await;
     assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
     let t = &ran.trace;
     assert!(
-        t.contains("Downloading cache.zip from http://127.0.0.1:"),
+        t.contains(&format!("Downloading cache.zip from {base}/")),
         "{t}"
     );
     assert!(t.contains("Successfully extracted cache"), "{t}");
     assert!(t.contains("\ncached-content\n"), "{t}");
     assert_clean_and_remove_reusable(&short);
+}
+
+fn s3_runner(name: &str, s3: CacheS3Config) -> RunnerSettings {
+    let mut runner = settings(name);
+    runner.cache = Some(CacheConfig {
+        cache_type: "s3".into(),
+        path: "ci".into(),
+        s3: Some(CacheS3Config {
+            access_key: "AKIDDROVERTEST".into(),
+            secret_key: "drover-test-secret-key".into(),
+            bucket_name: "drover-cache".into(),
+            insecure: true,
+            ..s3
+        }),
+        ..Default::default()
+    });
+    runner
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_is_restored_from_s3_after_the_local_volumes_are_gone() {
+    let _guard = engine_test!();
+    let moto = Moto::start();
+    assert!(moto
+        .request("PUT", "/drover-cache")
+        .starts_with("HTTP/1.1 200"));
+    // A custom endpoint: path style.
+    let runner = s3_runner(
+        "caches3",
+        CacheS3Config {
+            server_address: format!("127.0.0.1:{}", moto.port),
+            bucket_location: "us-east-1".into(),
+            server_side_encryption: "S3".into(),
+            ..Default::default()
+        },
+    );
+    let base = format!("http://127.0.0.1:{}/drover-cache", moto.port);
+    s3_round_trip(&moto, &runner, (53, 54), &base).await;
+}
+
+/// An AWS endpoint outside us-east-1: virtual-hosted style (the bucket in the host name) and
+/// the region in the signature, as upstream addresses it. The bucket's host name resolves to
+/// moto through `extra_hosts`, in the job's and the helper's containers alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_goes_to_a_virtual_hosted_bucket_outside_us_east_1() {
+    let _guard = engine_test!();
+    let moto = Moto::start();
+    let created = moto.request_with_body(
+        "PUT",
+        "/drover-cache",
+        "<CreateBucketConfiguration><LocationConstraint>eu-central-1</LocationConstraint></CreateBucketConfiguration>",
+    );
+    assert!(created.starts_with("HTTP/1.1 200"), "{created}");
+    let host = "s3.eu-central-1.amazonaws.com";
+    let mut runner = s3_runner(
+        "caches3vh",
+        CacheS3Config {
+            server_address: format!("{host}:{}", moto.port),
+            bucket_location: "eu-central-1".into(),
+            ..Default::default()
+        },
+    );
+    runner.docker.extra_hosts = vec![format!("drover-cache.{host}:127.0.0.1")];
+    let base = format!("http://drover-cache.{host}:{}", moto.port);
+    s3_round_trip(&moto, &runner, (55, 56), &base).await;
 }

@@ -2,6 +2,8 @@
 //! unregister on a fresh config, comments kept, reset-token, verify --delete, --version,
 //! unknown commands, and the systemd unit `install` writes.
 
+mod test_certs;
+
 use std::path::Path;
 use std::process::Output;
 
@@ -432,4 +434,159 @@ async fn install_writes_the_unit_and_uninstall_removes_it() {
     )
     .await;
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// `verify` as upstream: a runner GitLab cannot be asked about (unreachable, 5xx) is kept and
+/// the command exits 0; only runners GitLab no longer knows fail it. Runners are selected by
+/// name, or by token with `*`/empty URLs as wildcards, URLs compared as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_exits_0_when_gitlab_cannot_answer_and_selects_as_upstream() {
+    let sim = Sim::start().await.unwrap();
+    let live = "glrt-t1_VerifyLive0000000";
+    sim.add_runner(live);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.toml");
+    let runner = |name: &str, url: &str, token: &str| {
+        format!("[[runners]]\n  name = \"{name}\"\n  url = \"{url}\"\n  token = \"{token}\"\n  executor = \"docker\"\n  [runners.docker]\n    image = \"alpine\"\n")
+    };
+    let body = format!(
+        "concurrent = 1\n{}{}",
+        runner("live", sim.url(), live),
+        runner("unreachable", &down, "glrt-t1_Unreachable000000"),
+    );
+    std::fs::write(&cfg, &body).unwrap();
+    let c = cfg.to_str().unwrap();
+
+    let out = drover(&["verify", "-c", c], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("failed"), "{}", text(&out));
+    assert_eq!(read(&cfg), body, "nothing removed");
+
+    // Selection: the token with a wildcard URL, the token with the URL written differently.
+    let out = drover(&["verify", "-c", c, "--url", "*", "--token", live], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("runner_name=live"), "{}", text(&out));
+    assert!(
+        !text(&out).contains("runner_name=unreachable"),
+        "{}",
+        text(&out)
+    );
+    let slash = format!("{}/", sim.url());
+    let out = drover(&["verify", "-c", c, "--url", &slash, "--token", live], &[]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a URL with a trailing slash is another URL: {}",
+        text(&out)
+    );
+    // A name selects whatever the token says.
+    let out = drover(
+        &["verify", "-c", c, "--name", "live", "--token", "other"],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("runner_name=live"), "{}", text(&out));
+}
+
+/// `--docker-pull-policy` (and `DOCKER_PULL_POLICY`) take comma-separated lists, as upstream's
+/// flag does: `"if-not-present, always"` writes two policies, not one invalid entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn register_splits_pull_policy_lists() {
+    for (flag, env) in [
+        (Some(" if-not-present , always "), None),
+        (None, Some("if-not-present,always")),
+    ] {
+        let sim = Sim::start().await.unwrap();
+        sim.add_runner(GLRT);
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("config.toml");
+        let mut args = vec![
+            "register",
+            "-c",
+            cfg.to_str().unwrap(),
+            "--non-interactive",
+            "--url",
+            sim.url(),
+            "--token",
+            GLRT,
+            "--executor",
+            "docker",
+            "--docker-image",
+            "alpine:3",
+        ];
+        if let Some(f) = flag {
+            args.extend(["--docker-pull-policy", f]);
+        }
+        let env: Vec<(&str, &str)> = env.map(|v| ("DOCKER_PULL_POLICY", v)).into_iter().collect();
+        let out = drover(&args, &env).await;
+        assert!(out.status.success(), "{}", text(&out));
+        let loaded = drover::config::load_file(&cfg).unwrap().config;
+        let docker = loaded.runners[0].docker.as_deref().expect("docker section");
+        assert_eq!(
+            docker.pull_policy,
+            ["if-not-present", "always"],
+            "{}",
+            read(&cfg)
+        );
+    }
+}
+
+/// The TLS fallbacks are looked up in gitlab-runner's certificates directory, not beside the
+/// `-c` file: a CA in `<dir of -c>/certs/` is not used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_beside_the_config_file_are_not_the_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    test_certs::make_ca(dir.path(), "ca");
+    test_certs::leaf(
+        dir.path(),
+        "ca",
+        "server-key.pem",
+        "server.pem",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    let sim = Sim::start_tls(gitlab_sim::TlsFiles {
+        cert: dir.path().join("server.pem"),
+        key: dir.path().join("server-key.pem"),
+    })
+    .await
+    .unwrap();
+    let live = "glrt-t1_CertsDirRunner0000";
+    sim.add_runner(live);
+    let url = sim.url().replace("127.0.0.1", "localhost");
+    let conf_dir = dir.path().join("srv");
+    std::fs::create_dir_all(conf_dir.join("certs")).unwrap();
+    std::fs::copy(
+        dir.path().join("ca.pem"),
+        conf_dir.join("certs/localhost.crt"),
+    )
+    .unwrap();
+    let cfg = conf_dir.join("config.toml");
+    std::fs::write(
+        &cfg,
+        format!("[[runners]]\n  name = \"r\"\n  url = \"{url}\"\n  token = \"{live}\"\n  executor = \"docker\"\n"),
+    )
+    .unwrap();
+    let out = drover(
+        &["verify", "-c", cfg.to_str().unwrap()],
+        &[("HOME", "/nonexistent")],
+    )
+    .await;
+    let t = text(&out);
+    assert!(t.contains("Verifying runner... failed"), "{t}");
+    // With the CA named explicitly, the same runner verifies.
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[runners]]\n  name = \"r\"\n  url = \"{url}\"\n  token = \"{live}\"\n  tls-ca-file = \"{}\"\n  executor = \"docker\"\n",
+            ca.display()
+        ),
+    )
+    .unwrap();
+    let out = drover(&["verify", "-c", cfg.to_str().unwrap()], &[]).await;
+    assert!(text(&out).contains("is valid"), "{}", text(&out));
 }

@@ -864,7 +864,45 @@ async fn tls_ca_file_is_trusted_and_required() {
         .await
         .expect("verify over TLS");
 
-    // The certs/ fallback: <config dir>/certs/<host>.crt.
+    // A CA file that changes is read again for the next call, as upstream rebuilds its TLS
+    // configuration when the file's mtime changes: replaced by another CA, the server is no
+    // longer trusted; put back, it is again.
+    let rotating = dir.path().join("rotating.pem");
+    std::fs::copy(dir.path().join("ca.pem"), &rotating).unwrap();
+    let renewing = Client::new(&ClientSettings {
+        tls_ca_file: Some(rotating.clone()),
+        ..settings(sim.url())
+    })
+    .unwrap();
+    renewing
+        .verify_runner(TOKEN, &info, SYSTEM_ID)
+        .await
+        .expect("verify with the right CA");
+    test_certs::make_ca(dir.path(), "other");
+    let set_mtime = |secs: i64| {
+        let t = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(secs as u64);
+        std::fs::File::options()
+            .write(true)
+            .open(&rotating)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    };
+    std::fs::copy(dir.path().join("other.pem"), &rotating).unwrap();
+    set_mtime(1_000_000);
+    let e = renewing
+        .verify_runner(TOKEN, &info, SYSTEM_ID)
+        .await
+        .expect_err("a CA that does not sign the server's certificate");
+    assert_eq!(e.status(), -1, "{e}");
+    std::fs::copy(dir.path().join("ca.pem"), &rotating).unwrap();
+    set_mtime(2_000_000);
+    renewing
+        .verify_runner(TOKEN, &info, SYSTEM_ID)
+        .await
+        .expect("verify after the CA came back");
+
+    // The certs/ fallback: <host>.crt in the certificates directory.
     std::fs::create_dir(dir.path().join("certs")).unwrap();
     std::fs::copy(
         dir.path().join("ca.pem"),
@@ -875,7 +913,7 @@ async fn tls_ca_file_is_trusted_and_required() {
         url: sim.url().into(),
         ..Default::default()
     };
-    let s = ClientSettings::for_runner(&runner, Some(dir.path()));
+    let s = ClientSettings::for_runner(&runner, Some(&dir.path().join("certs")));
     assert_eq!(s.tls_ca_file, Some(dir.path().join("certs/localhost.crt")));
     Client::new(&s)
         .unwrap()

@@ -1,7 +1,8 @@
 //! A hostile or broken GitLab, as a small HTTP server in the test that answers what the test
 //! scripts: the trace loop must not spin on a 202 whose `Range` goes backwards, a server that
 //! accepts a request and never answers must not hold the call beyond the response-header
-//! timeout, and a status update answered `200` is accepted whatever the body.
+//! timeout, and a status update answered `200` is accepted whatever the body. The server also
+//! counts connections, for the client's periodic reconnect (`connection_max_age`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,6 +30,7 @@ type Handler = dyn Fn(&str, &str) -> Answer + Send + Sync;
 struct Hostile {
     url: String,
     seen: Arc<Mutex<Vec<String>>>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Hostile {
@@ -38,12 +40,19 @@ impl Hostile {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let handler: Arc<Handler> = Arc::new(handler);
         let log = seen.clone();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = connections.clone();
         tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 tokio::spawn(serve(conn, handler.clone(), log.clone()));
             }
         });
-        Hostile { url, seen }
+        Hostile {
+            url,
+            seen,
+            connections,
+        }
     }
 
     fn count(&self, prefix: &str) -> usize {
@@ -209,4 +218,33 @@ async fn a_200_with_a_huge_body_is_an_accepted_update() {
     let r = within("the PUT", 30, client.update_job(&creds, &info(), &update)).await;
     assert_eq!(r.state, UpdateState::Succeeded, "{r:?}");
     assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn a_busy_client_still_reconnects_after_connection_max_age() {
+    let server = Hostile::start(|_, _| Answer::Reply(200, Vec::new(), Vec::new())).await;
+    let client = Arc::new(
+        Client::new(&ClientSettings {
+            url: server.url.clone(),
+            connection_max_age: Some(Duration::from_millis(250)),
+            ..ClientSettings::default()
+        })
+        .expect("client"),
+    );
+    let update = JobUpdate {
+        state: JobState::Running,
+        failure_reason: None,
+        exit_code: 0,
+        output: TraceOutput::default(),
+    };
+    let creds = JobCredentials::of(&job());
+    // A call every 50 ms for a second: the connection is never idle, yet it is renewed.
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(1) {
+        let r = client.update_job(&creds, &info(), &update).await;
+        assert_eq!(r.state, UpdateState::Succeeded, "{r:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let n = server.connections.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((3..=8).contains(&n), "connections opened: {n}");
 }

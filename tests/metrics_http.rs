@@ -369,7 +369,7 @@ fn exercise(m: &Metrics) -> drover::metrics::RunningJob {
     m.set_concurrent(10);
     m.worker_slots(10);
     m.worker_slot_operation(SlotOperation::Started);
-    m.api_retry("/api/v4/jobs/request", "POST");
+    m.api_attempts("/api/v4/jobs/request", "POST", 1);
     let r = m.runner(&runner_a());
     r.set_limit(4);
     r.feed();

@@ -1,8 +1,10 @@
-//! S3 presigning with rusty-s3: the endpoint (`ServerAddress`, https unless `Insecure`, or
-//! AWS's regional endpoint), `BucketLocation` as the region, path style (`PathStyle`, or
-//! automatically: path style for a custom `ServerAddress`, virtual-host style on AWS), access
-//! keys with an optional session token, and the server-side-encryption headers the PUT is
-//! signed with.
+//! S3 presigning with rusty-s3, addressed as upstream's S3 adapter does: `ServerAddress` as a
+//! custom endpoint (https unless `Insecure`, the scheme's own port dropped; `s3.amazonaws.com`
+//! counts as none), else AWS's regional endpoint for `BucketLocation` (dual-stack unless
+//! `DualStack = false`, `s3-accelerate` with `Accelerate`); path style when `PathStyle` says
+//! so, else automatically (virtual-host style on AWS, Google and Alibaba endpoints, path style
+//! on other custom endpoints and for dotted bucket names over https); access keys with an
+//! optional session token, and the server-side-encryption headers the PUT is signed with.
 
 use std::time::Duration;
 
@@ -26,9 +28,6 @@ pub enum S3Error {
     /// An unknown `AuthenticationType`.
     #[error("[runners.cache.s3] AuthenticationType {0:?} is not one of access-key, iam")]
     AuthType(String),
-    /// An unknown `ServerSideEncryption`.
-    #[error("[runners.cache.s3] ServerSideEncryption {0:?} is not one of S3, KMS, DSSE-KMS")]
-    Encryption(String),
     /// The endpoint or bucket is not valid.
     #[error("[runners.cache.s3] endpoint {endpoint:?}, bucket {bucket:?}: {message}")]
     Endpoint {
@@ -69,17 +68,8 @@ impl S3Cache {
         } else {
             c.bucket_location.clone()
         };
-        let custom = !c.server_address.is_empty();
-        let endpoint = if custom {
-            let scheme = if c.insecure { "http" } else { "https" };
-            format!("{scheme}://{}", c.server_address.trim_end_matches('/'))
-        } else {
-            format!("https://s3.{region}.amazonaws.com")
-        };
-        let path_style = c
-            .path_style
-            .unwrap_or(custom || c.bucket_name.contains('.'));
-        let style = if path_style {
+        let endpoint = base_url(c, &region);
+        let style = if path_style(c) {
             UrlStyle::Path
         } else {
             UrlStyle::VirtualHost
@@ -119,7 +109,14 @@ impl S3Cache {
             )],
             "KMS" | "AWS:KMS" => kms("aws:kms"),
             "DSSE-KMS" | "AWS:KMS:DSSE" => kms("aws:kms:dsse"),
-            _ => return Err(S3Error::Encryption(c.server_side_encryption.clone())),
+            other => {
+                // As upstream: an unknown value uploads without encryption, with a warning.
+                tracing::warn!(
+                    value = other,
+                    "unknown ServerSideEncryption value in [runners.cache.s3]; uploading without server-side encryption (use S3, KMS or DSSE-KMS)"
+                );
+                Vec::new()
+            }
         };
         Ok(S3Cache {
             bucket,
@@ -151,6 +148,81 @@ impl S3Cache {
         Upload {
             url: put.sign(self.expires).to_string(),
             headers: headers.iter().map(|(k, v)| format!("{k}: {v}")).collect(),
+        }
+    }
+}
+
+/// AWS's own endpoint: a `ServerAddress` naming it is no custom endpoint (upstream keeps
+/// dual-stack and acceleration for it).
+const AWS_DEFAULT_ENDPOINT: &str = "https://s3.amazonaws.com";
+
+/// `ServerAddress` as a URL, as upstream writes it: `https://` (`http://` when `Insecure`),
+/// without the scheme's own port; `None` when unset.
+pub fn custom_endpoint(c: &CacheS3Config) -> Option<String> {
+    let address = c.server_address.as_str();
+    if address.is_empty() {
+        return None;
+    }
+    let scheme = if c.insecure { "http" } else { "https" };
+    let canonical = if c.insecure { ":80" } else { ":443" };
+    let host = match address.rsplit_once(':') {
+        Some((host, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            if canonical[1..] == *port {
+                host
+            } else {
+                address
+            }
+        }
+        _ => address,
+    };
+    Some(format!("{scheme}://{host}"))
+}
+
+/// Whether the endpoint is one of AWS's (commercial, China, GovCloud, FIPS, dual-stack, load
+/// balancer or PrivateLink), Google's or Alibaba's: those take virtual-host-style requests.
+fn virtual_host_capable(host: &str) -> bool {
+    static PATTERNS: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let amazon = PATTERNS.get_or_init(|| {
+        regex::Regex::new(
+            r"^(?:s3[.-].*\.amazonaws\.com(?:\.cn)?|s3\.amazonaws\.com|.*\.elb\.amazonaws\.com(?:\.cn)?|(?:bucket|accesspoint)\.vpce-.*\.s3\..*\.vpce\.amazonaws\.com)$",
+        )
+        .expect("a valid pattern")
+    });
+    amazon.is_match(host) || host == "storage.googleapis.com" || host.ends_with("aliyuncs.com")
+}
+
+/// Whether requests name the bucket in the path (`PathStyle`, else upstream's automatic
+/// choice): no custom endpoint means virtual-host style; a custom one means path style unless
+/// it is AWS, Google or Alibaba, and always path style for a bucket with dots over https (its
+/// name would break the certificate's wildcard).
+pub fn path_style(c: &CacheS3Config) -> bool {
+    if let Some(explicit) = c.path_style {
+        return explicit;
+    }
+    let Some(url) = custom_endpoint(c).and_then(|e| reqwest::Url::parse(&e).ok()) else {
+        // No usable custom endpoint: AWS, where a dotted bucket name cannot be a host label.
+        return c.bucket_name.contains('.');
+    };
+    if url.scheme() == "https" && c.bucket_name.contains('.') {
+        return true;
+    }
+    !url.host_str().is_some_and(virtual_host_capable)
+}
+
+/// The base URL requests go to (the bucket is added by the URL style): the custom endpoint,
+/// or AWS's regional one, dual-stack unless `DualStack = false`, `s3-accelerate` with
+/// `Accelerate`, as upstream's S3 client resolves them.
+pub fn base_url(c: &CacheS3Config, region: &str) -> String {
+    match custom_endpoint(c) {
+        Some(e) if e != AWS_DEFAULT_ENDPOINT => e,
+        _ => {
+            let dual = c.dual_stack.unwrap_or(true);
+            match (c.accelerate, dual) {
+                (true, true) => "https://s3-accelerate.dualstack.amazonaws.com".to_string(),
+                (true, false) => "https://s3-accelerate.amazonaws.com".to_string(),
+                (false, true) => format!("https://s3.dualstack.{region}.amazonaws.com"),
+                (false, false) => format!("https://s3.{region}.amazonaws.com"),
+            }
         }
     }
 }
@@ -206,7 +278,7 @@ mod tests {
         let u = s3.upload("project/1/k", "k");
         assert!(
             u.url
-                .starts_with("https://cache.s3.eu-west-1.amazonaws.com/project/1/k?"),
+                .starts_with("https://cache.s3.dualstack.eu-west-1.amazonaws.com/project/1/k?"),
             "{}",
             u.url
         );
@@ -240,12 +312,11 @@ mod tests {
             S3Cache::new(&c, Duration::from_secs(1)).unwrap_err(),
             S3Error::RoleArn
         );
+        // An unknown encryption uploads without encryption, as upstream (with a warning).
         let mut c = config();
         c.server_side_encryption = "rot13".into();
-        assert!(matches!(
-            S3Cache::new(&c, Duration::from_secs(1)),
-            Err(S3Error::Encryption(_))
-        ));
+        let s3 = S3Cache::new(&c, Duration::from_secs(1)).unwrap();
+        assert_eq!(s3.upload("k", "k").headers, vec!["x-amz-meta-cachekey: k"]);
         let mut c = config();
         c.bucket_name.clear();
         assert_eq!(

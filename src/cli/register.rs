@@ -123,8 +123,8 @@ pub struct RegisterArgs {
     /// [runners.docker] volumes (repeatable)
     #[arg(long = "docker-volumes")]
     pub docker_volumes: Vec<String>,
-    /// [runners.docker] pull_policy (repeatable)
-    #[arg(long = "docker-pull-policy")]
+    /// [runners.docker] pull_policy (repeatable; each value may list several, comma-separated)
+    #[arg(long = "docker-pull-policy", env = "DOCKER_PULL_POLICY")]
     pub docker_pull_policy: Vec<String>,
     /// [runners.docker] gpus
     #[arg(long = "docker-gpus", env = "DOCKER_GPUS")]
@@ -270,6 +270,16 @@ fn set_list(t: &mut Table, key: &str, v: &[String]) {
     }
 }
 
+/// A list flag as upstream reads one: each value split on `,`, every item trimmed; an empty
+/// value adds nothing (`"  if-not-present , always "` is `if-not-present`, `always`).
+pub fn comma_list(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .filter(|v| !v.is_empty())
+        .flat_map(|v| v.split(',').map(|item| item.trim().to_owned()))
+        .collect()
+}
+
 fn sub_table<'t>(t: &'t mut Table, key: &str) -> &'t mut Table {
     if !t.get(key).is_some_and(Item::is_table) {
         let mut new = Table::new();
@@ -363,7 +373,7 @@ fn runner_table(
         if !docker.contains_key("volumes") || !args.docker_volumes.is_empty() {
             set_list(docker, "volumes", &volumes);
         }
-        set_list(docker, "pull_policy", &args.docker_pull_policy);
+        set_list(docker, "pull_policy", &comma_list(&args.docker_pull_policy));
         set_str(docker, "gpus", &args.docker_gpus);
         set_str(docker, "network_mode", &args.docker_network_mode);
         set_str(docker, "helper_image", &args.docker_helper_image);
@@ -447,13 +457,17 @@ fn register(args: &RegisterArgs) -> Result<(), String> {
     // Open (or start) the config first, so a broken file fails before GitLab is touched.
     let mut file = ConfigFile::open(&config_path, true).map_err(|e| e.to_string())?;
     let system_id = gitlab::system_id::load_or_create(&config_path);
-    let settings = gitlab::ClientSettings {
+    let tls = crate::config::RunnerConfig {
         url: url.clone(),
-        tls_ca_file: args.tls_ca_file.clone().map(Into::into),
-        tls_cert_file: args.tls_cert_file.clone().map(Into::into),
-        tls_key_file: args.tls_key_file.clone().map(Into::into),
+        tls_ca_file: args.tls_ca_file.clone().unwrap_or_default(),
+        tls_cert_file: args.tls_cert_file.clone().unwrap_or_default(),
+        tls_key_file: args.tls_key_file.clone().unwrap_or_default(),
         ..Default::default()
     };
+    let settings = gitlab::ClientSettings::for_runner(
+        &tls,
+        Some(&crate::config::default_certificate_directory()),
+    );
     let client = client_for(&settings)?;
 
     let (creds, how) = block_on(obtain(args, &client, &executor, &system_id))??;

@@ -222,7 +222,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             Err(e) => return fail(e),
         };
         let source = Gitlab::new(
-            path.parent().map(Path::to_path_buf),
+            Some(crate::config::default_certificate_directory()),
             system_id.clone(),
             config.labels.clone(),
             Some(metrics.clone()),
@@ -314,9 +314,7 @@ pub fn run_single(args: RunSingleArgs) -> ExitCode {
                 Err(e) => return fail(e),
             };
         let source = Gitlab::new(
-            path.as_deref()
-                .and_then(Path::parent)
-                .map(Path::to_path_buf),
+            Some(crate::config::default_certificate_directory()),
             system_id.clone(),
             config.labels.clone(),
             None,

@@ -20,8 +20,11 @@ fn config_path(config: &Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(crate::config::default_config_path)
 }
 
-fn settings(runner: &RunnerConfig, path: &std::path::Path) -> ClientSettings {
-    ClientSettings::for_runner(runner, path.parent())
+fn settings(runner: &RunnerConfig) -> ClientSettings {
+    ClientSettings::for_runner(
+        runner,
+        Some(&crate::config::default_certificate_directory()),
+    )
 }
 
 /// Arguments of `drover list`.
@@ -85,26 +88,27 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
         Ok(f) => f,
         Err(e) => return fail(&e.to_string()),
     };
-    let selection = Selection {
-        name: args.name.clone(),
-        url: args.url.clone(),
-        token: args.token.clone(),
-        all: false,
-    };
-    let picked = selection.pick(&file.config, true);
+    let picked = verify_selection(
+        &file.config,
+        args.name.as_deref(),
+        args.url.as_deref(),
+        args.token.as_deref(),
+    );
     if picked.is_empty() {
-        return fail("no runner in the config matches the selection");
+        return fail("no runner matches the filtering parameters (--name, --url, --token)");
     }
     let system_id = gitlab::system_id::load_or_create(&path);
     let mut gone = Vec::new();
-    let mut failed = Vec::new();
     for i in picked {
         let runner = file.config.runners[i].clone();
         let short = short_token(&runner.token);
         let info = Info::for_runner(&runner, &file.config.labels);
-        let result = client_for(&settings(&runner, &path)).and_then(|client| {
+        let result = client_for(&settings(&runner)).and_then(|client| {
             block_on(async { client.verify_runner(&runner.token, &info, &system_id).await })
         });
+        let failed = |e: &str| {
+            errln!("Verifying runner... failed                         runner={short} runner_name={} error={e}", runner.name);
+        };
         match result {
             Ok(Ok(_)) => {
                 let state = if gitlab::token::is_authentication_token(&runner.token) {
@@ -118,14 +122,8 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
                 errln!("Verifying runner... is removed                     runner={short} runner_name={}", runner.name);
                 gone.push(i);
             }
-            Ok(Err(e)) => {
-                errln!("Verifying runner... failed                         runner={short} runner_name={} error={e}", runner.name);
-                failed.push(runner.name.clone());
-            }
-            Err(e) => {
-                errln!("Verifying runner... failed                         runner={short} runner_name={} error={e}", runner.name);
-                failed.push(runner.name.clone());
-            }
+            Ok(Err(e)) => failed(&e.to_string()),
+            Err(e) => failed(&e),
         }
     }
     if args.delete == Some(true) {
@@ -138,10 +136,40 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    if !gone.is_empty() || !failed.is_empty() {
-        return fail("some runners could not be verified; `drover verify --delete` removes those GitLab no longer knows");
+    // As upstream, only runners GitLab no longer knows fail the command: a runner that could
+    // not be checked (GitLab unreachable, 5xx, 400) is kept and logged, and the exit is 0.
+    if !gone.is_empty() {
+        return fail("Failed to verify runners: GitLab no longer knows some of them; `drover verify --delete` removes them from the config");
     }
     ExitCode::SUCCESS
+}
+
+/// The runners `verify` checks, as upstream selects them: all of them without `--name`,
+/// `--url` or `--token`; else those whose name is `--name` (an unset `--name` matches an
+/// unnamed runner, as upstream) or whose credentials are the same as `--url`/`--token`
+/// ([`same_credentials`]).
+pub fn verify_selection(
+    config: &crate::config::Config,
+    name: Option<&str>,
+    url: Option<&str>,
+    token: Option<&str>,
+) -> Vec<usize> {
+    let any = name.is_some() || url.is_some() || token.is_some();
+    let (name, url, token) = (name.unwrap_or(""), url.unwrap_or(""), token.unwrap_or(""));
+    config
+        .runners
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !any || r.name == name || same_credentials(&r.url, &r.token, url, token))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Upstream's credential match: the same token, and the same URL unless either URL is a
+/// wildcard (`""` or `"*"`); URLs compare as written (a trailing `/` differs).
+pub fn same_credentials(url: &str, token: &str, other_url: &str, other_token: &str) -> bool {
+    let wildcard = |u: &str| u.is_empty() || u == "*";
+    token == other_token && (wildcard(url) || wildcard(other_url) || url == other_url)
 }
 
 /// Arguments of `drover unregister`.
@@ -195,7 +223,7 @@ pub fn unregister(args: &UnregisterArgs) -> ExitCode {
     for i in picked {
         let runner = file.config.runners[i].clone();
         let short = short_token(&runner.token);
-        let result = client_for(&settings(&runner, &path)).and_then(|client| {
+        let result = client_for(&settings(&runner)).and_then(|client| {
             block_on(async {
                 if gitlab::token::is_authentication_token(&runner.token) {
                     client.unregister_manager(&runner.token, &system_id).await
@@ -280,7 +308,7 @@ pub fn reset_token(args: &ResetTokenArgs) -> ExitCode {
     for i in picked {
         let runner = file.config.runners[i].clone();
         let short = short_token(&runner.token);
-        let result = client_for(&settings(&runner, &path)).and_then(|client| {
+        let result = client_for(&settings(&runner)).and_then(|client| {
             block_on(async {
                 match &args.pat {
                     Some(pat) => client.reset_token_with_pat(runner.id, pat).await,

@@ -48,9 +48,9 @@ pub struct Loaded {
     pub warnings: Vec<Diagnostic>,
 }
 
-/// The config path gitlab-runner uses when `-c` is not given: `/etc/gitlab-runner/config.toml`
-/// for root, `~/.gitlab-runner/config.toml` for anyone else.
-pub fn default_config_path() -> PathBuf {
+/// gitlab-runner's configuration directory: `/etc/gitlab-runner` for root, else
+/// `$HOME/.gitlab-runner` (the working directory without `HOME`).
+pub fn default_config_directory() -> PathBuf {
     let is_root = std::fs::metadata("/proc/self")
         .map(|m| {
             use std::os::unix::fs::MetadataExt;
@@ -58,10 +58,24 @@ pub fn default_config_path() -> PathBuf {
         })
         .unwrap_or(false);
     if is_root {
-        return PathBuf::from("/etc/gitlab-runner/config.toml");
+        return PathBuf::from("/etc/gitlab-runner");
     }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".gitlab-runner").join("config.toml")
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".gitlab-runner"),
+        None => PathBuf::from("."),
+    }
+}
+
+/// The config path gitlab-runner uses when `-c` is not given: `/etc/gitlab-runner/config.toml`
+/// for root, `~/.gitlab-runner/config.toml` for anyone else.
+pub fn default_config_path() -> PathBuf {
+    default_config_directory().join("config.toml")
+}
+
+/// Where the TLS fallbacks for GitLab (`<host>.crt`, `<host>.auth.crt`, `<host>.auth.key`)
+/// are looked up: `certs/` in [`default_config_directory`], whatever `-c` names, as upstream.
+pub fn default_certificate_directory() -> PathBuf {
+    default_config_directory().join("certs")
 }
 
 /// Reads and loads the config file at `path`.

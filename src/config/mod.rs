@@ -24,7 +24,10 @@ mod agreement_tests;
 
 pub use diagnostic::{ConfigError, Diagnostic};
 pub use duration::GoDuration;
-pub use load::{default_config_path, load_file, load_str, Loaded};
+pub use load::{
+    default_certificate_directory, default_config_directory, default_config_path, load_file,
+    load_str, Loaded,
+};
 pub use model::{
     AutoscalingConfig, CacheAzureConfig, CacheConfig, CacheGcsConfig, CacheS3Config, Config,
     CustomBuildDir, CustomExecutorConfig, DockerConfig, DockerService, EffectiveIdle,

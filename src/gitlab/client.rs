@@ -16,6 +16,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::error::GitlabError;
+use super::observer::normalized_path;
 use super::observer::{Endpoint, NoopObserver, RequestObserver};
 use super::version;
 use crate::config::RunnerConfig;
@@ -50,9 +51,10 @@ pub const RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 impl ClientSettings {
     /// Settings for one `[[runners]]` entry. When the TLS files are unset, upstream's fallbacks
-    /// in `<config dir>/certs/` are used if they exist: `<host>.crt`, `<host>.auth.crt`,
-    /// `<host>.auth.key`.
-    pub fn for_runner(runner: &RunnerConfig, config_dir: Option<&Path>) -> ClientSettings {
+    /// in `certs_dir` are used if they exist: `<host>.crt`, `<host>.auth.crt`, `<host>.auth.key`
+    /// (`drover run` and the runner commands pass
+    /// [`crate::config::default_certificate_directory`], as upstream, whatever `-c` names).
+    pub fn for_runner(runner: &RunnerConfig, certs_dir: Option<&Path>) -> ClientSettings {
         let set = |s: &str| (!s.trim().is_empty()).then(|| PathBuf::from(s));
         let mut settings = ClientSettings {
             url: runner.url.clone(),
@@ -64,8 +66,7 @@ impl ClientSettings {
         let host = Url::parse(runner.url.trim())
             .ok()
             .and_then(|u| u.host_str().map(str::to_owned));
-        if let (Some(dir), Some(host)) = (config_dir, host) {
-            let certs = dir.join("certs");
+        if let (Some(certs), Some(host)) = (certs_dir, host) {
             let existing = |name: String| Some(certs.join(name)).filter(|p| p.is_file());
             if settings.tls_ca_file.is_none() {
                 settings.tls_ca_file = existing(format!("{host}.crt"));
@@ -216,7 +217,9 @@ impl Reply {
 /// `Arc`; all methods take `&self`. Dropping a request future cancels it, including any
 /// retry wait.
 pub struct Client {
-    http: reqwest::Client,
+    transport: Mutex<Transport>,
+    settings: ClientSettings,
+    max_age: Duration,
     base: Url,
     retry: RetryPolicy,
     header_timeout: Duration,
@@ -316,23 +319,39 @@ fn request_id() -> String {
     hex::encode(bytes)
 }
 
-/// Parses `RateLimit-ResetTime` (an RFC 1123 date) into the wait until then.
-fn rate_limit_wait(headers: &HeaderMap) -> Option<Duration> {
-    let text = headers.get("ratelimit-resettime")?.to_str().ok()?;
-    let at = chrono::DateTime::parse_from_rfc2822(text.trim()).ok()?;
-    let wait = at.with_timezone(&chrono::Utc) - chrono::Utc::now();
-    Some(wait.to_std().unwrap_or(Duration::ZERO))
-}
+/// The longest wait a server may ask for between two attempts (upstream sets none; a GitLab
+/// asking for days would hold a worker that long).
+pub const MAX_SERVER_WAIT: Duration = Duration::from_secs(60 * 60);
 
-fn retry_after_wait(headers: &HeaderMap) -> Option<Duration> {
-    let secs: u64 = headers
-        .get("retry-after")?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_secs(secs))
+/// How long to wait before the next attempt after a retried status, as upstream decides it:
+/// until `RateLimit-ResetTime` (an RFC 1123 date) when that lies in the future, else
+/// `Retry-After` seconds when above zero, else `backoff` (the client's own, capped). What the
+/// server asks for is not cut to the backoff cap, only to [`MAX_SERVER_WAIT`].
+pub fn retry_wait(
+    headers: &HeaderMap,
+    now: chrono::DateTime<chrono::Utc>,
+    backoff: Duration,
+) -> Duration {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    let reset = text("ratelimit-resettime")
+        .and_then(|t| chrono::DateTime::parse_from_rfc2822(t).ok())
+        .and_then(|at| (at.with_timezone(&chrono::Utc) - now).to_std().ok())
+        .filter(|wait| !wait.is_zero());
+    let retry_after = || {
+        text("retry-after")
+            .and_then(|t| t.parse::<u64>().ok())
+            .filter(|secs| *secs > 0)
+            .map(Duration::from_secs)
+    };
+    match reset.or_else(retry_after) {
+        Some(wait) => wait.min(MAX_SERVER_WAIT),
+        None => backoff,
+    }
 }
 
 impl RetryPolicy {
@@ -345,25 +364,64 @@ impl RetryPolicy {
     }
 }
 
+/// Idle connections are closed after this long, as by upstream's transport.
+pub const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Upstream's default `connection_max_age`.
+pub const CONNECTION_MAX_AGE: Duration = Duration::from_secs(15 * 60);
+
+/// The HTTP client of one [`Client`] and what it was built from: replaced, with its pool of
+/// connections, once it is older than `connection_max_age` (so polling reconnects now and then,
+/// as upstream's periodic close of idle connections makes it) or when a TLS file changed.
+struct Transport {
+    http: reqwest::Client,
+    built: Instant,
+    tls_files: Vec<Option<std::time::SystemTime>>,
+}
+
+/// The modification times of the TLS files, to notice a renewed certificate.
+fn tls_stamps(settings: &ClientSettings) -> Vec<Option<std::time::SystemTime>> {
+    [
+        &settings.tls_ca_file,
+        &settings.tls_cert_file,
+        &settings.tls_key_file,
+    ]
+    .into_iter()
+    .map(|f| {
+        f.as_ref()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .and_then(|m| m.modified().ok())
+    })
+    .collect()
+}
+
+fn build_transport(settings: &ClientSettings) -> Result<Transport, GitlabError> {
+    let tls_files = tls_stamps(settings);
+    let tls = tls_config(settings)?;
+    let http = reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .connect_timeout(Duration::from_secs(30))
+        .timeout(Duration::from_secs(60 * 60))
+        .pool_idle_timeout(IDLE_CONNECTION_TIMEOUT)
+        .gzip(true)
+        .build()
+        .map_err(|e| GitlabError::Client(format!("HTTP client: {e}")))?;
+    Ok(Transport {
+        http,
+        built: Instant::now(),
+        tls_files,
+    })
+}
+
 impl Client {
     /// Builds a client. Fails (upstream's "client error", −100) on a bad URL or TLS file.
     pub fn new(settings: &ClientSettings) -> Result<Client, GitlabError> {
         let base = api_base(&settings.url)?;
-        let tls = tls_config(settings)?;
-        let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
-            .connect_timeout(Duration::from_secs(30))
-            .timeout(Duration::from_secs(60 * 60))
-            .pool_idle_timeout(
-                settings
-                    .connection_max_age
-                    .unwrap_or(Duration::from_secs(15 * 60)),
-            )
-            .gzip(true)
-            .build()
-            .map_err(|e| GitlabError::Client(format!("HTTP client: {e}")))?;
+        let transport = build_transport(settings)?;
         Ok(Client {
-            http,
+            transport: Mutex::new(transport),
+            settings: settings.clone(),
+            max_age: settings.connection_max_age.unwrap_or(CONNECTION_MAX_AGE),
             base,
             retry: settings.retry,
             header_timeout: settings
@@ -372,6 +430,25 @@ impl Client {
             last_update: Mutex::new(None),
             observer: Arc::new(NoopObserver),
         })
+    }
+
+    /// The HTTP client for the next request: a new one (new connections, TLS files read
+    /// again) when the current one is older than `connection_max_age` or a TLS file changed.
+    /// A rebuild that fails keeps the current client and logs why.
+    fn http(&self) -> reqwest::Client {
+        let mut t = self.transport.lock().unwrap_or_else(|p| p.into_inner());
+        let stale = t.built.elapsed() >= self.max_age;
+        if stale || tls_stamps(&self.settings) != t.tls_files {
+            match build_transport(&self.settings) {
+                Ok(fresh) => *t = fresh,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot renew the GitLab connection; keeping the current one");
+                    t.built = Instant::now();
+                    t.tls_files = tls_stamps(&self.settings);
+                }
+            }
+        }
+        t.http.clone()
     }
 
     /// Reports every response and retry to `observer` (metrics).
@@ -409,11 +486,27 @@ impl Client {
             GitlabError::Client(format!("cannot build the URL for {}: {e}", call.path))
         })?;
         let method_lc = call.method.as_str().to_ascii_lowercase();
-        let mut pushed_back = false;
         let mut attempt = 0u32;
+        let result = self.attempts(call, &url, &method_lc, &mut attempt).await;
+        if attempt > 0 {
+            self.observer
+                .attempts(&normalized_path(url.path()), &method_lc, attempt);
+        }
+        result
+    }
+
+    /// The attempts of one call, counted in `attempt`.
+    async fn attempts(
+        &self,
+        call: &Call,
+        url: &Url,
+        method_lc: &str,
+        attempt: &mut u32,
+    ) -> Result<Reply, GitlabError> {
+        let mut pushed_back = false;
         loop {
             let mut req = self
-                .http
+                .http()
                 .request(call.method.clone(), url.clone())
                 .header(USER_AGENT, version::user_agent())
                 .header("X-Request-Id", request_id());
@@ -436,6 +529,7 @@ impl Client {
                 url: url.to_string(),
                 message,
             };
+            *attempt += 1;
             let resp = match tokio::time::timeout(self.header_timeout, req.send()).await {
                 Ok(sent) => sent.map_err(|e| transport(error_chain(&e)))?,
                 Err(_) => {
@@ -447,9 +541,9 @@ impl Client {
             };
             let status = resp.status().as_u16();
             let headers = resp.headers().clone();
-            let body = read_bounded(resp, call, &url).await?;
+            let body = read_bounded(resp, call, url).await?;
             self.observer
-                .request(call.endpoint, &method_lc, status, started.elapsed());
+                .request(call.endpoint, method_lc, status, started.elapsed());
             self.remember_last_update(&headers);
             let correlation = headers
                 .get("x-request-id")
@@ -462,14 +556,13 @@ impl Client {
                 correlation_id = correlation,
                 "GitLab answered"
             );
-            attempt += 1;
-            if is_retried_status(status) && attempt < self.retry.max_attempts {
+            if is_retried_status(status) && *attempt < self.retry.max_attempts {
                 pushed_back = true;
-                let wait = rate_limit_wait(&headers)
-                    .or_else(|| retry_after_wait(&headers))
-                    .unwrap_or_else(|| self.retry.backoff(attempt - 1))
-                    .min(self.retry.cap);
-                self.observer.retry(url.path(), &method_lc);
+                let wait = retry_wait(
+                    &headers,
+                    chrono::Utc::now(),
+                    self.retry.backoff(*attempt - 1),
+                );
                 tracing::debug!(
                     endpoint = call.endpoint.as_str(),
                     status,

@@ -43,14 +43,14 @@ pub mod token;
 pub mod trace;
 pub mod version;
 
-pub use client::{Client, ClientSettings, RetryPolicy};
+pub use client::{retry_wait, Client, ClientSettings, RetryPolicy};
 pub use error::GitlabError;
 pub use info::{Features, Info};
 pub use jobs::{
     JobCredentials, JobRequest, JobRequestOutcome, JobRequestResult, JobState, JobUpdate,
     SessionInfo, TraceOutput, UpdateResult, UpdateState,
 };
-pub use observer::{Endpoint, NoopObserver, RequestObserver};
+pub use observer::{normalized_path, Endpoint, NoopObserver, RequestObserver};
 pub use runners::{RegisterParams, RunnerCredentials};
 pub use trace::{
     FinalState, FinishReport, JobOutcome, JobTrace, Pickup, TraceOptions, TraceWriter,

@@ -62,10 +62,28 @@ pub trait RequestObserver: Send + Sync {
         let _ = (endpoint, method, status, duration);
     }
 
-    /// An HTTP-level retry is about to happen for the request `path` (the URL path).
-    fn retry(&self, path: &str, method: &str) {
-        let _ = (path, method);
+    /// A call ended after `attempts` HTTP attempts (1 when nothing was retried, also when the
+    /// connection failed), for the request `path` with numeric segments as `{id}` (see
+    /// [`normalized_path`]) and `method` in lower case; upstream's retries counter adds them.
+    fn attempts(&self, path: &str, method: &str, attempts: u32) {
+        let _ = (path, method, attempts);
     }
+}
+
+/// A URL path with every segment that is a whole (64-bit) number written `{id}`, as upstream
+/// labels its retries counter: `/api/v4/jobs/123/trace` is `/api/v4/jobs/{id}/trace`, so the
+/// series do not grow with job IDs.
+pub fn normalized_path(path: &str) -> String {
+    path.split('/')
+        .map(|segment| {
+            if !segment.is_empty() && segment.parse::<i64>().is_ok() {
+                "{id}"
+            } else {
+                segment
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// The observer that ignores everything.

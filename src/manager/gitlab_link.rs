@@ -20,7 +20,7 @@ use crate::job::JobPayload;
 
 /// GitLab for every runner of one config: one client per URL and TLS setting.
 pub struct Gitlab {
-    config_dir: Option<PathBuf>,
+    certs_dir: Option<PathBuf>,
     system_id: String,
     global_labels: Mutex<std::collections::BTreeMap<String, String>>,
     clients: Mutex<HashMap<String, Arc<Client>>>,
@@ -28,15 +28,16 @@ pub struct Gitlab {
 }
 
 impl Gitlab {
-    /// A source for the config at `config_dir`, identifying as `system_id`.
+    /// A source identifying as `system_id`, with GitLab's TLS fallbacks looked up in
+    /// `certs_dir`.
     pub fn new(
-        config_dir: Option<PathBuf>,
+        certs_dir: Option<PathBuf>,
         system_id: String,
         global_labels: std::collections::BTreeMap<String, String>,
         metrics: Option<crate::metrics::Metrics>,
     ) -> Gitlab {
         Gitlab {
-            config_dir,
+            certs_dir,
             system_id,
             global_labels: Mutex::new(global_labels),
             clients: Mutex::new(HashMap::new()),
@@ -51,7 +52,7 @@ impl Gitlab {
 
     /// The runner's client (one per runner: its API metrics carry the runner's labels).
     fn client(&self, r: &RunnerConfig) -> Result<Arc<Client>, gitlab::GitlabError> {
-        let settings = ClientSettings::for_runner(r, self.config_dir.as_deref());
+        let settings = ClientSettings::for_runner(r, self.certs_dir.as_deref());
         let key = format!(
             "{}|{}|{}|{:?}|{:?}|{:?}",
             r.token,

@@ -49,7 +49,7 @@ impl RequestObserver for ApiObserver {
         }
     }
 
-    fn retry(&self, path: &str, method: &str) {
-        self.metrics.api_retry(path, method);
+    fn attempts(&self, path: &str, method: &str, attempts: u32) {
+        self.metrics.api_attempts(path, method, attempts);
     }
 }

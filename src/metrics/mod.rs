@@ -535,13 +535,14 @@ impl Metrics {
             .inc();
     }
 
-    /// `gitlab_runner_api_request_retries_total`: a call to `path` (the URL path) with `method`
-    /// (lower case) is retried.
-    pub fn api_retry(&self, path: &str, method: &str) {
+    /// `gitlab_runner_api_request_retries_total{path,method}`: a call to `path` (numeric
+    /// segments already `{id}`) ended after `attempts` attempts; as upstream, every attempt
+    /// counts, the first one included.
+    pub fn api_attempts(&self, path: &str, method: &str, attempts: u32) {
         self.inner
             .api_retries
             .with_label_values(&[path, &method.to_ascii_lowercase()])
-            .inc();
+            .inc_by(u64::from(attempts));
     }
 
     /// The docker+machine autoscaling metrics.

@@ -1,0 +1,759 @@
+//! Conformance with gitlab-runner's own test tables for the config, S3 cache settings and GitLab
+//! client area: each row of upstream's tables is a case here, written as inputs and the
+//! behaviour upstream expects, and run against drover's code. Prints
+//! `config-api conformance: N cases, N agree, K deliberate differences` and fails on any case
+//! that disagrees and is not a documented deliberate difference.
+//!
+//! Tables covered (upstream file, test):
+//! * `cache/cacheconfig/cacheconfig_test.go`: AuthType, DualStack, Encryption, Endpoint;
+//! * `network/retry_requester_test.go`: calculateWaitTime, ShouldRetryRequest, NormalizedURI,
+//!   Do (scripted answers from a server in the test);
+//! * `common/config_test.go`: StringOrArray_UnmarshalFlag, RunnerCredentials_SameAs.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drover::cache::s3::{base_url, custom_endpoint, path_style, S3Cache};
+use drover::config::cache::CacheS3Config;
+use drover::gitlab::client::is_retried_status;
+use drover::gitlab::{
+    normalized_path, retry_wait, Client, ClientSettings, Info, JobCredentials, JobState, JobUpdate,
+    RetryPolicy, TraceOutput,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One case's verdict.
+enum Verdict {
+    Agree,
+    Differ(String),
+}
+
+/// The cases run so far, by upstream test.
+#[derive(Default)]
+struct Tally {
+    cases: Vec<(String, Verdict)>,
+}
+
+/// Cases where drover differs on purpose, with the reason (also in README and CHANGELOG).
+const DELIBERATE: &[(&str, &str)] = &[];
+
+impl Tally {
+    fn check<T: PartialEq + std::fmt::Debug>(&mut self, case: &str, got: T, want: T) {
+        let verdict = if got == want {
+            Verdict::Agree
+        } else {
+            Verdict::Differ(format!("got {got:?}, upstream {want:?}"))
+        };
+        self.cases.push((case.to_owned(), verdict));
+    }
+
+    /// Prints the tally and panics on a disagreement that is not deliberate.
+    fn finish(self, area: &str) {
+        let deliberate = |name: &str| DELIBERATE.iter().any(|(n, _)| *n == name);
+        let agree = self
+            .cases
+            .iter()
+            .filter(|(_, v)| matches!(v, Verdict::Agree))
+            .count();
+        let mut known = 0;
+        let mut failures = Vec::new();
+        for (name, v) in &self.cases {
+            if let Verdict::Differ(why) = v {
+                if deliberate(name) {
+                    known += 1;
+                } else {
+                    failures.push(format!("{name}: {why}"));
+                }
+            }
+        }
+        println!(
+            "{area} conformance: {} cases, {agree} agree, {known} deliberate differences",
+            self.cases.len()
+        );
+        assert!(!self.cases.is_empty(), "no case ran: the tables are empty");
+        assert!(
+            failures.is_empty(),
+            "cases that differ from upstream:\n{}",
+            failures.join("\n")
+        );
+    }
+}
+
+fn s3(f: impl FnOnce(&mut CacheS3Config)) -> CacheS3Config {
+    let mut c = CacheS3Config::default();
+    f(&mut c);
+    c
+}
+
+fn cacheconfig(t: &mut Tally) {
+    // AuthType: (case, ServerAddress, AccessKey, SecretKey, AuthenticationType, expected).
+    let auth: &[(&str, &str, &str, &str, &str, Option<&str>)] = &[
+        ("Everything is empty", "", "", "", "", Some("iam")),
+        (
+            "Both AccessKey & SecretKey are empty",
+            "s3.amazonaws.com",
+            "",
+            "",
+            "",
+            Some("iam"),
+        ),
+        (
+            "SecretKey is empty",
+            "s3.amazonaws.com",
+            "TOKEN",
+            "",
+            "",
+            Some("iam"),
+        ),
+        (
+            "AccessKey is empty",
+            "s3.amazonaws.com",
+            "",
+            "TOKEN",
+            "",
+            Some("iam"),
+        ),
+        (
+            "ServerAddress is empty",
+            "",
+            "TOKEN",
+            "TOKEN",
+            "",
+            Some("iam"),
+        ),
+        (
+            "ServerAddress & AccessKey are empty",
+            "",
+            "",
+            "TOKEN",
+            "",
+            Some("iam"),
+        ),
+        (
+            "ServerAddress & SecretKey are empty",
+            "",
+            "TOKEN",
+            "",
+            "",
+            Some("iam"),
+        ),
+        (
+            "Nothing is empty",
+            "s3.amazonaws.com",
+            "TOKEN",
+            "TOKEN",
+            "",
+            Some("access-key"),
+        ),
+        (
+            "IAM set as auth type",
+            "s3.amazonaws.com",
+            "TOKEN",
+            "TOKEN",
+            "iam",
+            Some("iam"),
+        ),
+        (
+            "Root credentials set as auth type",
+            "",
+            "TOKEN",
+            "TOKEN",
+            "access-key",
+            Some("access-key"),
+        ),
+        (
+            "Explicitly set but lowercase auth type",
+            "",
+            "TOKEN",
+            "TOKEN",
+            "access-key",
+            Some("access-key"),
+        ),
+        (
+            "Explicitly set invalid auth type",
+            "",
+            "TOKEN",
+            "TOKEN",
+            "invalid",
+            None,
+        ),
+    ];
+    for (case, server, access, secret, kind, want) in auth {
+        let c = s3(|c| {
+            c.server_address = (*server).into();
+            c.access_key = (*access).into();
+            c.secret_key = (*secret).into();
+            c.authentication_type = (*kind).into();
+            c.bucket_name = "name".into();
+            c.bucket_location = "us-east-1a".into();
+        });
+        t.check(&format!("AuthType/{case}"), c.auth_type(), *want);
+    }
+
+    // DualStack: the AWS endpoint is dual-stack unless `DualStack = false`.
+    for (case, setting, want) in [
+        ("Dual Stack omitted", None, true),
+        ("Dual Stack set to true", Some(true), true),
+        ("Dual Stack set to false", Some(false), false),
+    ] {
+        let c = s3(|c| c.dual_stack = setting);
+        let url = base_url(&c, "eu-central-1");
+        t.check(
+            &format!("DualStack/{case}"),
+            url.contains(".dualstack."),
+            want,
+        );
+    }
+
+    // Encryption: the headers a presigned upload is signed with.
+    let arn = "aws:arn:::1234";
+    let enc: &[(&str, &str, &str, &[&str])] = &[
+        ("no encryption", "", "", &[]),
+        (
+            "S3 encryption",
+            "S3",
+            "",
+            &["x-amz-server-side-encryption: AES256"],
+        ),
+        ("unknown encryption", "BLAH", "", &[]),
+        (
+            "AES256 encryption",
+            "aes256",
+            "",
+            &["x-amz-server-side-encryption: AES256"],
+        ),
+        (
+            "KMS encryption",
+            "kms",
+            arn,
+            &[
+                "x-amz-server-side-encryption: aws:kms",
+                "x-amz-server-side-encryption-aws-kms-key-id: aws:arn:::1234",
+            ],
+        ),
+        (
+            "AWS:KMS encryption",
+            "aws:kms",
+            arn,
+            &[
+                "x-amz-server-side-encryption: aws:kms",
+                "x-amz-server-side-encryption-aws-kms-key-id: aws:arn:::1234",
+            ],
+        ),
+        (
+            "DSSE-KMS encryption",
+            "DSSE-KMS",
+            arn,
+            &[
+                "x-amz-server-side-encryption: aws:kms:dsse",
+                "x-amz-server-side-encryption-aws-kms-key-id: aws:arn:::1234",
+            ],
+        ),
+        (
+            "aws:kms:dsse encryption",
+            "aws:kms:dsse",
+            arn,
+            &[
+                "x-amz-server-side-encryption: aws:kms:dsse",
+                "x-amz-server-side-encryption-aws-kms-key-id: aws:arn:::1234",
+            ],
+        ),
+    ];
+    for (case, sse, key, want) in enc {
+        let c = s3(|c| {
+            c.server_address = "minio.example.com".into();
+            c.access_key = "a".into();
+            c.secret_key = "s".into();
+            c.bucket_name = "b".into();
+            c.server_side_encryption = (*sse).into();
+            c.server_side_encryption_key_id = (*key).into();
+        });
+        let got = S3Cache::new(&c, Duration::from_secs(60))
+            .map(|s| s.upload("k", "k").headers[1..].to_vec())
+            .map_err(|e| e.to_string());
+        let want: Vec<String> = want.iter().map(|h| (*h).to_owned()).collect();
+        t.check(&format!("Encryption/{case}"), got, Ok(want));
+    }
+
+    // Endpoint: (case, ServerAddress, Insecure, PathStyle, BucketName, endpoint, path style).
+    let endpoints: &[(&str, &str, bool, Option<bool>, &str, Option<&str>, bool)] = &[
+        ("no server address", "", false, None, "", None, false),
+        (
+            "bad hostname",
+            "local\0host:8080",
+            false,
+            None,
+            "",
+            None,
+            false,
+        ),
+        (
+            "HTTPS server address",
+            "minio.example.com:8080",
+            false,
+            None,
+            "",
+            Some("https://minio.example.com:8080"),
+            true,
+        ),
+        (
+            "HTTP server address",
+            "minio.example.com:8080",
+            true,
+            None,
+            "",
+            Some("http://minio.example.com:8080"),
+            true,
+        ),
+        (
+            "AWS us-east-2 endpoint",
+            "s3.us-east-2.amazonaws.com",
+            false,
+            None,
+            "",
+            Some("https://s3.us-east-2.amazonaws.com"),
+            false,
+        ),
+        (
+            "AWS us-east-2 endpoint with bucket",
+            "my-bucket.s3.us-east-2.amazonaws.com",
+            false,
+            None,
+            "my-bucket",
+            Some("https://my-bucket.s3.us-east-2.amazonaws.com"),
+            true,
+        ),
+        (
+            "AWS FIPS endpoint",
+            "s3-fips.us-west-1.amazonaws.com",
+            false,
+            None,
+            "",
+            Some("https://s3-fips.us-west-1.amazonaws.com"),
+            false,
+        ),
+        (
+            "Google endpoint",
+            "storage.googleapis.com",
+            false,
+            None,
+            "",
+            Some("https://storage.googleapis.com"),
+            false,
+        ),
+        (
+            "Custom HTTPS server on standard port",
+            "minio.example.com:443",
+            false,
+            Some(false),
+            "",
+            Some("https://minio.example.com"),
+            false,
+        ),
+        (
+            "Custom HTTP server on standard port",
+            "minio.example.com:80",
+            true,
+            Some(false),
+            "",
+            Some("http://minio.example.com"),
+            false,
+        ),
+        (
+            "Custom HTTPS server on HTTP port",
+            "minio.example.com:80",
+            false,
+            Some(false),
+            "",
+            Some("https://minio.example.com:80"),
+            false,
+        ),
+        (
+            "Custom HTTPS server with path style disabled",
+            "minio.example.com:8080",
+            false,
+            Some(false),
+            "",
+            Some("https://minio.example.com:8080"),
+            false,
+        ),
+    ];
+    for (case, server, insecure, style, bucket, want_url, want_path) in endpoints {
+        let c = s3(|c| {
+            c.server_address = (*server).into();
+            c.insecure = *insecure;
+            c.path_style = *style;
+            c.bucket_name = (*bucket).into();
+        });
+        // Upstream's endpoint URL is absent when unset or when it does not parse.
+        let url = custom_endpoint(&c).filter(|e| reqwest::Url::parse(e).is_ok());
+        t.check(
+            &format!("Endpoint/{case}"),
+            (url.as_deref(), path_style(&c)),
+            (*want_url, *want_path),
+        );
+    }
+}
+
+fn retry_requester_pure(t: &mut Tally) {
+    use http::header::{HeaderMap, HeaderValue};
+    let now = chrono::Utc::now();
+    let backoff = Duration::from_millis(100);
+    let headers = |pairs: &[(&'static str, String)]| {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).expect("header"));
+        }
+        h
+    };
+    let reset = (now + chrono::Duration::minutes(2))
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+    let cases: Vec<(&str, HeaderMap, Duration)> = vec![
+        (
+            "valid reset time",
+            headers(&[("ratelimit-resettime", reset)]),
+            Duration::from_secs(120),
+        ),
+        (
+            "fallback to retry time",
+            headers(&[
+                ("ratelimit-resettime", "invalid time".into()),
+                ("retry-after", "120".into()),
+            ]),
+            Duration::from_secs(120),
+        ),
+        (
+            "valid retry time",
+            headers(&[("retry-after", "120".into())]),
+            Duration::from_secs(120),
+        ),
+        (
+            "fallback to provided backoff",
+            headers(&[
+                ("ratelimit-resettime", "invalid time".into()),
+                ("retry-after", "invalid time".into()),
+            ]),
+            Duration::from_millis(100),
+        ),
+    ];
+    for (case, h, want) in cases {
+        let got = retry_wait(&h, now, backoff);
+        // Upstream allows a second either way (the reset time has whole seconds).
+        let close = got.abs_diff(want) <= Duration::from_secs(1);
+        t.check(&format!("calculateWaitTime/{case}"), close, true);
+    }
+
+    for (status, want) in [
+        (408, true),
+        (429, true),
+        (500, true),
+        (502, true),
+        (503, true),
+        (504, true),
+        (515, true),
+        (200, false),
+        (308, false),
+    ] {
+        t.check(
+            &format!("ShouldRetryRequest/{status}"),
+            is_retried_status(status),
+            want,
+        );
+    }
+
+    for (path, want) in [
+        ("/", "/"),
+        ("/runners", "/runners"),
+        ("/runners/verify", "/runners/verify"),
+        ("/jobs/12345", "/jobs/{id}"),
+        ("/jobs/12345/trace", "/jobs/{id}/trace"),
+        ("/1", "/{id}"),
+        ("/1/2/3", "/{id}/{id}/{id}"),
+        ("/1/", "/{id}/"),
+    ] {
+        t.check(
+            &format!("NormalizedURI/{path}"),
+            normalized_path(path).as_str(),
+            want,
+        );
+    }
+}
+
+/// A server that answers each request with the next scripted status and headers, counting
+/// requests; past the script it answers 200.
+async fn scripted(script: Vec<(u16, Vec<(&'static str, String)>)>) -> (String, Arc<Mutex<u32>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let count = Arc::new(Mutex::new(0u32));
+    let seen = count.clone();
+    let script = Arc::new(Mutex::new(script.into_iter()));
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let seen = seen.clone();
+            let script = script.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    let mut chunk = [0u8; 16384];
+                    let n = match conn.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    buf.extend_from_slice(&chunk[..n]);
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if buf.len() < end + 4 + length {
+                        continue;
+                    }
+                    buf.drain(..end + 4 + length);
+                    *seen.lock().expect("count") += 1;
+                    let (status, headers) = script
+                        .lock()
+                        .expect("script")
+                        .next()
+                        .unwrap_or((200, Vec::new()));
+                    let mut out = format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n");
+                    for (k, v) in headers {
+                        out.push_str(&format!("{k}: {v}\r\n"));
+                    }
+                    out.push_str("\r\n");
+                    if conn.write_all(out.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, count)
+}
+
+async fn retry_requester_do(t: &mut Tally) {
+    let update = JobUpdate {
+        state: JobState::Running,
+        failure_reason: None,
+        exit_code: 0,
+        output: TraceOutput::default(),
+    };
+    let info = Info::registration();
+    let creds = JobCredentials {
+        id: 1,
+        token: "job-token".into(),
+    };
+    let soon = || {
+        (chrono::Utc::now() + chrono::Duration::seconds(1))
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string()
+    };
+    let cases: Vec<(&str, Vec<(u16, Vec<(&'static str, String)>)>, i32, u32)> = vec![
+        ("success", vec![(200, vec![])], 200, 1),
+        ("non retry-able status code", vec![(400, vec![])], 400, 1),
+        ("retry-able status code", vec![(500, vec![])], 200, 2),
+        (
+            "with reset header",
+            vec![(429, vec![("RateLimit-ResetTime", soon())])],
+            200,
+            2,
+        ),
+        (
+            "invalid reset header",
+            vec![(429, vec![("RateLimit-ResetTime", "invalid".into())])],
+            200,
+            2,
+        ),
+        (
+            "with retry header",
+            vec![(429, vec![("Retry-After", "1".into())])],
+            200,
+            2,
+        ),
+        (
+            "with invalid retry header",
+            vec![(429, vec![("Retry-After", "invalid".into())])],
+            200,
+            2,
+        ),
+        (
+            "retries exhausted",
+            vec![(429, vec![]), (429, vec![]), (429, vec![])],
+            429,
+            3,
+        ),
+    ];
+    for (case, script, want_status, want_attempts) in cases {
+        let (url, count) = scripted(script).await;
+        let client = Client::new(&ClientSettings {
+            url,
+            retry: RetryPolicy {
+                max_attempts: 3,
+                base: Duration::from_millis(10),
+                cap: Duration::from_millis(100),
+            },
+            ..ClientSettings::default()
+        })
+        .expect("client");
+        let r = client.update_job(&creds, &info, &update).await;
+        let attempts = *count.lock().expect("count");
+        t.check(
+            &format!("RetryRequester_Do/{case}"),
+            (r.status, attempts),
+            (want_status, want_attempts),
+        );
+    }
+    // "client error": the connection fails; one attempt, no retry.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let client = Client::new(&ClientSettings {
+        url,
+        ..ClientSettings::default()
+    })
+    .expect("client");
+    let r = client.update_job(&creds, &info, &update).await;
+    t.check("RetryRequester_Do/client error", r.status, -1);
+}
+
+fn config_tables(t: &mut Tally) {
+    use drover::cli::register::comma_list;
+    for (case, value, want) in [
+        ("empty string", "", vec![]),
+        ("single value", "if-not-present", vec!["if-not-present"]),
+        (
+            "comma separated values",
+            "if-not-present,always",
+            vec!["if-not-present", "always"],
+        ),
+        (
+            "value with leading and trailing spaces",
+            "  if-not-present , always ",
+            vec!["if-not-present", "always"],
+        ),
+    ] {
+        t.check(
+            &format!("StringOrArray_UnmarshalFlag/{case}"),
+            comma_list(&[value.to_owned()]),
+            want.into_iter().map(str::to_owned).collect::<Vec<_>>(),
+        );
+    }
+
+    use drover::cli::runners::same_credentials;
+    let g = "https://gitlab.com";
+    let e = "https://gitlab.example.com";
+    for (case, (u1, t1), (u2, t2), want) in [
+        (
+            "same token and same URL",
+            (g, "token123"),
+            (g, "token123"),
+            true,
+        ),
+        (
+            "same token but different URL",
+            (g, "token123"),
+            (e, "token123"),
+            false,
+        ),
+        (
+            "different token but same URL",
+            (g, "token123"),
+            (g, "token456"),
+            false,
+        ),
+        (
+            "different token and different URL",
+            (g, "token123"),
+            (e, "token456"),
+            false,
+        ),
+        (
+            "same token, first URL is wildcard *",
+            ("*", "token123"),
+            (g, "token123"),
+            true,
+        ),
+        (
+            "same token, second URL is wildcard *",
+            (g, "token123"),
+            ("*", "token123"),
+            true,
+        ),
+        (
+            "same token, both URLs are wildcard *",
+            ("*", "token123"),
+            ("*", "token123"),
+            true,
+        ),
+        (
+            "same token, first URL is empty",
+            ("", "token123"),
+            (g, "token123"),
+            true,
+        ),
+        (
+            "same token, second URL is empty",
+            (g, "token123"),
+            ("", "token123"),
+            true,
+        ),
+        (
+            "same token, both URLs are empty",
+            ("", "token123"),
+            ("", "token123"),
+            true,
+        ),
+        (
+            "same token, empty and wildcard *",
+            ("", "token123"),
+            ("*", "token123"),
+            true,
+        ),
+        (
+            "different token, first URL is wildcard *",
+            ("*", "token123"),
+            (g, "token456"),
+            false,
+        ),
+        (
+            "different token, second URL is wildcard *",
+            (g, "token123"),
+            ("*", "token456"),
+            false,
+        ),
+        (
+            "same token, URLs differ only by trailing slash",
+            (g, "token123"),
+            ("https://gitlab.com/", "token123"),
+            false,
+        ),
+        (
+            "same token, URLs differ by protocol",
+            ("http://gitlab.com", "token123"),
+            (g, "token123"),
+            false,
+        ),
+    ] {
+        t.check(
+            &format!("RunnerCredentials_SameAs/{case}"),
+            same_credentials(u1, t1, u2, t2),
+            want,
+        );
+    }
+}
+
+#[tokio::test]
+async fn config_and_api_tables_of_upstream() {
+    let mut t = Tally::default();
+    cacheconfig(&mut t);
+    retry_requester_pure(&mut t);
+    retry_requester_do(&mut t).await;
+    config_tables(&mut t);
+    t.finish("config-api");
+}
