@@ -745,3 +745,37 @@ async fn vanished_build_container_is_a_system_failure_by_default() {
     assert!(e.contains("was not found or was removed"), "{e}");
     assert!(!ran.trace.contains("\nscript-finished"), "{}", ran.trace);
 }
+
+/// As upstream, an `executor_opts` key the docker executor does not know fails the job as a
+/// system failure (exit code 3) before anything runs, on a service as on the image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_executor_opts_on_a_service_fail_the_job_before_it_runs() {
+    let _guard = engine_test!();
+    let runner = settings("svcopts");
+    let ran = run_job(
+        &no_git_job(
+            19,
+            509,
+            &["echo the-script-ran"],
+            json!({
+                "image": {"name": BUILD_IMAGE},
+                "services": [{"name": BUILD_IMAGE, "alias": "svc",
+                              "executor_opts": {"docker": {"powpow": "x"}}}],
+            }),
+        ),
+        &runner,
+    )
+    .await;
+    let failure = match &ran.result {
+        Err(drover::executor::JobError::Failed(f)) => f.clone(),
+        other => panic!("expected a job failure, got {other:?}\n{}", ran.trace),
+    };
+    assert_eq!(failure.exit_code, Some(3), "{failure:?}");
+    assert_eq!(
+        failure.reason,
+        drover::executor::FailureReason::RunnerSystemFailure
+    );
+    assert!(failure.message.contains("powpow (service "), "{failure:?}");
+    assert!(!ran.trace.contains("the-script-ran"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}

@@ -20,7 +20,7 @@ pub enum S3Error {
     #[error("[runners.cache.s3] BucketName is empty")]
     NoBucket,
     /// IAM (instance profile) credentials are not supported.
-    #[error("[runners.cache.s3] IAM credentials (no ServerAddress/AccessKey/SecretKey, or AuthenticationType = \"iam\") are not implemented by drover; set AccessKey and SecretKey")]
+    #[error("[runners.cache.s3] IAM credentials are not implemented by drover, and gitlab-runner's rule picks them when ServerAddress, AccessKey or SecretKey is empty (or AuthenticationType = \"iam\"): set all three (ServerAddress = \"s3.amazonaws.com\" for AWS) or AuthenticationType = \"access-key\" with AccessKey and SecretKey")]
     Iam,
     /// `RoleARN` / `UploadRoleARN` need GoCloud URLs with STS credentials.
     #[error("[runners.cache.s3] RoleARN/UploadRoleARN are not implemented by drover")]

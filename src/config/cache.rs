@@ -81,6 +81,12 @@ pub struct CacheS3Config {
     /// `UploadRoleARN`.
     #[serde(rename = "UploadRoleARN")]
     pub upload_role_arn: String,
+    /// `AssumeRoleMaxConcurrency`: for RoleARN credentials, which drover does not implement.
+    #[serde(rename = "AssumeRoleMaxConcurrency")]
+    pub assume_role_max_concurrency: i64,
+    /// `DisableAssumeRoleCredentialsCaching`: likewise.
+    #[serde(rename = "DisableAssumeRoleCredentialsCaching")]
+    pub disable_assume_role_credentials_caching: bool,
 }
 
 impl CacheS3Config {

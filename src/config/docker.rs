@@ -178,6 +178,8 @@ pub struct DockerService {
     pub entrypoint: Vec<String>,
     /// `environment`: `KEY=value` entries.
     pub environment: Vec<String>,
+    /// `suspend_data_path`: read, not used (drover does not suspend services).
+    pub suspend_data_path: String,
 }
 
 impl DockerService {

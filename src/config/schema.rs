@@ -81,6 +81,12 @@ use Kind::*;
 
 const OTHER_EXECUTOR: &str = "it configures another executor; drover loads it and ignores it";
 
+const STAGE_TIMEOUTS: &str =
+    "drover does not enforce stage time limits yet: the job timeout applies to the stage";
+
+const ASSUME_ROLE: &str =
+    "it tunes RoleARN credentials, which drover does not implement (see RoleARN)";
+
 /// The top level of the file.
 pub(crate) static ROOT: Schema = Schema {
     title: "the top level",
@@ -185,6 +191,13 @@ pub(crate) static RUNNER: Schema = Schema {
         unused("custom", Table(&CUSTOM), OTHER_EXECUTOR),
         unused("autoscaler", Raw, OTHER_EXECUTOR),
         f("step_runner_image", Str),
+        unused("prepare_timeout", Duration, STAGE_TIMEOUTS),
+        unused("get_sources_timeout", Duration, STAGE_TIMEOUTS),
+        unused(
+            "artifact",
+            Raw,
+            "drover's artifact transfers use their own timeouts; [runners.artifact] is ignored",
+        ),
     ],
     removed: &[
         ("pre_clone_script", "`pre_clone_script` was removed in gitlab-runner 17.0 and is ignored: rename it to `pre_get_sources_script`"),
@@ -279,6 +292,8 @@ static CACHE_S3: Schema = Schema {
         f("Accelerate", Bool),
         f("RoleARN", Str),
         f("UploadRoleARN", Str),
+        unused("AssumeRoleMaxConcurrency", Int, ASSUME_ROLE),
+        unused("DisableAssumeRoleCredentialsCaching", Bool, ASSUME_ROLE),
     ],
     removed: &[],
 };
@@ -350,6 +365,11 @@ static DOCKER_SERVICE: Schema = Schema {
         f("command", StrList),
         f("entrypoint", StrList),
         f("environment", StrList),
+        unused(
+            "suspend_data_path",
+            Str,
+            "drover does not suspend and resume services",
+        ),
     ],
     removed: &[],
 };

@@ -34,25 +34,31 @@ impl JobRun<'_> {
         let payload = req.payload;
         let runner = req.runner;
         let ds = &runner.docker;
-        if let Some(image) = &payload.image {
-            let other: Vec<&String> = image
-                .executor_opts
-                .other
-                .keys()
-                .chain(image.executor_opts.docker.other.keys())
-                .collect();
-            if !other.is_empty() {
-                let keys: Vec<&str> = other.iter().map(|k| k.as_str()).collect();
-                return Err(JobFailure {
-                    reason: FailureReason::RunnerSystemFailure,
-                    exit_code: Some(3),
-                    message: format!(
-                        "unsupported executor_opts keys for the docker executor: {}",
-                        keys.join(", ")
-                    ),
-                }
-                .into());
+        // As upstream, unknown `executor_opts` on the image or on any service fail the job
+        // before anything runs.
+        let unsupported: Vec<String> = payload
+            .image
+            .iter()
+            .map(|i| ("image", i))
+            .chain(payload.services.iter().map(|s| ("service", s)))
+            .flat_map(|(what, i)| {
+                i.executor_opts
+                    .other
+                    .keys()
+                    .chain(i.executor_opts.docker.other.keys())
+                    .map(move |k| format!("{k} ({what} {})", i.name))
+            })
+            .collect();
+        if !unsupported.is_empty() {
+            return Err(JobFailure {
+                reason: FailureReason::RunnerSystemFailure,
+                exit_code: Some(3),
+                message: format!(
+                    "unsupported executor_opts keys for the docker executor: {}",
+                    unsupported.join(", ")
+                ),
             }
+            .into());
         }
         let plan = plan::plan_job(payload, runner)?;
         for w in &plan.warnings {
