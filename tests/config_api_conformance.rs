@@ -8,7 +8,9 @@
 //! * `cache/cacheconfig/cacheconfig_test.go`: AuthType, DualStack, Encryption, Endpoint;
 //! * `network/retry_requester_test.go`: calculateWaitTime, ShouldRetryRequest, NormalizedURI,
 //!   Do (scripted answers from a server in the test);
-//! * `common/config_test.go`: StringOrArray_UnmarshalFlag, RunnerCredentials_SameAs.
+//! * `common/config_test.go`: StringOrArray_UnmarshalFlag, RunnerCredentials_SameAs;
+//! * `common/build_test.go`: GetPrepareTimeout, GetGetSourcesTimeout (the phase limits; the
+//!   Build*Timeout runs are end-to-end tests in `tests/executor_engine.rs`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -748,6 +750,51 @@ fn config_tables(t: &mut Tally) {
     }
 }
 
+fn phase_limits(t: &mut Tally) {
+    use drover::config::GoDuration;
+    use drover::executor::stage_limits::phase_limit;
+    for key in ["prepare_timeout", "get_sources_timeout"] {
+        let secs = |s: i64| Some(GoDuration::from_secs(s));
+        let rows: [(&str, Option<GoDuration>, &str, Option<String>); 6] = [
+            ("nil", None, "10m0s", None),
+            ("is valid", secs(300), "5m0s", None),
+            ("equals job timeout", secs(600), "10m0s", None),
+            (
+                "is zero",
+                secs(0),
+                "10m0s",
+                Some(format!(
+                    "{key} (0s) must be greater than 0; using job timeout (10m0s)"
+                )),
+            ),
+            (
+                "is negative",
+                secs(-1),
+                "10m0s",
+                Some(format!(
+                    "{key} (-1s) must be greater than 0; using job timeout (10m0s)"
+                )),
+            ),
+            (
+                "exceeds job timeout",
+                secs(601),
+                "10m0s",
+                Some(format!(
+                    "{key} (10m1s) exceeds job timeout (10m0s); using job timeout"
+                )),
+            ),
+        ];
+        for (case, set, want, warning) in rows {
+            let got = phase_limit(key, set, 600);
+            t.check(
+                &format!("Get{key}/{key} {case}"),
+                (got.limit.to_string(), got.warning),
+                (want.to_owned(), warning),
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn config_and_api_tables_of_upstream() {
     let mut t = Tally::default();
@@ -755,5 +802,6 @@ async fn config_and_api_tables_of_upstream() {
     retry_requester_pure(&mut t);
     retry_requester_do(&mut t).await;
     config_tables(&mut t);
+    phase_limits(&mut t);
     t.finish("config-api");
 }

@@ -779,3 +779,63 @@ async fn unknown_executor_opts_on_a_service_fail_the_job_before_it_runs() {
     assert!(!ran.trace.contains("the-script-ran"), "{}", ran.trace);
     assert_clean_and_remove_reusable(&short_token(&runner));
 }
+
+/// `prepare_timeout` and `get_sources_timeout` end the job as upstream does: a
+/// `job_execution_timeout` naming the phase and its limit, long before the job timeout; a
+/// phase that fails on its own inside its limit is not called a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn phase_time_limits_end_the_job_with_a_timeout_naming_the_phase() {
+    use drover::config::GoDuration;
+    use drover::executor::{FailureReason, JobError};
+    let _guard = engine_test!();
+    let failure = |ran: &Ran| match &ran.result {
+        Err(JobError::Failed(f)) => f.clone(),
+        other => panic!("expected a job failure, got {other:?}\n{}", ran.trace),
+    };
+
+    let mut runner = settings("prepto");
+    runner.prepare_timeout = Some(GoDuration::from_nanos(1_000_000));
+    let ran = run_job(
+        &no_git_job(20, 510, &["echo the-script-ran"], json!({})),
+        &runner,
+    )
+    .await;
+    let f = failure(&ran);
+    assert_eq!(f.reason, FailureReason::JobExecutionTimeout, "{f:?}");
+    assert_eq!(f.message, "prepare timeout: exceeded timeout of 1ms");
+    assert!(!ran.trace.contains("the-script-ran"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+
+    let mut runner = settings("srcto");
+    runner.get_sources_timeout = Some(GoDuration::from_secs(3));
+    runner.pre_get_sources_script = Some("sleep 60".into());
+    let started = std::time::Instant::now();
+    let clone = json!({"variables": [{"key": "GIT_STRATEGY", "value": "clone"}]});
+    let ran = run_job(
+        &no_git_job(21, 511, &["echo the-script-ran"], clone.clone()),
+        &runner,
+    )
+    .await;
+    let f = failure(&ran);
+    assert_eq!(f.reason, FailureReason::JobExecutionTimeout, "{f:?}");
+    assert_eq!(f.message, "get sources timeout: exceeded timeout of 3s");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "the sleep ran out"
+    );
+    assert!(!ran.trace.contains("the-script-ran"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+
+    // A get_sources that fails by itself within its limit is a script failure, as before.
+    let mut runner = settings("srcfail");
+    runner.get_sources_timeout = Some(GoDuration::from_secs(60));
+    runner.pre_get_sources_script = Some("exit 7".into());
+    let ran = run_job(
+        &no_git_job(22, 512, &["echo the-script-ran"], clone),
+        &runner,
+    )
+    .await;
+    let f = failure(&ran);
+    assert_eq!(f.reason, FailureReason::ScriptFailure, "{f:?}");
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}

@@ -376,10 +376,10 @@ pub struct RunnerConfig {
     pub autoscaler: Option<Box<RawTable>>,
     /// `step_runner_image`.
     pub step_runner_image: String,
-    /// `prepare_timeout`: read, not enforced yet (the job timeout applies).
+    /// `prepare_timeout`: the prepare phase's time limit (unset: the job timeout).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prepare_timeout: Option<GoDuration>,
-    /// `get_sources_timeout`: read, not enforced yet (the job timeout applies).
+    /// `get_sources_timeout`: get_sources' time limit, all attempts (unset: the job timeout).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub get_sources_timeout: Option<GoDuration>,
     /// `[runners.artifact]`: kept verbatim; drover does not use it.

@@ -81,9 +81,6 @@ use Kind::*;
 
 const OTHER_EXECUTOR: &str = "it configures another executor; drover loads it and ignores it";
 
-const STAGE_TIMEOUTS: &str =
-    "drover does not enforce stage time limits yet: the job timeout applies to the stage";
-
 const ASSUME_ROLE: &str =
     "it tunes RoleARN credentials, which drover does not implement (see RoleARN)";
 
@@ -191,8 +188,8 @@ pub(crate) static RUNNER: Schema = Schema {
         unused("custom", Table(&CUSTOM), OTHER_EXECUTOR),
         unused("autoscaler", Raw, OTHER_EXECUTOR),
         f("step_runner_image", Str),
-        unused("prepare_timeout", Duration, STAGE_TIMEOUTS),
-        unused("get_sources_timeout", Duration, STAGE_TIMEOUTS),
+        f("prepare_timeout", Duration),
+        f("get_sources_timeout", Duration),
         unused(
             "artifact",
             Raw,

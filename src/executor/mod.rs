@@ -25,6 +25,7 @@ mod run;
 pub mod script;
 pub mod services;
 pub mod settings;
+pub mod stage_limits;
 pub mod stages;
 pub mod trace;
 pub mod volumes;

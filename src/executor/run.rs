@@ -63,6 +63,16 @@ pub(crate) struct JobRun<'r> {
     started: Instant,
     /// The per-build network, removed after the containers.
     network: Option<String>,
+    /// The phase under a time limit of its own (`prepare_timeout`, `get_sources_timeout`).
+    phase: Option<Phase>,
+}
+
+/// A phase of the job with its own time limit.
+struct Phase {
+    /// `prepare`, `get sources`: named in the failure message as upstream names it.
+    name: &'static str,
+    limit: crate::config::GoDuration,
+    deadline: Instant,
 }
 
 impl<'r> JobRun<'r> {
@@ -79,7 +89,32 @@ impl<'r> JobRun<'r> {
             cancel_consumed: false,
             started: Instant::now(),
             network: None,
+            phase: None,
         }
+    }
+
+    /// Starts a phase limited by the runner's `key` setting (resolved against the job timeout,
+    /// with upstream's warning in drover's log when the setting cannot be used).
+    fn enter_phase(
+        &mut self,
+        name: &'static str,
+        key: &str,
+        configured: Option<crate::config::GoDuration>,
+    ) {
+        let resolved =
+            crate::executor::stage_limits::phase_limit(key, configured, self.timeout_secs);
+        if let Some(w) = &resolved.warning {
+            tracing::warn!(job = self.req.payload.id, "{w}");
+        }
+        self.phase = Some(Phase {
+            name,
+            limit: resolved.limit,
+            deadline: deadline_in(resolved.duration()),
+        });
+    }
+
+    fn phase_deadline(&self) -> Option<Instant> {
+        self.phase.as_ref().map(|p| p.deadline)
     }
 
     /// Runs the job, then cleans up; returns the outcome.
@@ -98,8 +133,21 @@ impl<'r> JobRun<'r> {
             "prepare_executor",
             &format!("Preparing the \"{executor}\" executor"),
         );
-        // Preparation (pulls included) stops on abort, cancel or the job timeout too.
-        let stop = stop_signal(self.control.clone(), self.deadline, None, false, false);
+        // Preparation (pulls included) stops on abort, cancel, the job timeout or
+        // `prepare_timeout`, which also covers prepare_script.
+        self.enter_phase(
+            "prepare",
+            "prepare_timeout",
+            self.req.runner.prepare_timeout,
+        );
+        let stop = stop_signal(
+            self.control.clone(),
+            self.deadline,
+            self.phase_deadline(),
+            None,
+            false,
+            false,
+        );
         let prepared = tokio::select! {
             r = self.prepare(trace) => Prep::Done(Box::new(r)),
             reason = stop => Prep::Stopped(reason),
@@ -136,8 +184,15 @@ impl<'r> JobRun<'r> {
             }
         }
         outcome.into_result()?;
+        self.phase = None;
 
-        // get_sources, with retries; a failure skips the user steps and after_script.
+        // get_sources, with retries, all within `get_sources_timeout`; a failure skips the
+        // user steps and after_script.
+        self.enter_phase(
+            "get sources",
+            "get_sources_timeout",
+            self.req.runner.get_sources_timeout,
+        );
         let mut result: Result<(), JobError> = Ok(());
         let mut sources_ok = false;
         for attempt in 1..=p.settings.get_sources_attempts {
@@ -202,6 +257,8 @@ impl<'r> JobRun<'r> {
                 }
             }
         }
+
+        self.phase = None;
 
         // restore_cache: a failed stage (only an unknown policy fails it) skips the user steps
         // and after_script, as a failed get_sources does.
@@ -562,6 +619,11 @@ impl<'r> JobRun<'r> {
                 self.stop_failure(StopReason::JobTimeout, None),
             ));
         }
+        if self.phase_deadline().is_some_and(|d| Instant::now() >= d) {
+            return Ok(StageOutcome::Stopped(
+                self.stop_failure(StopReason::PhaseTimeout, None),
+            ));
+        }
         trace.section_start(name, description);
         let script = body.finish(p.settings.debug_trace && !self.req.runner.debug_trace_disabled);
         // A container that vanished (removed from outside) is recreated and the stage run
@@ -576,6 +638,7 @@ impl<'r> JobRun<'r> {
                 let stop = stop_signal(
                     self.control.clone(),
                     self.deadline,
+                    self.phase_deadline(),
                     stage_timeout,
                     user_script,
                     self.cancel_consumed,
@@ -634,6 +697,13 @@ impl<'r> JobRun<'r> {
                     "execution took longer than {}",
                     crate::executor::labels::go_duration(self.timeout_secs)
                 ),
+            ),
+            StopReason::PhaseTimeout => JobFailure::new(
+                FailureReason::JobExecutionTimeout,
+                match &self.phase {
+                    Some(p) => format!("{} timeout: exceeded timeout of {}", p.name, p.limit),
+                    None => "stage timeout".to_string(),
+                },
             ),
             StopReason::StageTimeout => JobFailure::new(
                 FailureReason::JobExecutionTimeout,
@@ -723,11 +793,18 @@ impl StageOutcome {
 async fn stop_signal(
     control: JobControl,
     deadline: Instant,
+    phase_deadline: Option<Instant>,
     stage_timeout: Option<Duration>,
     user_script: bool,
     cancel_consumed: bool,
 ) -> StopReason {
     let stage_deadline = stage_timeout.map(deadline_in);
+    let phase = async {
+        match phase_deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending::<()>().await,
+        }
+    };
     let graceful = async {
         if cancel_consumed {
             std::future::pending::<()>().await;
@@ -743,6 +820,7 @@ async fn stop_signal(
     tokio::select! {
         _ = control.abort.cancelled() => StopReason::Aborted,
         _ = tokio::time::sleep_until(deadline) => StopReason::JobTimeout,
+        _ = phase => StopReason::PhaseTimeout,
         _ = stage => StopReason::StageTimeout,
         _ = graceful => if user_script { StopReason::Canceled } else { StopReason::Aborted },
     }

@@ -45,6 +45,10 @@ pub struct RunnerSettings {
     pub docker: DockerSettings,
     /// `[runners.cache]` (the distributed cache; `None`: local archives only).
     pub cache: Option<crate::config::cache::CacheConfig>,
+    /// `prepare_timeout` (`None`: the job timeout).
+    pub prepare_timeout: Option<crate::config::GoDuration>,
+    /// `get_sources_timeout` (`None`: the job timeout).
+    pub get_sources_timeout: Option<crate::config::GoDuration>,
 }
 
 /// `[runners.docker]` settings the executor applies.
@@ -272,6 +276,8 @@ impl RunnerSettings {
             feature_flags: r.feature_flags.clone(),
             debug_trace_disabled: r.debug_trace_disabled,
             cache: r.cache.as_deref().cloned(),
+            prepare_timeout: r.prepare_timeout,
+            get_sources_timeout: r.get_sources_timeout,
             docker: DockerSettings {
                 image: d.image.clone(),
                 helper_image: non_empty(&d.helper_image),

@@ -30,6 +30,8 @@ pub enum StopReason {
     Canceled,
     /// `RUNNER_SCRIPT_TIMEOUT` / `RUNNER_AFTER_SCRIPT_TIMEOUT`.
     StageTimeout,
+    /// `prepare_timeout` / `get_sources_timeout`: nothing more runs.
+    PhaseTimeout,
 }
 
 /// How a stage ended.
