@@ -652,6 +652,44 @@ async fn concurrent_first_creates_leave_a_client_cert_signed_by_the_final_ca() {
     }
 }
 
+/// Two shim processes on one store (two drover instances, or two `MachineDriver`s): their
+/// first creates bootstrap the certificates one at a time too, through the store's lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_shim_processes_on_one_store_leave_a_client_cert_signed_by_the_final_ca() {
+    for (round, dm) in docker_machines()
+        .iter()
+        .flat_map(|dm| std::iter::repeat_n(dm, 5))
+        .enumerate()
+    {
+        let world = FakeWorld::new();
+        let (a, b) = (
+            Plugin::new(world.shim_with(dm, &[])),
+            Plugin::new(world.shim_with(dm, &[])),
+        );
+        let creates = (0..4).map(|i| {
+            let req = params(&format!("{PREFIX}two-{round}-{i}"), "tcp://127.0.0.1:9");
+            let p = if i % 2 == 0 { &a } else { &b };
+            async move { p.create(&req, &Call::new()).await }
+        });
+        for r in futures_util::future::join_all(creates).await {
+            r.expect("create");
+        }
+        let certs = world.store().join("certs");
+        let out = Command::new("openssl")
+            .args(["verify", "-CAfile"])
+            .arg(certs.join("ca.pem"))
+            .arg(certs.join("cert.pem"))
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "round {round} ({}): cert.pem is not signed by ca.pem: {}",
+            dm.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn a_relative_storage_path_gives_an_absolute_cert_dir() {
     let world = FakeWorld::new();

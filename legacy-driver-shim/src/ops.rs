@@ -115,7 +115,8 @@ pub struct Shim {
     busy: Mutex<HashMap<String, MachineState>>,
     /// Held by a create while the store's `certs/` is incomplete: docker-machine bootstraps
     /// its CA and client certificate on the first create without a lock, so concurrent first
-    /// creates would leave a client cert not signed by the final CA.
+    /// creates would leave a client cert not signed by the final CA. Across processes the
+    /// same create also holds the store's certificate lock ([`Store::try_lock_certs`]).
     cert_bootstrap: tokio::sync::Mutex<()>,
 }
 
@@ -238,7 +239,35 @@ impl Shim {
                 }
             };
             if !self.store.certs_complete() {
-                bootstrap = Some(guard);
+                // Then the other processes' creates: wait for the store's lock, or for the
+                // certificates another process finished meanwhile.
+                let lock = loop {
+                    match self.store.try_lock_certs() {
+                        Ok(Some(lock)) => break Some(lock),
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(
+                                "cannot lock the certificates in {}: {e}; creating without the lock",
+                                self.store.root().display()
+                            );
+                            break None;
+                        }
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(CERTS_POLL) => {}
+                        _ = ctx.cancel.cancelled() => {
+                            return Err(fail(ErrorKind::Cancelled, format!(
+                                "create of {:?} cancelled while waiting for the store's certificates", p.name
+                            )));
+                        }
+                    }
+                    if self.store.certs_complete() {
+                        break None;
+                    }
+                };
+                if !self.store.certs_complete() {
+                    bootstrap = Some((guard, lock));
+                }
             }
         }
         let run = self.exec.run(

@@ -97,6 +97,29 @@ impl Store {
             .all(|f| std::fs::metadata(certs.join(f)).is_ok_and(|m| m.is_file() && m.len() > 0))
     }
 
+    /// Takes the exclusive `flock` on the store's `certs/` directory (creating it), without
+    /// waiting: `Ok(None)` when another process holds it. Every shim bootstraps the store's
+    /// certificates under this lock, so two shim processes on one store (two drover instances,
+    /// two `MachineDriver`s) never race docker-machine's unlocked first-create bootstrap; a lock
+    /// on the directory itself is the one docker-machine would take if it took one.
+    pub fn try_lock_certs(&self) -> std::io::Result<Option<CertsLock>> {
+        use std::os::fd::AsRawFd;
+        let dir = self.root.join("certs");
+        std::fs::create_dir_all(&dir)?;
+        let file = std::fs::File::open(&dir)?;
+        // SAFETY: flock on a descriptor we own; it is released when `file` closes.
+        let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r == 0 {
+            return Ok(Some(CertsLock(file)));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            Ok(None)
+        } else {
+            Err(e)
+        }
+    }
+
     /// The store root.
     pub fn root(&self) -> &Path {
         &self.root
@@ -236,3 +259,7 @@ mod tests {
         }
     }
 }
+
+/// The held `flock` of [`Store::try_lock_certs`]; dropping it releases the lock.
+#[derive(Debug)]
+pub struct CertsLock(#[allow(dead_code)] std::fs::File);
