@@ -130,3 +130,43 @@ async fn autoscaled_jobs(setup: &MachineWorld, dm: &Path) {
     eprintln!("drained and exited at {:?}", t0.elapsed());
     assert_eq!(machines(world), Vec::<String>::new(), "{}", drover.log());
 }
+
+/// A machine whose Docker Engine cannot be reached with its certificates (as after a creation
+/// cut short by `kill -9`: docker-machine writes them last) is never where a job runs: the
+/// preparation gives it back as unusable, the engine removes it, and the job runs on another
+/// machine and succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_without_its_certificates_is_removed_and_the_job_runs_on_another() {
+    let Some(setup) = machine_world().await else {
+        return;
+    };
+    let (world, port) = (&setup.world, setup.port);
+    let token = "glrt-drovertestrunmach2";
+    let sim = Sim::start().await.expect("simulator");
+    sim.add_runner(token);
+    let mut drover = Drover::start(&machine_config(&sim, token, port, 1, 10), &env(world));
+    let broken = until(&drover, Duration::from_secs(60), "an idle machine", || {
+        machines(world).into_iter().next()
+    })
+    .await;
+    let certs = world.store().join("machines").join(&broken);
+    for f in ["ca.pem", "cert.pem", "key.pem"] {
+        let _ = std::fs::remove_file(certs.join(f));
+    }
+    let id = sim.enqueue(job(&["echo ran-on-a-good-machine"]));
+    let v = finished(&sim, &drover, id, Duration::from_secs(120)).await;
+    let t = String::from_utf8_lossy(&v.trace).into_owned();
+    assert_eq!(v.state, JobState::Success, "{t}\n{}", drover.log());
+    assert!(t.contains("ran-on-a-good-machine"), "{t}");
+    assert_ne!(machine_of(&t), broken, "{t}");
+    assert!(t.contains("Preparation failed"), "{t}");
+    until(
+        &drover,
+        Duration::from_secs(60),
+        "the broken machine removed",
+        || (!machines(world).contains(&broken)).then_some(()),
+    )
+    .await;
+    drover.signal(libc::SIGQUIT);
+    assert_eq!(exit_code(drover.wait_exit(Duration::from_secs(120))), 0);
+}

@@ -30,6 +30,9 @@ pub enum Reason {
     FailedToCreate,
     /// Shutdown drain ("shutdown drain").
     ShutdownDrain,
+    /// drover only: the ledger says the machine was being created when drover stopped, so its
+    /// creation never finished ("creation interrupted by a restart").
+    CreationInterrupted,
 }
 
 impl Reason {
@@ -45,6 +48,7 @@ impl Reason {
             Reason::MachineUnavailable => "machine is unavailable",
             Reason::FailedToCreate => "Failed to create",
             Reason::ShutdownDrain => "shutdown drain",
+            Reason::CreationInterrupted => "creation interrupted by a restart",
         }
     }
 }

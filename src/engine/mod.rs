@@ -375,6 +375,10 @@ impl Engine {
         let Some(m) = self.ledger.get_mut(id) else {
             return Ok(());
         };
+        if m.state == MachineState::Removing {
+            // A machine found unusable while it served a job is on its way out already.
+            return Ok(());
+        }
         if m.state == MachineState::Used {
             m.used = now;
         }
@@ -386,6 +390,23 @@ impl Engine {
         *self.availability.entry(token.clone()).or_insert(0) += 1;
         self.use_on_available(&token);
         Ok(())
+    }
+
+    /// A machine handed to a job that the job could not use (its Docker endpoint did not
+    /// answer, its certificates are missing): it is removed ("machine is unavailable", as a
+    /// failed connectivity check in `Use` removes one), never released for another job. An
+    /// untracked or already removing machine is left alone.
+    pub fn release_unusable(&mut self, name: &str, now: Time) {
+        let Some(id) = self.ledger.id_of(name) else {
+            return;
+        };
+        let usable_state = self
+            .ledger
+            .get(id)
+            .is_some_and(|m| matches!(m.state, MachineState::Used | MachineState::Acquired));
+        if usable_state {
+            self.start_removal(id, Reason::MachineUnavailable, now);
+        }
     }
 
     /// Reserves an Idle machine (Idle → Acquired); false if it is not Idle or not tracked.

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | Idle, Acquired, Used | Idle, with its used count and last use (no job survives a restart; the next `Use` checks connectivity as always) |
 //! | Removing | Removing, its removal attempts and failed-attempt count kept, and a new attempt started at once |
-//! | Creating | not restored: the creation died with the process; if the provider lists the machine, the pass adopts it as upstream does |
+//! | Creating | Removing ("creation interrupted by a restart"): the creation died with the process, so the machine may lack what a job needs (docker-machine writes its certificates last); it is never handed to a job, and a removal attempt starts at once (nothing to remove when the provider does not have it) |
 //!
 //! Without a call to `restore` (no ledger, a first start after migrating), nothing changes:
 //! adoption as upstream.
@@ -45,7 +45,7 @@ pub struct RestoreReport {
     pub restored: Vec<String>,
     /// Restored as Removing, with a removal attempt started.
     pub resumed_removals: Vec<String>,
-    /// Records of interrupted creations, left to adoption.
+    /// Records of interrupted creations, restored as Removing with a removal attempt started.
     pub interrupted_creations: Vec<String>,
     /// Records for names the engine already tracks, or for a runner it does not have (the
     /// record is then kept without an owner).
@@ -85,12 +85,9 @@ impl Engine {
             if r.runner.is_some() && runner.is_none() {
                 report.skipped.push(r.name.clone());
             }
+            let interrupted = r.state == MachineState::Creating;
             let state = match r.state {
-                MachineState::Creating => {
-                    report.interrupted_creations.push(r.name);
-                    continue;
-                }
-                MachineState::Removing => MachineState::Removing,
+                MachineState::Creating | MachineState::Removing => MachineState::Removing,
                 MachineState::Idle | MachineState::Acquired | MachineState::Used => {
                     MachineState::Idle
                 }
@@ -104,7 +101,11 @@ impl Engine {
                 .and_then(|id| self.runners.get(id.0))
                 .map_or(0, |s| s.policy.max_removal_attempts);
             if state == MachineState::Removing {
-                let reason = r.reason.unwrap_or(Reason::TooManyIdleMachines);
+                let reason = if interrupted {
+                    Reason::CreationInterrupted
+                } else {
+                    r.reason.unwrap_or(Reason::TooManyIdleMachines)
+                };
                 m.reason = Some(reason);
                 m.retry_count = r.retry_count;
                 m.removal_attempts = r.removal_attempts.max(0);
@@ -114,7 +115,11 @@ impl Engine {
                     reason,
                 });
                 self.begin_removal_attempt(id);
-                report.resumed_removals.push(r.name);
+                if interrupted {
+                    report.interrupted_creations.push(r.name);
+                } else {
+                    report.resumed_removals.push(r.name);
+                }
             } else {
                 self.ledger.insert(m);
                 report.restored.push(r.name);
@@ -248,15 +253,23 @@ mod tests {
         let report = e.restore(vec![r, rec(5, MachineState::Creating, 0)], t(0));
         assert_eq!(report.resumed_removals, vec![name(4)]);
         assert_eq!(report.interrupted_creations, vec![name(5)]);
-        assert!(
-            e.machine(&name(5)).is_none(),
-            "an interrupted creation is not restored"
+        assert_eq!(
+            e.machine(&name(5)).map(|m| m.state),
+            Some(MachineState::Removing),
+            "an interrupted creation is never handed to a job: it is removed"
         );
         assert_eq!(
             e.poll_command(),
             Some(Command::CheckExists {
                 name: name(4),
                 reason: Reason::TooManyIdleMachines
+            })
+        );
+        assert_eq!(
+            e.poll_command(),
+            Some(Command::CheckExists {
+                name: name(5),
+                reason: Reason::CreationInterrupted
             })
         );
         // Its second attempt is its last (MaxRemovalAttempts = 2): a failure gives up.

@@ -858,7 +858,7 @@ mod tests {
         // A select on such deadlines still answers the other branches at once.
         let control = JobControl::default();
         control.abort.cancel();
-        let reason = stop_signal(control, far, Some(Duration::MAX), true, false).await;
+        let reason = stop_signal(control, far, None, Some(Duration::MAX), true, false).await;
         assert!(matches!(reason, StopReason::Aborted));
     }
 }

@@ -55,6 +55,10 @@ pub enum PoolError {
     /// The provider returned an endpoint type drover cannot connect to.
     #[error("machine {0:?}: the provider returned an endpoint type drover does not support")]
     UnsupportedEndpoint(String),
+    /// The machines handed out in every preparation attempt had a Docker Engine that did not
+    /// answer; the last one and why.
+    #[error("no usable machine after the preparation attempts; the last, {0:?}: {1}")]
+    Unusable(String, String),
 }
 
 /// The machine a job runs on and how to reach its Docker Engine.
@@ -120,6 +124,9 @@ enum Request {
     },
     Release {
         runner: RunnerId,
+        name: String,
+    },
+    ReleaseUnusable {
         name: String,
     },
     SetPolicy {
@@ -282,6 +289,12 @@ impl Pool {
     pub async fn release(&self, runner: RunnerId, name: String) {
         // A stopped pool has nothing left to release.
         let _ = self.tx.send(Request::Release { runner, name }).await;
+    }
+
+    /// Gives back a machine a job could not use (its Docker endpoint did not answer): the
+    /// engine removes it instead of handing it to the next job.
+    pub async fn release_unusable(&self, name: String) {
+        let _ = self.tx.send(Request::ReleaseUnusable { name }).await;
     }
 
     /// Replaces a runner's policy after a config reload.
@@ -507,6 +520,7 @@ impl<P: Provider + 'static> PoolTask<P> {
                     tracing::warn!(name = %name, "cannot release machine: {e}");
                 }
             }
+            Request::ReleaseUnusable { name } => self.engine.release_unusable(&name, now),
             Request::SetPolicy { runner, policy } => {
                 if let Err(e) = self.engine.set_policy(runner, *policy) {
                     tracing::warn!("cannot apply the new autoscaling policy: {e}");

@@ -24,6 +24,13 @@ use crate::executor::{
 };
 use crate::job::JobPayload;
 
+/// Preparation attempts of a job (upstream's `PreparationRetries`), each on a machine whose
+/// Docker Engine answers.
+pub const PREPARATION_ATTEMPTS: u32 = 3;
+
+/// The pause between preparation attempts.
+pub const PREPARATION_RETRY: Duration = Duration::from_secs(3);
+
 /// `unhealthy_requests_limit`'s default.
 pub const DEFAULT_UNHEALTHY_REQUESTS_LIMIT: u32 = 3;
 /// `unhealthy_interval`'s default.
@@ -626,18 +633,11 @@ impl<S: JobSource> Manager<S> {
         let (endpoint, used, machine_name) = match machine {
             None => (plain_docker_endpoint(r), None, None),
             Some((pool, rid)) => {
-                let used = tokio::select! {
-                    u = pool.use_machine(*rid, acquired.map(str::to_string)) => u,
-                    () = control.abort.cancelled() => Err(super::pool::PoolError::Stopped),
-                };
+                let used = self
+                    .usable_machine(pool, *rid, acquired, &control, &mut sink)
+                    .await;
                 match used {
                     Ok(m) => {
-                        let verb = if m.used.new_data {
-                            "Created docker-machine"
-                        } else {
-                            "Using existing docker-machine"
-                        };
-                        tracing::info!(job = payload.id, name = %m.used.name, docker = ?m.endpoint.host, "{verb}");
                         let name = m.used.name.clone();
                         (m.endpoint, Some(m.used), Some(name))
                     }
@@ -674,6 +674,59 @@ impl<S: JobSource> Manager<S> {
         watcher.abort();
         let outcome = self.outcome(payload, result);
         (Some(outcome), used)
+    }
+
+    /// `Use` a machine whose Docker Engine answers, in up to [`PREPARATION_ATTEMPTS`]
+    /// preparation attempts 3 s apart (upstream's preparation retries). A machine whose Engine
+    /// does not answer (unreachable, certificates missing, a creation cut short) is the
+    /// machine's fault: it is given back as unusable (the engine removes it) and the next
+    /// attempt uses another machine, where upstream would try the same one again.
+    async fn usable_machine(
+        &self,
+        pool: &Pool,
+        rid: RunnerId,
+        acquired: Option<&str>,
+        control: &crate::executor::JobControl,
+        sink: &mut <S::Link as JobLink>::Sink,
+    ) -> Result<super::pool::Machine, super::pool::PoolError> {
+        let mut acquired = acquired.map(str::to_string);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let m = tokio::select! {
+                u = pool.use_machine(rid, acquired.take()) => u?,
+                () = control.abort.cancelled() => return Err(super::pool::PoolError::Stopped),
+            };
+            let verb = if m.used.new_data {
+                "Created docker-machine"
+            } else {
+                "Using existing docker-machine"
+            };
+            tracing::info!(name = %m.used.name, docker = ?m.endpoint.host, "{verb}");
+            let probe = tokio::select! {
+                c = crate::executor::connect::connect(&m.endpoint) => c.map(|_| ()),
+                () = control.abort.cancelled() => return Err(super::pool::PoolError::Stopped),
+            };
+            let Err(e) = probe else {
+                return Ok(m);
+            };
+            tracing::warn!(name = %m.used.name, error = %e, "the machine's Docker Engine does not answer; removing the machine");
+            pool.release_unusable(m.used.name.clone()).await;
+            if attempt >= PREPARATION_ATTEMPTS || control.abort.is_cancelled() {
+                return Err(super::pool::PoolError::Unusable(m.used.name, e.to_string()));
+            }
+            let _ = sink.write(
+                format!(
+                    "\x1b[0;33mWARNING: Preparation failed: {e}\x1b[0;m\nWill be retried in 3s ...\n"
+                )
+                .as_bytes(),
+            );
+            let _ = sink.flush();
+            tokio::select! {
+                () = tokio::time::sleep(PREPARATION_RETRY) => {}
+                () = control.abort.cancelled() => return Err(super::pool::PoolError::Stopped),
+            }
+        }
     }
 
     fn outcome(&self, payload: &JobPayload, result: Result<(), JobError>) -> JobOutcome {
