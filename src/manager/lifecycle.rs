@@ -516,7 +516,7 @@ async fn shutdown_providers<S: JobSource>(
             if !drain.enabled {
                 tracing::info!("Shutdown drain is disabled, skipping machine pool drain");
             } else if let Some(report) = p.pool.drain(drain).await {
-                tracing::info!("Machine pool drain completed: {report:?}");
+                tracing::debug!(?report, "Shutdown drain report");
             }
         }
     };
