@@ -816,7 +816,12 @@ impl<P: Provider + 'static> PoolTask<P> {
             Notice::Removing { name, reason } => {
                 let mut m = MachineLog::of(&self.engine, name);
                 m.reason = reason.to_string();
-                machine_line!(tracing::Level::WARN, m, now = now_field(), "Requesting machine removal");
+                machine_line!(
+                    tracing::Level::WARN,
+                    m,
+                    now = now_field(),
+                    "Requesting machine removal"
+                );
                 if self.removals.len() < 100_000 {
                     self.removals.insert(name.clone(), m);
                 }
@@ -873,7 +878,9 @@ impl<P: Provider + 'static> PoolTask<P> {
                     attempt,
                     "Removal of an orphaned machine failed again; retrying in {next_in_secs} s"
                 ),
-                _ => tracing::info!(name = %name, decision = decision.as_str(), "Reconciled machine"),
+                _ => {
+                    tracing::info!(name = %name, decision = decision.as_str(), "Reconciled machine")
+                }
             },
         }
     }
@@ -1028,4 +1035,3 @@ impl<P: Provider + 'static> PoolTask<P> {
         }
     }
 }
-

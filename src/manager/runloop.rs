@@ -726,12 +726,16 @@ impl<S: JobSource> Manager<S> {
         watcher.abort();
         match &result {
             Ok(()) => machine_line("Finished docker-machine build", false),
-            Err(e) => machine_line(&format!("Finished docker-machine build with error: {e}"), true),
+            Err(e) => machine_line(
+                &format!("Finished docker-machine build with error: {e}"),
+                true,
+            ),
         }
         machine_line("Cleaned up docker-machine", false);
         let outcome = self.outcome(payload, &result);
         let duration_s = started.elapsed().as_secs_f64();
-        let name = machine_name.as_deref().unwrap_or_default();
+        // `name` only for machine jobs (upstream's Build.Hostname, set by prepare).
+        let name = machine_name.as_deref();
         match (&result, &outcome) {
             (Ok(()), _) => tracing::info!(
                 duration_s,
