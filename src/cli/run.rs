@@ -169,7 +169,7 @@ fn load(path: &Path) -> anyhow::Result<Config> {
     let loaded = crate::config::load_file(path)?;
     crate::secrets::register_config(&loaded.config);
     for w in &loaded.warnings {
-        tracing::warn!("{w}");
+        tracing::warn!(warning = %w, "Configuration warning");
     }
     super::logging::config_loaded(&loaded.config, &path.display().to_string());
     Ok(loaded.config)

@@ -323,7 +323,7 @@ async fn reload<S: JobSource>(
     };
     on_load(&loaded.config);
     for w in &loaded.warnings {
-        tracing::warn!("{w}");
+        tracing::warn!(warning = %w, "Configuration warning");
     }
     let old = manager.config();
     let changes = describe_changes(&old, &loaded.config);

@@ -867,7 +867,7 @@ impl<P: Provider + 'static> PoolTask<P> {
                 total = r.succeeded + r.failed + r.not_started,
                 "Machine pool drain completed"
             ),
-            Notice::Warning(w) => tracing::warn!("{w}"),
+            Notice::Warning(w) => tracing::warn!(warning = %w, "Machine pool warning"),
             Notice::Reconciled { name, decision } => match decision {
                 ReconcileDecision::RetryFailed {
                     attempt,

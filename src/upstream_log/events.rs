@@ -754,7 +754,9 @@ fn full_time_precise(rec: &Record) -> Option<(DateTime<FixedOffset>, bool)> {
 
 /// Messages only drover writes (its own log is read like upstream's, see
 /// `crate::cli::logging`): known, not needed by the comparison.
-const DROVER_MESSAGES: [&str; 38] = [
+const DROVER_MESSAGES: [&str; 40] = [
+    "Configuration warning",
+    "Machine pool warning",
     "No machine ledger yet",
     "Machine ledger is unusable",
     "Machines restored from the ledger",
