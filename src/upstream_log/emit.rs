@@ -25,6 +25,8 @@ pub enum EmitFormat {
     Json,
     /// The default `runner` format, with its colours and padding.
     Runner,
+    /// logrus `text` (`time="…" level=… msg=…`, then the sorted fields).
+    Text,
 }
 
 /// Job ids in the written log: the workload index plus this.
@@ -125,6 +127,7 @@ impl<'a> Emitter<'a> {
             format: match self.format {
                 EmitFormat::Json => Format::Json,
                 EmitFormat::Runner => Format::Runner,
+                EmitFormat::Text => Format::Text,
             },
             terminal: self.format == EmitFormat::Runner,
             started: self.trace.start.fixed_offset(),
