@@ -421,6 +421,15 @@ fn text_cases() -> Vec<Case> {
         ));
     }
     out.push(case(
+        "text on a terminal: clashing fields renamed too (prefixFieldClashes before the form)",
+        Format::Text,
+        true,
+        Level::Info,
+        "m",
+        vec![("msg", s("x")), ("a", s("y"))],
+        vec![Contains(" \x1b[36ma\x1b[0m=y \x1b[36mfields.msg\x1b[0m=x")],
+    ));
+    out.push(case(
         "text on a terminal: one trailing newline of the message dropped (TestNewlineBehavior)",
         Format::Text,
         true,

@@ -181,15 +181,20 @@ fn text(out: &mut String, r: &Record<'_>) {
         out.push_str(" msg=");
         push_text_value(out, r.msg);
     }
-    let mut fields: Vec<(std::borrow::Cow<'_, str>, &Value)> = sorted(r.fields)
-        .into_iter()
-        .map(|(k, v)| (clash(k), v))
-        .collect();
-    fields.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    for (k, v) in fields {
+    for (k, v) in renamed(r.fields) {
         let _ = write!(out, " {k}=");
         push_text_value(out, &go_text(v));
     }
+}
+
+/// The fields with logrus' clash renames, sorted.
+fn renamed<'a>(fields: &'a [(&'a str, Value)]) -> Vec<(std::borrow::Cow<'a, str>, &'a Value)> {
+    let mut out: Vec<(std::borrow::Cow<'_, str>, &Value)> = sorted(fields)
+        .into_iter()
+        .map(|(k, v)| (clash(k), v))
+        .collect();
+    out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    out
 }
 
 /// logrus' text formatter on a terminal: `INFO[0012] message` (level cut to 4 letters,
@@ -206,17 +211,17 @@ fn text_terminal(out: &mut String, started: DateTime<FixedOffset>, r: &Record<'_
     let secs = (r.time - started).num_seconds().max(0);
     let msg = escape_controls(r.msg.strip_suffix('\n').unwrap_or(r.msg));
     let _ = write!(out, "\x1b[{colour}m{name}\x1b[0m[{secs:04}] {msg:<44} ");
-    for (k, v) in sorted(r.fields) {
+    for (k, v) in renamed(r.fields) {
         let _ = write!(out, " \x1b[{colour}m{k}\x1b[0m=");
         push_text_value(out, &go_text(v));
     }
 }
 
 fn json(out: &mut String, r: &Record<'_>) {
-    // Keys sorted (Go's encoder sorts map keys); our keys first renamed as logrus does.
-    let mut entries: Vec<(std::borrow::Cow<'_, str>, JsonVal<'_>)> = sorted(r.fields)
+    // Keys sorted (Go's encoder sorts map keys), clashing ones renamed as logrus does.
+    let mut entries: Vec<(std::borrow::Cow<'_, str>, JsonVal<'_>)> = renamed(r.fields)
         .into_iter()
-        .map(|(k, v)| (clash(k), JsonVal::Field(v)))
+        .map(|(k, v)| (k, JsonVal::Field(v)))
         .collect();
     let time = rfc3339_nano(r.time);
     entries.push(("level".into(), JsonVal::Text(level_name(r.level))));
