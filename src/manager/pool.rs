@@ -813,9 +813,14 @@ impl<P: Provider + 'static> PoolTask<P> {
             // The creation's own line ("Machine creation failed") was written when it ended.
             Notice::CreationFailed { .. } => {}
             Notice::Used { name, .. } => tracing::debug!(name = %name, "Machine used"),
-            Notice::Removing { name, reason } => {
+            Notice::Removing {
+                name,
+                reason,
+                last_used,
+            } => {
                 let mut m = MachineLog::of(&self.engine, name);
                 m.reason = reason.to_string();
+                m.used = *last_used;
                 machine_line!(
                     tracing::Level::WARN,
                     m,
