@@ -515,7 +515,7 @@ pub fn go_float(f: f64) -> String {
         out.push('-');
     }
     // Shortest %g decides with precision 6.
-    if exp < -4 || exp >= 6 {
+    if !(-4..6).contains(&exp) {
         go_exp(&mut out, &digits, exp);
     } else {
         go_fixed(&mut out, &digits, exp);
