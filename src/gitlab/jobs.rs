@@ -312,7 +312,7 @@ impl Client {
                         .and_then(|t| JobPayload::from_json(t).map_err(|e| e.to_string()))
                     {
                         Ok(job) => {
-                            tracing::info!(job = job.id, repo_url = %crate::executor::paths::url_without_credentials(&job.git_info.repo_url), runner = %runner, "Checking for jobs... received");
+                            tracing::info!(correlation_id = reply.header("x-request-id"), job = job.id, repo_url = %crate::executor::paths::url_without_credentials(&job.git_info.repo_url), runner = %runner, "Checking for jobs... received");
                             JobRequestOutcome::Job(Box::new(job))
                         }
                         Err(message) => {
