@@ -142,6 +142,16 @@ fn idle_time_is_strictly_greater() {
         removal_reasons(&o),
         vec![(names[1].clone(), Reason::TooManyIdleMachines)]
     );
+    // The removal notice keeps the last use the record had (the log's `used` = idle time),
+    // although the record's own last use becomes the removal start.
+    w.drive();
+    let last_used = w.notices.iter().find_map(|n| match n {
+        Notice::Removing {
+            name, last_used, ..
+        } if name == &names[1] => Some(*last_used),
+        _ => None,
+    });
+    assert_eq!(last_used, Some(t(0)));
 }
 
 #[test]

@@ -181,6 +181,22 @@ fn drover_logs_in_json_agree_with_drover() {
 }
 
 #[test]
+fn drover_logs_in_text_format_agree_with_drover() {
+    let c = config(MACHINE, 12);
+    let w = workload(3, 300);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let p = write(
+        &dir,
+        "runner.text.log",
+        &emitted(&c, &w, EmitFormat::Text, 0.0),
+    );
+    let r = run(&c, &[p]);
+    assert_full_agreement(&r);
+    assert_eq!(r.drover_trace.jobs.len(), w.jobs.len());
+    assert!(r.unplaced.is_empty(), "{:?}", r.unplaced);
+}
+
+#[test]
 fn drover_logs_in_runner_format_with_failures_agree_with_drover() {
     let c = config(MACHINE, 12);
     let w = workload(2, 300);

@@ -4,6 +4,14 @@
 //! `config.toml` then applies its `log_level` and `log_format` ([`apply_config`]) where no flag
 //! or environment variable chose them, as gitlab-runner does.
 //!
+//! Lines are written in gitlab-runner's own formats ([`crate::upstream_log::format`]):
+//! `runner` (the default), `text` and `json`, so log pipelines built on gitlab-runner's
+//! messages keep working and `drover workload import` / `drover compare --upstream-log` read
+//! drover's log as they read upstream's. Colours (and logrus' terminal form of `text`) only
+//! when stderr is a terminal. A field's value is typed by its upstream key: an integer under
+//! a `time.Duration` key ([`DURATION_KEYS`]) is nanoseconds, an integer under a `time.Time`
+//! key ([`TIME_KEYS`]) is Unix nanoseconds, written with the process's ` m=+…` reading.
+//!
 //! Nothing secret reaches this log at any level: every line passes through
 //! [`crate::secrets::redact`] on its way out, and dependencies that print request bodies or
 //! headers at debug/trace level (bollard, hyper, reqwest, rustls, …) are held at `info` even
@@ -13,6 +21,7 @@
 use std::io::{self, Write};
 use std::sync::{Mutex, OnceLock};
 
+use chrono::{DateTime, Utc};
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::Layered;
 use tracing_subscriber::layer::{Layer, SubscriberExt};
@@ -21,13 +30,15 @@ use tracing_subscriber::reload;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
+use crate::upstream_log::format::{self, Format, Level, Style, Value};
+
 /// What the global flags asked for, checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogSettings {
     /// The most verbose level written.
     pub level: LevelFilter,
-    /// One JSON object per line instead of text.
-    pub json: bool,
+    /// The line format (`runner`, `text` or `json`).
+    pub format: Format,
     /// A flag or environment variable chose the level (config `log_level` does not apply).
     pub level_set: bool,
     /// A flag or environment variable chose the format (config `log_format` does not apply).
@@ -47,13 +58,13 @@ pub fn settings(
         (false, None) => default,
         (false, Some(l)) => parse_level(l, "--log-level")?,
     };
-    let json = match format {
-        None => false,
+    let parsed = match format {
+        None => Format::Runner,
         Some(f) => parse_format(f, "--log-format")?,
     };
     Ok(LogSettings {
         level,
-        json,
+        format: parsed,
         level_set,
         format_set: format.is_some(),
     })
@@ -75,10 +86,11 @@ fn parse_level(l: &str, source: &str) -> Result<LevelFilter, String> {
     })
 }
 
-fn parse_format(f: &str, source: &str) -> Result<bool, String> {
+fn parse_format(f: &str, source: &str) -> Result<Format, String> {
     match f.to_ascii_lowercase().as_str() {
-        "runner" | "text" => Ok(false),
-        "json" => Ok(true),
+        "runner" => Ok(Format::Runner),
+        "text" => Ok(Format::Text),
+        "json" => Ok(Format::Json),
         other => Err(format!(
             "unknown log format {other:?} in {source}: use runner, text or json"
         )),
@@ -124,21 +136,6 @@ pub fn filter(level: LevelFilter, dependencies_too: bool) -> EnvFilter {
     EnvFilter::builder().parse_lossy(directives.join(","))
 }
 
-/// stderr, with every line redacted.
-struct RedactingStderr;
-
-impl Write for RedactingStderr {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let text = crate::secrets::redact(&String::from_utf8_lossy(buf));
-        io::stderr().lock().write_all(text.as_bytes())?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        io::stderr().lock().flush()
-    }
-}
-
 /// Whether the dependency cap is lifted ([`DEPENDENCY_DEBUG_ENV`]).
 fn dependencies_too() -> bool {
     std::env::var_os(DEPENDENCY_DEBUG_ENV).is_some_and(|v| !v.is_empty())
@@ -160,19 +157,178 @@ struct Installed {
 
 static INSTALLED: OnceLock<Mutex<Installed>> = OnceLock::new();
 
-fn output_layer<S>(json: bool) -> Box<dyn Layer<S> + Send + Sync>
+fn output_layer<S>(format: Format) -> Box<dyn Layer<S> + Send + Sync>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
-    let layer = tracing_subscriber::fmt::layer()
-        .with_writer(|| RedactingStderr)
-        .with_target(false);
-    if json {
-        layer.json().boxed()
-    } else {
-        layer
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .boxed()
+    Box::new(UpstreamLines {
+        format,
+        terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    })
+}
+
+/// Keys under which upstream logs a `time.Duration`: an integer there is nanoseconds.
+pub const DURATION_KEYS: &[&str] = &[
+    "duration",
+    "lifetime",
+    "used",
+    "time",
+    "shutdown-timeout",
+    "current_timeout",
+    "recommended_minimum",
+    "update-interval",
+];
+
+/// Keys under which upstream logs a `time.Time`: an integer there is Unix nanoseconds.
+pub const TIME_KEYS: &[&str] = &["now", "created"];
+
+/// When this process started logging: the origin of the ` m=+…` readings and of the text
+/// format's `[0012]` seconds on a terminal.
+fn process_start() -> DateTime<Utc> {
+    static START: OnceLock<DateTime<Utc>> = OnceLock::new();
+    *START.get_or_init(Utc::now)
+}
+
+/// The value of a `time.Time` field ([`TIME_KEYS`]) for the instant `t`.
+pub fn time_field(t: DateTime<Utc>) -> i64 {
+    t.timestamp_nanos_opt().unwrap_or(i64::MAX)
+}
+
+/// The value of a `time.Duration` field ([`DURATION_KEYS`]).
+pub fn duration_field(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The event's message and fields, typed.
+#[derive(Default)]
+struct Fields {
+    msg: String,
+    fields: Vec<(&'static str, Value)>,
+}
+
+impl Fields {
+    fn push(&mut self, key: &'static str, v: Value) {
+        if self.fields.len() < 64 {
+            self.fields.push((key, v));
+        }
+    }
+
+    fn int(&mut self, key: &'static str, v: i128) {
+        let v = if DURATION_KEYS.contains(&key) {
+            Value::Duration(i64::try_from(v).unwrap_or(i64::MAX))
+        } else if TIME_KEYS.contains(&key) {
+            let t = DateTime::<Utc>::from_timestamp_nanos(i64::try_from(v).unwrap_or(i64::MAX));
+            let mono = (t - process_start())
+                .num_nanoseconds()
+                .map(|n| n as f64 / 1e9);
+            Value::Time(t.fixed_offset(), mono)
+        } else if let Ok(i) = i64::try_from(v) {
+            Value::Int(i)
+        } else {
+            Value::Uint(u64::try_from(v).unwrap_or(u64::MAX))
+        };
+        self.push(key, v);
+    }
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        let text = format!("{value:?}");
+        if field.name() == "message" {
+            self.msg = text;
+        } else {
+            self.push(field.name(), Value::Str(text));
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.msg = value.to_string();
+        } else {
+            self.push(field.name(), Value::Str(value.to_string()));
+        }
+    }
+
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        self.int(field.name(), i128::from(value));
+    }
+
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.int(field.name(), i128::from(value));
+    }
+
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        self.push(field.name(), Value::Float(value));
+    }
+
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.push(field.name(), Value::Bool(value));
+    }
+
+    fn record_error(
+        &mut self,
+        field: &tracing::field::Field,
+        value: &(dyn std::error::Error + 'static),
+    ) {
+        self.push(field.name(), Value::Str(value.to_string()));
+    }
+}
+
+/// The level of a `tracing` event as logrus names it (trace is written as debug).
+fn level_of(l: &tracing::Level) -> Level {
+    match *l {
+        tracing::Level::ERROR => Level::Error,
+        tracing::Level::WARN => Level::Warning,
+        tracing::Level::INFO => Level::Info,
+        _ => Level::Debug,
+    }
+}
+
+/// Formats one event as a gitlab-runner line, redacted, onto `out` (no I/O).
+fn render(
+    format: Format,
+    terminal: bool,
+    now: DateTime<Utc>,
+    event: &tracing::Event<'_>,
+) -> String {
+    let mut f = Fields::default();
+    event.record(&mut f);
+    // Secrets are masked in each value before quoting and escaping could change their bytes,
+    // and once more in the finished line.
+    let msg = crate::secrets::redact(&f.msg);
+    for (_, v) in &mut f.fields {
+        if let Value::Str(s) = v {
+            *s = crate::secrets::redact(s);
+        }
+    }
+    let style = Style {
+        format,
+        terminal,
+        started: process_start().fixed_offset(),
+    };
+    let line = format::line(
+        &style,
+        &format::Record {
+            time: now.fixed_offset(),
+            level: level_of(event.metadata().level()),
+            msg: &msg,
+            fields: &f.fields,
+        },
+    );
+    crate::secrets::redact(&line)
+}
+
+/// The output layer: each event as one gitlab-runner line on stderr.
+struct UpstreamLines {
+    format: Format,
+    terminal: bool,
+}
+
+impl<S: tracing::Subscriber> Layer<S> for UpstreamLines {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let line = render(self.format, self.terminal, Utc::now(), event);
+        // A log line that cannot be written has nowhere else to go.
+        let _ = io::stderr().lock().write_all(line.as_bytes());
     }
 }
 
@@ -189,9 +345,10 @@ pub fn install_with<L>(s: LogSettings, extra: Option<L>)
 where
     L: Layer<Registry> + Send + Sync + 'static,
 {
+    let _ = process_start();
     let extra: Option<Extra> = extra.map(|l| Box::new(l) as Extra);
     let (filter, filter_handle) = reload::Layer::new(filter(s.level, dependencies_too()));
-    let (output, output_handle) = reload::Layer::new(output_layer(s.json));
+    let (output, output_handle) = reload::Layer::new(output_layer(s.format));
     if tracing_subscriber::registry()
         .with(extra)
         .with(filter)
@@ -225,12 +382,12 @@ pub fn apply_config(level: Option<&str>, format: Option<&str>) -> Result<(), Str
         }
     }
     if let Some(f) = format.filter(|_| !installed.settings.format_set) {
-        let json = parse_format(f, "log_format in config.toml")?;
-        if json != installed.settings.json {
-            installed.settings.json = json;
+        let format = parse_format(f, "log_format in config.toml")?;
+        if format != installed.settings.format {
+            installed.settings.format = format;
             installed
                 .output
-                .reload(output_layer(json))
+                .reload(output_layer(format))
                 .map_err(|e| format!("cannot change the log format: {e}"))?;
         }
     }
@@ -249,6 +406,136 @@ pub fn config_loaded(config: &crate::config::Config, origin: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    /// Collects the lines [`render`] makes for the events of `f`.
+    struct Capture {
+        format: Format,
+        terminal: bool,
+        lines: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl<S: tracing::Subscriber> Layer<S> for Capture {
+        fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            let line = render(self.format, self.terminal, Utc::now(), e);
+            self.lines
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(line);
+        }
+    }
+
+    fn capture(format: Format, terminal: bool, f: impl FnOnce()) -> Vec<String> {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let layer = Capture {
+            format,
+            terminal,
+            lines: lines.clone(),
+        };
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), f);
+        let out = lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        out
+    }
+
+    const ALL: [(Format, bool); 6] = [
+        (Format::Runner, false),
+        (Format::Runner, true),
+        (Format::Text, false),
+        (Format::Text, true),
+        (Format::Json, false),
+        (Format::Json, true),
+    ];
+
+    /// Issue 27: GitLab's error message goes into the log; newlines, carriage returns and
+    /// escape sequences in it must not forge a line or reach the terminal raw.
+    #[test]
+    fn a_hostile_message_forges_no_line_and_no_escape_sequence() {
+        let hostile = "403 Forbidden\nERROR: Job succeeded\r\x1b[2J\x1b]0;pwned\x07 done";
+        for (format, terminal) in ALL {
+            let lines = capture(format, terminal, || {
+                tracing::warn!(runner = "abcdefgh", error = %hostile, "Checking for jobs... failed: {hostile}");
+                tracing::error!(status = hostile, "{hostile}");
+            });
+            assert_eq!(lines.len(), 2, "{format:?}");
+            for l in &lines {
+                let body = l.strip_suffix('\n').unwrap_or_else(|| panic!("{l:?}"));
+                assert!(
+                    !body.contains('\n'),
+                    "{format:?} terminal={terminal}: {l:?}"
+                );
+                assert!(
+                    !body.contains('\r'),
+                    "{format:?} terminal={terminal}: {l:?}"
+                );
+                assert!(
+                    !body.contains('\x07'),
+                    "{format:?} terminal={terminal}: {l:?}"
+                );
+                assert!(
+                    !body.contains("\x1b[2J"),
+                    "{format:?} terminal={terminal}: {l:?}"
+                );
+                assert!(
+                    !body.contains("\x1b]"),
+                    "{format:?} terminal={terminal}: {l:?}"
+                );
+                if !terminal {
+                    assert!(!body.contains('\x1b'), "{format:?}: {l:?}");
+                }
+            }
+            // Quoted text and JSON read back as the message that was logged.
+            if !terminal && format != Format::Runner {
+                let rec = crate::upstream_log::line::parse_line(&lines[0]).unwrap();
+                assert_eq!(rec.msg, format!("Checking for jobs... failed: {hostile}"));
+                assert_eq!(rec.field("error"), Some(hostile));
+            }
+        }
+    }
+
+    #[test]
+    fn secrets_are_masked_in_every_format_and_field() {
+        let secret = "glrt-s3cr3t\"quoted&<tok>".to_string();
+        let _reg = crate::secrets::register([secret.clone()]);
+        for (format, terminal) in ALL {
+            let lines = capture(format, terminal, || {
+                tracing::info!(token = %secret, "Registering with {secret}");
+                tracing::debug!(url = format!("https://x/?t={secret}"), "retry");
+            });
+            for l in lines {
+                assert!(!l.contains("s3cr3t"), "{format:?} terminal={terminal}: {l}");
+            }
+        }
+    }
+
+    #[test]
+    fn upstream_typed_keys_render_as_go_values() {
+        let t = DateTime::<Utc>::from_timestamp(1_757_322_307, 500_000_000).unwrap();
+        let lines = capture(Format::Json, false, || {
+            tracing::info!(
+                duration = duration_field(std::time::Duration::from_millis(1500)),
+                now = time_field(t),
+                retries = 0,
+                name = "m1",
+                "Machine created"
+            );
+        });
+        let v: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(v["duration"], 1_500_000_000u64);
+        assert_eq!(v["now"], "2025-09-08T09:05:07.5Z");
+        assert_eq!(v["level"], "info");
+        let lines = capture(Format::Runner, false, || {
+            tracing::info!(
+                duration = duration_field(std::time::Duration::from_millis(1500)),
+                now = time_field(t),
+                "Machine created"
+            );
+        });
+        assert!(
+            lines[0].starts_with("Machine created                                     duration=1.5s now=2025-09-08 09:05:07.5 +0000 UTC m="),
+            "{}",
+            lines[0]
+        );
+    }
 
     #[test]
     fn debug_wins_then_the_level_then_the_default() {
@@ -270,15 +557,19 @@ mod tests {
 
     #[test]
     fn formats_and_bad_values() {
-        assert!(
-            settings(false, None, Some("json"), LevelFilter::WARN)
+        for (flag, format) in [
+            ("json", Format::Json),
+            ("runner", Format::Runner),
+            ("TEXT", Format::Text),
+        ] {
+            let s = settings(false, None, Some(flag), LevelFilter::WARN).unwrap();
+            assert_eq!(s.format, format);
+        }
+        assert_eq!(
+            settings(false, None, None, LevelFilter::WARN)
                 .unwrap()
-                .json
-        );
-        assert!(
-            !settings(false, None, Some("runner"), LevelFilter::WARN)
-                .unwrap()
-                .json
+                .format,
+            Format::Runner
         );
         let e = settings(false, Some("loud"), None, LevelFilter::WARN).unwrap_err();
         assert!(e.contains("--log-level"), "{e}");

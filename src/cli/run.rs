@@ -138,6 +138,25 @@ async fn start_metrics(
     Ok(metrics)
 }
 
+/// Upstream's first line, the restart marker the log readers key on.
+fn log_runtime_platform() {
+    let build = crate::metrics::BuildInfo::current();
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    };
+    tracing::info!(
+        arch,
+        os = std::env::consts::OS,
+        pid = std::process::id(),
+        revision = %build.revision,
+        version = %build.version,
+        "Runtime platform"
+    );
+}
+
 fn default_config() -> PathBuf {
     crate::config::default_config_path()
 }
@@ -146,7 +165,7 @@ fn load(path: &Path) -> anyhow::Result<Config> {
     let loaded = crate::config::load_file(path)?;
     crate::secrets::register_config(&loaded.config);
     for w in &loaded.warnings {
-        tracing::warn!("{w}");
+        tracing::warn!(warning = %w, "Configuration warning");
     }
     super::logging::config_loaded(&loaded.config, &path.display().to_string());
     Ok(loaded.config)
@@ -187,6 +206,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         Ok(m) => m,
         Err(e) => return fail(e),
     };
+    log_runtime_platform();
     let config = match load(&path) {
         Ok(c) => c,
         Err(e) => return fail(e),
@@ -201,7 +221,12 @@ pub fn run(args: RunArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     rt.block_on(async move {
-        tracing::info!(service = %args.service, builds = 0, max_builds = config.concurrent, "Starting multi-runner from {}...", path.display());
+        tracing::info!(
+            builds = 0,
+            max_builds = 0,
+            "Starting multi-runner from {}...",
+            path.display()
+        );
         let server_stop = tokio_util::sync::CancellationToken::new();
         let readiness = crate::metrics::server::Readiness::new();
         let metrics = match start_metrics(
@@ -227,7 +252,11 @@ pub fn run(args: RunArgs) -> ExitCode {
             config.labels.clone(),
             Some(metrics.clone()),
         );
-        tracing::info!("Configuration loaded");
+        tracing::info!(
+            builds = 0,
+            max_builds = config.concurrent,
+            "Configuration loaded"
+        );
         let manager = Manager::new(source, config, system_id, pools, Some(metrics));
         let origin = path.display().to_string();
         let on_load = Box::new(move |c: &Config| {

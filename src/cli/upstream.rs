@@ -384,7 +384,10 @@ impl<'c> Judge<'c> {
         );
         let mut removes = false;
         while let Some(n) = engine.poll_notice() {
-            if let Notice::Removing { name: n, reason } = n {
+            if let Notice::Removing {
+                name: n, reason, ..
+            } = n
+            {
                 removes |= n == name && reason == Reason::FailedToCreate;
             }
         }

@@ -7,6 +7,7 @@
 use std::fmt;
 
 use super::machine::TargetLabels;
+use super::Time;
 
 /// Why the engine creates or removes a machine. The `Display` text of removal reasons is
 /// upstream's exact reason string.
@@ -139,6 +140,8 @@ pub enum Notice {
         name: String,
         /// Why.
         reason: Reason,
+        /// Its last use before this removal (upstream's log line measures `used` from it).
+        last_used: Time,
     },
     /// A record was deleted after removal (`removed`), also after giving up.
     Removed {

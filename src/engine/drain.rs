@@ -221,6 +221,7 @@ impl Engine {
         self.notices.push_back(Notice::Removing {
             name: name.clone(),
             reason: Reason::ShutdownDrain,
+            last_used: m.used,
         });
         self.commands.push_back(Command::CheckExists {
             name,

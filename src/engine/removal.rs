@@ -33,12 +33,13 @@ impl Engine {
         m.reason = Some(reason);
         m.state = MachineState::Removing;
         m.retry_count = 0;
-        m.used = now;
+        let last_used = std::mem::replace(&mut m.used, now);
         let name = String::from(&*m.name);
         let running = m.removal.is_some();
         self.notices.push_back(Notice::Removing {
             name: name.clone(),
             reason,
+            last_used,
         });
         if !running {
             if let Some(m) = self.ledger.get_mut(id) {

@@ -113,6 +113,7 @@ impl Engine {
                 self.notices.push_back(Notice::Removing {
                     name: r.name.clone(),
                     reason,
+                    last_used: r.used,
                 });
                 self.begin_removal_attempt(id);
                 if interrupted {

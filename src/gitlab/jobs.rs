@@ -313,7 +313,7 @@ impl Client {
                         .and_then(|t| JobPayload::from_json(t).map_err(|e| e.to_string()))
                     {
                         Ok(job) => {
-                            tracing::info!(runner = %runner, job = job.id, "Checking for jobs... received");
+                            tracing::info!(correlation_id = reply.header("x-request-id"), job = job.id, repo_url = %crate::executor::paths::url_without_credentials(&job.git_info.repo_url), runner = %runner, "Checking for jobs... received");
                             JobRequestOutcome::Job(Box::new(job))
                         }
                         Err(message) => {
@@ -328,7 +328,7 @@ impl Client {
                 }
             }
             204 => {
-                tracing::debug!(runner = %runner, "Checking for jobs... nothing");
+                tracing::debug!(runner = %runner, status = "204 No Content", "Checking for jobs...no content");
                 JobRequestOutcome::NoJob
             }
             403 => {
@@ -399,12 +399,43 @@ impl Client {
                 _ => UpdateState::Failed,
             }
         };
-        tracing::debug!(
-            job = job.id,
-            status = reply.status,
-            ?state,
-            "Submitting job to coordinator"
-        );
+        match (state, reply.status) {
+            (UpdateState::Succeeded, _) => tracing::info!(
+                code = reply.status,
+                job = job.id,
+                "Submitting job to coordinator...ok"
+            ),
+            (UpdateState::Accepted, _) => tracing::info!(
+                code = reply.status,
+                job = job.id,
+                "Submitting job to coordinator...accepted, but not yet completed"
+            ),
+            (UpdateState::TraceValidationFailed, _) => tracing::info!(
+                code = reply.status,
+                job = job.id,
+                "Submitting job to coordinator...trace validation failed"
+            ),
+            (_, 403) => tracing::error!(
+                code = reply.status,
+                job = job.id,
+                "Submitting job to coordinator... forbidden"
+            ),
+            (_, 404) => tracing::warn!(
+                code = reply.status,
+                job = job.id,
+                "Submitting job to coordinator... not found"
+            ),
+            (UpdateState::Abort, _) => tracing::warn!(
+                code = reply.status,
+                job = job.id,
+                "Submitting job to coordinator... job failed"
+            ),
+            _ => tracing::warn!(
+                code = reply.status,
+                job = job.id,
+                "Submitting job to coordinator... failed"
+            ),
+        }
         UpdateResult {
             state,
             cancel_requested: canceling,
@@ -463,12 +494,24 @@ impl Client {
         } else {
             state
         };
-        tracing::debug!(
-            job = job.id,
-            status = reply.status,
-            ?state,
-            "Appending trace to coordinator"
-        );
+        let sent = format!("{}-{end}", end + 1 - len);
+        match state {
+            UpdateState::Succeeded => {
+                tracing::info!(code = reply.status, job = job.id, "sent-log" = %sent, "Appending trace to coordinator...ok")
+            }
+            UpdateState::RangeMismatch => {
+                tracing::warn!(code = reply.status, job = job.id, "sent-log" = %sent, "Appending trace to coordinator... range mismatch")
+            }
+            UpdateState::NotFound => {
+                tracing::warn!(code = reply.status, job = job.id, "sent-log" = %sent, "Appending trace to coordinator... not-found")
+            }
+            UpdateState::Abort => {
+                tracing::warn!(code = reply.status, job = job.id, "sent-log" = %sent, "Appending trace to coordinator... job failed")
+            }
+            _ => {
+                tracing::warn!(code = reply.status, job = job.id, "sent-log" = %sent, "Appending trace to coordinator... failed")
+            }
+        }
         UpdateResult {
             state,
             cancel_requested: canceling,

@@ -207,6 +207,6 @@ impl JobLink for GitlabJob {
         };
         let id = trace.job_id();
         let report = trace.finish(out).await;
-        tracing::info!(job = id, state = ?report.state, bytesize = report.bytesize, checksum = %report.checksum, "Submitted job result");
+        tracing::info!(bytesize = report.bytesize, checksum = %report.checksum, job = id, "job-status" = ?report.state, "Updating job...");
     }
 }

@@ -323,7 +323,7 @@ async fn reload<S: JobSource>(
     };
     on_load(&loaded.config);
     for w in &loaded.warnings {
-        tracing::warn!("{w}");
+        tracing::warn!(warning = %w, "Configuration warning");
     }
     let old = manager.config();
     let changes = describe_changes(&old, &loaded.config);
@@ -332,8 +332,13 @@ async fn reload<S: JobSource>(
     }
     let new = loaded.config;
     apply_machine_runners(manager, &old, &new, set).await;
+    let max_builds = new.concurrent;
     manager.apply(new);
-    tracing::info!("Configuration loaded");
+    tracing::info!(
+        builds = manager.builds(),
+        max_builds,
+        "Configuration loaded"
+    );
 }
 
 /// The docker+machine part of a reload: new policies for known runners, pools for new
@@ -456,7 +461,10 @@ pub async fn run<S: JobSource>(
         tracing::warn!(
             "Graceful shutdown not finished properly. To gracefully clean up running plugins please use SIGQUIT (ctrl-\\) instead of SIGINT (ctrl-c)"
         );
-        tracing::warn!(shutdown_timeout = ?timeout, "Starting forceful shutdown");
+        tracing::warn!(
+            "shutdown-timeout" = crate::cli::logging::duration_field(timeout),
+            "Starting forceful shutdown"
+        );
         manager.interrupt.cancel();
         let interrupted =
             async { while daemon_policy(sig.recv().await) != DaemonAction::Forceful {} };
@@ -505,7 +513,10 @@ async fn shutdown_providers<S: JobSource>(
     timeout: Duration,
 ) -> Ending {
     let mut ending = Ending::Clean;
-    tracing::info!(shutdown_timeout = ?timeout, "Shutting down executor providers");
+    tracing::info!(
+        "shutdown-timeout" = crate::cli::logging::duration_field(timeout),
+        "Shutting down executor providers"
+    );
     let drain = DrainSettings::from_config(&manager.config());
     let shutdown = async {
         for p in pools {
@@ -516,7 +527,7 @@ async fn shutdown_providers<S: JobSource>(
             if !drain.enabled {
                 tracing::info!("Shutdown drain is disabled, skipping machine pool drain");
             } else if let Some(report) = p.pool.drain(drain).await {
-                tracing::info!("Machine pool drain completed: {report:?}");
+                tracing::debug!(?report, "Shutdown drain report");
             }
         }
     };

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::naming::short_token;
@@ -68,6 +68,83 @@ pub struct Machine {
     pub used: UsedMachine,
     /// The machine's Docker endpoint with the credentials the provider returned.
     pub endpoint: DockerEndpoint,
+    /// Jobs started on it, this one included (`usedCount` in the log).
+    pub used_count: i64,
+    /// When its record was made (`created` in the log).
+    pub created: DateTime<Utc>,
+}
+
+/// A machine's fields on upstream's machine log lines (`machineDetails.logger()`: `name`,
+/// `lifetime`, `used`, `usedCount`, `reason`), kept from the removal request to its end
+/// because the engine deletes the record before it reports the removal.
+#[derive(Debug, Clone)]
+struct MachineLog {
+    name: String,
+    created: DateTime<Utc>,
+    used: DateTime<Utc>,
+    used_count: i64,
+    reason: String,
+    /// Failed `docker-machine rm` attempts so far.
+    retries: u32,
+}
+
+impl MachineLog {
+    fn of(engine: &Engine, name: &str) -> MachineLog {
+        let now = Utc::now();
+        match engine.machine(name) {
+            Some(m) => MachineLog {
+                name: name.to_string(),
+                created: m.created,
+                used: m.used,
+                used_count: m.used_count,
+                reason: m.reason.map(|r| r.to_string()).unwrap_or_default(),
+                retries: m.retry_count,
+            },
+            None => MachineLog {
+                name: name.to_string(),
+                created: now,
+                used: now,
+                used_count: 0,
+                reason: String::new(),
+                retries: 0,
+            },
+        }
+    }
+
+    fn lifetime(&self) -> u64 {
+        since(self.created)
+    }
+
+    fn idle(&self) -> u64 {
+        since(self.used)
+    }
+}
+
+/// Nanoseconds from `t` to now (a `time.Duration` field).
+fn since(t: DateTime<Utc>) -> u64 {
+    (Utc::now() - t)
+        .to_std()
+        .map(crate::cli::logging::duration_field)
+        .unwrap_or(0)
+}
+
+fn now_field() -> i64 {
+    crate::cli::logging::time_field(Utc::now())
+}
+
+/// One of upstream's machine lines with the `machineDetails` fields of `$m`.
+macro_rules! machine_line {
+    ($level:expr, $m:expr, $($rest:tt)*) => {
+        tracing::event!(
+            $level,
+            lifetime = $m.lifetime(),
+            name = %$m.name,
+            reason = %$m.reason,
+            used = $m.idle(),
+            usedCount = $m.used_count,
+            $($rest)*
+        )
+    };
 }
 
 /// Receives every engine notice (for metrics); log lines are written by the pool itself.
@@ -244,6 +321,7 @@ impl Pool {
             ledger,
             reconcile_interval,
             reconciling: false,
+            removals: HashMap::new(),
         };
         let task = (task, pending_restore);
         tokio::spawn(async move {
@@ -349,6 +427,8 @@ struct PoolTask<P> {
     reconcile_interval: Duration,
     /// A periodic reconciliation listing is out.
     reconciling: bool,
+    /// Machines being removed, as their log lines show them.
+    removals: HashMap<String, MachineLog>,
 }
 
 /// The ledger file and what was last written to it.
@@ -690,7 +770,7 @@ impl<P: Provider + 'static> PoolTask<P> {
         }
         let mut drained = None;
         while let Some(n) = self.engine.poll_notice() {
-            log_notice(&n);
+            self.log_notice(&n);
             self.observer.notice(&n);
             if let Notice::DrainFinished(r) = n {
                 drained = Some(r);
@@ -728,6 +808,102 @@ impl<P: Provider + 'static> PoolTask<P> {
         }
     }
 
+    /// The log fields of machine `name`: from the removal in progress, else from its record.
+    fn machine_log(&mut self, name: &str) -> MachineLog {
+        let fresh = MachineLog::of(&self.engine, name);
+        match self.removals.get_mut(name) {
+            Some(m) => {
+                m.retries = fresh.retries.max(m.retries);
+                m.clone()
+            }
+            None => fresh,
+        }
+    }
+
+    /// Upstream's log lines for engine notices (spec upstream-logs.md §2.1) where they exist.
+    fn log_notice(&mut self, n: &Notice) {
+        match n {
+            Notice::Created { name, .. } => tracing::debug!(name = %name, "Machine ready"),
+            // The creation's own line ("Machine creation failed") was written when it ended.
+            Notice::CreationFailed { .. } => {}
+            Notice::Used { name, .. } => tracing::debug!(name = %name, "Machine used"),
+            Notice::Removing {
+                name,
+                reason,
+                last_used,
+            } => {
+                let mut m = MachineLog::of(&self.engine, name);
+                m.reason = reason.to_string();
+                m.used = *last_used;
+                machine_line!(
+                    tracing::Level::WARN,
+                    m,
+                    now = now_field(),
+                    "Requesting machine removal"
+                );
+                if self.removals.len() < 100_000 {
+                    self.removals.insert(name.clone(), m);
+                }
+            }
+            Notice::Removed {
+                name,
+                reason,
+                gave_up,
+                ..
+            } => {
+                let mut m = self
+                    .removals
+                    .remove(name)
+                    .unwrap_or_else(|| MachineLog::of(&self.engine, name));
+                m.reason = reason.to_string();
+                if *gave_up {
+                    machine_line!(
+                        tracing::Level::WARN,
+                        m,
+                        attempts = m.retries,
+                        "Giving up on machine removal. The remote VM may be orphaned."
+                    );
+                    machine_line!(
+                        tracing::Level::WARN,
+                        m,
+                        now = now_field(),
+                        retries = m.retries,
+                        "Machine state cleared after give-up"
+                    );
+                } else {
+                    machine_line!(
+                        tracing::Level::INFO,
+                        m,
+                        now = now_field(),
+                        retries = m.retries,
+                        "Machine removed"
+                    );
+                }
+            }
+            Notice::DrainFinished(r) => tracing::info!(
+                failed = r.failed,
+                success = r.succeeded,
+                total = r.succeeded + r.failed + r.not_started,
+                "Machine pool drain completed"
+            ),
+            Notice::Warning(w) => tracing::warn!(warning = %w, "Machine pool warning"),
+            Notice::Reconciled { name, decision } => match decision {
+                ReconcileDecision::RetryFailed {
+                    attempt,
+                    next_in_secs,
+                } => tracing::warn!(
+                    name = %name,
+                    decision = decision.as_str(),
+                    attempt,
+                    "Removal of an orphaned machine failed again; retrying in {next_in_secs} s"
+                ),
+                _ => {
+                    tracing::info!(name = %name, decision = decision.as_str(), "Reconciled machine")
+                }
+            },
+        }
+    }
+
     fn spawn_call<F>(&self, f: F)
     where
         F: std::future::Future<Output = Outcome> + Send + 'static,
@@ -759,7 +935,16 @@ impl<P: Provider + 'static> PoolTask<P> {
                 };
                 let r = match (result, fetched) {
                     (Ok(used), Some((name, endpoint))) if name == used.name => {
-                        docker_endpoint(&name, &endpoint).map(|endpoint| Machine { used, endpoint })
+                        let (used_count, created) = self
+                            .engine
+                            .machine(&name)
+                            .map_or((1, Utc::now()), |m| (m.used_count, m.created));
+                        docker_endpoint(&name, &endpoint).map(|endpoint| Machine {
+                            used,
+                            endpoint,
+                            used_count,
+                            created,
+                        })
                     }
                     (Ok(used), _) => Err(PoolError::UnsupportedEndpoint(used.name)),
                     (Err(e), _) => Err(PoolError::Use(e)),
@@ -784,7 +969,13 @@ impl<P: Provider + 'static> PoolTask<P> {
                 options,
                 reason,
             } => {
-                tracing::info!(name = %name, reason = %reason, "Creating machine...");
+                tracing::info!(
+                    driver = %driver,
+                    name = %name,
+                    operation = "create",
+                    reason = %reason,
+                    "Creating machine..."
+                );
                 self.spawn_call(async move {
                     let params = CreateParams {
                         name: name.clone(),
@@ -796,14 +987,21 @@ impl<P: Provider + 'static> PoolTask<P> {
                     let ok = match p.create(&params, &Call::new()).await {
                         Ok(()) => {
                             tracing::info!(
+                                duration = crate::cli::logging::duration_field(start.elapsed()),
                                 name = %name,
-                                duration = ?start.elapsed(),
+                                now = now_field(),
+                                retries = 0,
                                 "Machine created"
                             );
                             true
                         }
                         Err(e) => {
-                            tracing::error!(name = %name, "Machine creation failed: {e}");
+                            tracing::error!(
+                                error = %e,
+                                name = %name,
+                                time = crate::cli::logging::duration_field(start.elapsed()),
+                                "Machine creation failed"
+                            );
                             false
                         }
                     };
@@ -815,66 +1013,44 @@ impl<P: Provider + 'static> PoolTask<P> {
                 let exists = p.exists(&name, &Call::new()).await.unwrap_or(true);
                 Outcome::Event(Event::Exists { name, exists })
             }),
-            Command::Stop { name, .. } => self.spawn_call(async move {
-                if let Err(e) = p.stop(&name, &Call::new()).await {
-                    tracing::warn!(name = %name, "Error while stopping machine: {e}");
-                }
-                Outcome::Event(Event::Stopped { name })
-            }),
-            Command::Remove { name, reason, .. } => self.spawn_call(async move {
-                let ok = match p.remove(&name, &Call::new()).await {
-                    Ok(_) => true,
-                    Err(e) => {
-                        tracing::error!(name = %name, reason = %reason, "Error while removing machine: {e}");
-                        false
+            Command::Stop { name, .. } => {
+                let m = self.machine_log(&name);
+                machine_line!(tracing::Level::WARN, m, "Stopping machine");
+                self.spawn_call(async move {
+                    if let Err(e) = p.stop(&name, &Call::new()).await {
+                        machine_line!(tracing::Level::WARN, m, error = %e, "Error while stopping machine");
                     }
-                };
-                Outcome::Event(Event::Removed { name, ok })
-            }),
-            Command::ForceRemove { name, .. } => self.spawn_call(async move {
-                let ok = p.force_remove(&name, &Call::new()).await.is_ok();
-                Outcome::Event(Event::ForceRemoved { name, ok })
-            }),
-        }
-    }
-}
-
-/// Upstream's log lines for engine notices (spec upstream-logs.md §2.1) where they exist.
-fn log_notice(n: &Notice) {
-    match n {
-        Notice::Created { name, .. } => tracing::debug!(name = %name, "Machine ready"),
-        Notice::CreationFailed { name, .. } => {
-            tracing::error!(name = %name, "Machine creation failed")
-        }
-        Notice::Used { name, .. } => tracing::debug!(name = %name, "Machine used"),
-        Notice::Removing { name, reason } => {
-            tracing::warn!(name = %name, reason = %reason, "Requesting machine removal")
-        }
-        Notice::Removed {
-            name,
-            reason,
-            gave_up,
-            ..
-        } => {
-            if *gave_up {
-                tracing::error!(name = %name, reason = %reason, "Giving up on machine removal. The remote VM may be orphaned.");
-            } else {
-                tracing::info!(name = %name, reason = %reason, "Machine removed");
+                    Outcome::Event(Event::Stopped { name })
+                })
+            }
+            Command::Remove { name, .. } => {
+                let m = self.machine_log(&name);
+                machine_line!(tracing::Level::WARN, m, "Removing machine");
+                self.spawn_call(async move {
+                    let ok = match p.remove(&name, &Call::new()).await {
+                        Ok(_) => true,
+                        Err(e) => {
+                            // Upstream retries without a line; drover says why.
+                            machine_line!(tracing::Level::WARN, m, error = %e, "Error while removing machine; retrying");
+                            false
+                        }
+                    };
+                    Outcome::Event(Event::Removed { name, ok })
+                })
+            }
+            Command::ForceRemove { name, .. } => {
+                let m = self.machine_log(&name);
+                self.spawn_call(async move {
+                    let ok = match p.force_remove(&name, &Call::new()).await {
+                        Ok(_) => true,
+                        Err(e) => {
+                            machine_line!(tracing::Level::WARN, m, error = %e, "ForceRemove on give-up failed");
+                            false
+                        }
+                    };
+                    Outcome::Event(Event::ForceRemoved { name, ok })
+                })
             }
         }
-        Notice::DrainFinished(r) => tracing::info!("Shutdown drain finished: {r:?}"),
-        Notice::Warning(w) => tracing::warn!("{w}"),
-        Notice::Reconciled { name, decision } => match decision {
-            ReconcileDecision::RetryFailed {
-                attempt,
-                next_in_secs,
-            } => tracing::warn!(
-                name = %name,
-                decision = decision.as_str(),
-                attempt,
-                "Removal of an orphaned machine failed again; retrying in {next_in_secs} s"
-            ),
-            _ => tracing::info!(name = %name, decision = decision.as_str(), "Reconciled machine"),
-        },
     }
 }

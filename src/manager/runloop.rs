@@ -537,7 +537,21 @@ impl<S: JobSource> Manager<S> {
             },
         );
         lock(&self.state).entry(r.token.clone()).or_default().builds += 1;
-        tracing::info!(job = id, runner = %short, "Added job to processing list");
+        tracing::info!(
+            builds = self.builds(),
+            job = id,
+            max_builds = *lock(&self.concurrent),
+            namespace_id = payload.job_info.namespace_id,
+            pipeline_id = payload.job_info.pipeline_id,
+            project = payload.job_info.project_id,
+            project_full_path = %payload.job_info.project_full_path,
+            repo_url = %crate::executor::paths::url_without_credentials(&payload.git_info.repo_url),
+            root_namespace_id = payload.job_info.root_namespace_id,
+            runner = %short,
+            runner_name = %r.name,
+            time_in_queue_seconds = payload.job_info.time_in_queue_seconds.round() as i64,
+            "Added job to processing list"
+        );
         let job_url = payload
             .variable("CI_JOB_URL")
             .unwrap_or_default()
@@ -594,7 +608,21 @@ impl<S: JobSource> Manager<S> {
             let s = st.entry(r.token.clone()).or_default();
             s.builds = s.builds.saturating_sub(1);
         }
-        tracing::info!(job = id, runner = %short, "Removed job from processing list");
+        tracing::info!(
+            builds = self.builds(),
+            job = id,
+            max_builds = *lock(&self.concurrent),
+            namespace_id = payload.job_info.namespace_id,
+            pipeline_id = payload.job_info.pipeline_id,
+            project = payload.job_info.project_id,
+            project_full_path = %payload.job_info.project_full_path,
+            repo_url = %crate::executor::paths::url_without_credentials(&payload.git_info.repo_url),
+            root_namespace_id = payload.job_info.root_namespace_id,
+            runner = %short,
+            runner_name = %r.name,
+            time_in_queue_seconds = payload.job_info.time_in_queue_seconds.round() as i64,
+            "Removed job from processing list"
+        );
     }
 
     #[allow(clippy::type_complexity)]
@@ -606,6 +634,8 @@ impl<S: JobSource> Manager<S> {
         machine: Option<&(Pool, RunnerId)>,
         acquired: Option<&str>,
     ) -> (Option<JobOutcome>, Option<crate::engine::UsedMachine>) {
+        let started = Instant::now();
+        let short = crate::executor::paths::short_token(&r.token);
         match link.start().await {
             Ack::Proceed => {}
             Ack::Drop => return (None, None),
@@ -638,6 +668,23 @@ impl<S: JobSource> Manager<S> {
                     .await;
                 match used {
                     Ok(m) => {
+                        let verb = if m.used.new_data {
+                            "Created docker-machine"
+                        } else {
+                            "Using existing docker-machine"
+                        };
+                        tracing::info!(
+                            created = crate::cli::logging::time_field(m.created),
+                            docker = m.endpoint.host.as_deref().unwrap_or_default(),
+                            job = payload.id,
+                            name = %m.used.name,
+                            now = crate::cli::logging::time_field(chrono::Utc::now()),
+                            project = payload.job_info.project_id,
+                            runner = %short,
+                            runner_name = %r.name,
+                            usedCount = m.used_count,
+                            "{verb}"
+                        );
                         let name = m.used.name.clone();
                         (m.endpoint, Some(m.used), Some(name))
                     }
@@ -670,9 +717,57 @@ impl<S: JobSource> Manager<S> {
             endpoint: &endpoint,
             machine_name: machine_name.as_deref(),
         };
+        let machine_line = |msg: &str, warn: bool| {
+            let Some(name) = &machine_name else {
+                return;
+            };
+            if warn {
+                tracing::warn!(job = payload.id, name = %name, now = crate::cli::logging::time_field(chrono::Utc::now()), project = payload.job_info.project_id, runner = %short, runner_name = %r.name, "{msg}");
+            } else {
+                tracing::info!(job = payload.id, name = %name, now = crate::cli::logging::time_field(chrono::Utc::now()), project = payload.job_info.project_id, runner = %short, runner_name = %r.name, "{msg}");
+            }
+        };
+        machine_line("Starting docker-machine build...", false);
         let result = executor::run_job(req, &mut sink, control).await;
         watcher.abort();
-        let outcome = self.outcome(payload, result);
+        match &result {
+            Ok(()) => machine_line("Finished docker-machine build", false),
+            Err(e) => machine_line(
+                &format!("Finished docker-machine build with error: {e}"),
+                true,
+            ),
+        }
+        machine_line("Cleaned up docker-machine", false);
+        let outcome = self.outcome(payload, &result);
+        let duration_s = started.elapsed().as_secs_f64();
+        // `name` only for machine jobs (upstream's Build.Hostname, set by prepare).
+        let name = machine_name.as_deref();
+        match (&result, &outcome) {
+            (Ok(()), _) => tracing::info!(
+                duration_s,
+                job = payload.id,
+                "job-status" = "success",
+                name,
+                project = payload.job_info.project_id,
+                runner = %short,
+                runner_name = %r.name,
+                "Job succeeded"
+            ),
+            (Err(e), JobOutcome::Failed { reason, exit_code }) => {
+                let (system, text) = match e {
+                    JobError::System(s) => (true, s.to_string()),
+                    JobError::Failed(f) => (false, f.message.clone()),
+                };
+                let exit_code = exit_code.unwrap_or_default();
+                let reason = reason.as_str();
+                if system {
+                    tracing::error!(duration_s, error = %text, exit_code, failure_reason = reason, job = payload.id, "job-status" = "failed", name, project = payload.job_info.project_id, runner = %short, runner_name = %r.name, "Job failed (system failure): {text}");
+                } else {
+                    tracing::warn!(duration_s, error = %text, exit_code, failure_reason = reason, job = payload.id, "job-status" = "failed", name, project = payload.job_info.project_id, runner = %short, runner_name = %r.name, "Job failed: {text}");
+                }
+            }
+            _ => {}
+        }
         (Some(outcome), used)
     }
 
@@ -697,12 +792,6 @@ impl<S: JobSource> Manager<S> {
                 u = pool.use_machine(rid, acquired.take()) => u?,
                 () = control.abort.cancelled() => return Err(super::pool::PoolError::Stopped),
             };
-            let verb = if m.used.new_data {
-                "Created docker-machine"
-            } else {
-                "Using existing docker-machine"
-            };
-            tracing::info!(name = %m.used.name, docker = ?m.endpoint.host, "{verb}");
             let probe = tokio::select! {
                 c = crate::executor::connect::connect(&m.endpoint) => c.map(|_| ()),
                 () = control.abort.cancelled() => return Err(super::pool::PoolError::Stopped),
@@ -729,7 +818,7 @@ impl<S: JobSource> Manager<S> {
         }
     }
 
-    fn outcome(&self, payload: &JobPayload, result: Result<(), JobError>) -> JobOutcome {
+    fn outcome(&self, payload: &JobPayload, result: &Result<(), JobError>) -> JobOutcome {
         let supported = &payload.features.failure_reasons;
         match result {
             Ok(()) => JobOutcome::Success,

@@ -262,7 +262,7 @@ impl Plugin {
                 let mut stderr = BufReader::new(stderr);
                 while let Ok(Some(line)) = read_line(&mut stderr, MAX_LINE).await {
                     match line {
-                        Line::Complete(line) => tracing::info!(plugin = %label, "{line}"),
+                        Line::Complete(line) => relay_stderr(&label, &line),
                         Line::Cut(start) => {
                             tracing::info!(plugin = %label, "{start}");
                             let dropped = skip_line(&mut stderr).await.unwrap_or(0);
@@ -507,9 +507,116 @@ fn deadline(timeout: Duration) -> Duration {
     timeout.saturating_add(GRACE)
 }
 
+/// One stderr line of a provider plugin, as upstream relays docker-machine's output
+/// (spec upstream-logs.md §2.2): the message with its `driver`, `name` and `operation`
+/// fields, at the plugin line's own level. A line in `tracing`'s default shape
+/// (`<time>  INFO target: message k=v…`, which legacy-driver-shim writes) is taken apart;
+/// any other line is relayed whole at info. `plugin` names the plugin either way.
+fn relay_stderr(label: &str, line: &str) {
+    let r = PluginLine::parse(line);
+    let (driver, name, operation) = (r.driver, r.name, r.operation);
+    match r.level {
+        "ERROR" => tracing::error!(driver, name, operation, plugin = %label, "{}", r.msg),
+        "WARN" => tracing::warn!(driver, name, operation, plugin = %label, "{}", r.msg),
+        "DEBUG" | "TRACE" => tracing::debug!(driver, name, operation, plugin = %label, "{}", r.msg),
+        _ => tracing::info!(driver, name, operation, plugin = %label, "{}", r.msg),
+    }
+}
+
+/// A plugin's stderr line taken apart (see [`relay_stderr`]).
+#[derive(Debug, PartialEq)]
+struct PluginLine<'a> {
+    level: &'a str,
+    msg: &'a str,
+    driver: Option<&'a str>,
+    name: Option<&'a str>,
+    operation: Option<&'a str>,
+}
+
+impl<'a> PluginLine<'a> {
+    fn parse(line: &'a str) -> PluginLine<'a> {
+        let whole = PluginLine {
+            level: "INFO",
+            msg: line,
+            driver: None,
+            name: None,
+            operation: None,
+        };
+        let Some((stamp, rest)) = line.split_once(' ') else {
+            return whole;
+        };
+        if !(stamp.starts_with(|c: char| c.is_ascii_digit()) && stamp.contains('T')) {
+            return whole;
+        }
+        let rest = rest.trim_start();
+        let Some((level, rest)) = rest.split_once(' ') else {
+            return whole;
+        };
+        if !matches!(level, "TRACE" | "DEBUG" | "INFO" | "WARN" | "ERROR") {
+            return whole;
+        }
+        let Some((target, mut msg)) = rest.trim_start().split_once(": ") else {
+            return whole;
+        };
+        if target.contains(' ') {
+            return whole;
+        }
+        let mut out = PluginLine {
+            level,
+            msg,
+            driver: None,
+            name: None,
+            operation: None,
+        };
+        // Trailing `key=value` fields, last first.
+        while let Some((head, last)) = msg.trim_end().rsplit_once(' ') {
+            let Some((k, v)) = last.split_once('=') else {
+                break;
+            };
+            let v = v.trim_matches('"');
+            match k {
+                "driver" => out.driver = Some(v),
+                "name" => out.name = Some(v),
+                "operation" => out.operation = Some(v),
+                "stream" => {}
+                _ => break,
+            }
+            msg = head;
+        }
+        out.msg = msg.trim_end();
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plugin_lines_are_taken_apart_as_upstream_relays_docker_machine() {
+        let l = PluginLine::parse("2026-11-28T03:29:51.373144Z  INFO legacy_driver_shim::exec: Running pre-create checks... operation=create name=runner-a-1 stream=\"stdout\"");
+        assert_eq!(
+            l,
+            PluginLine {
+                level: "INFO",
+                msg: "Running pre-create checks...",
+                driver: None,
+                name: Some("runner-a-1"),
+                operation: Some("create"),
+            }
+        );
+        let l = PluginLine::parse("2026-11-28T03:29:54.405390Z ERROR legacy_driver_shim::exec: hosts without a driver cannot be stopped operation=stop name=m stream=\"stderr\"");
+        assert_eq!(
+            (l.level, l.msg, l.operation),
+            (
+                "ERROR",
+                "hosts without a driver cannot be stopped",
+                Some("stop")
+            )
+        );
+        let l = PluginLine::parse("plain text: a=b");
+        assert_eq!((l.level, l.msg, l.name), ("INFO", "plain text: a=b", None));
+    }
 
     #[test]
     fn the_deadline_is_the_timeout_plus_grace() {

@@ -387,7 +387,7 @@ impl Simulation {
                 });
                 self.trace.creation_failures += 1
             }
-            Notice::Removing { name, reason } => {
+            Notice::Removing { name, reason, .. } => {
                 if !self.logged_removals.remove(&name) {
                     let used_count = self.engine.machine(&name).map_or(0, |m| m.used_count);
                     self.log(|| RunEvent::RemovalRequested {

@@ -10,8 +10,9 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use chrono::{DateTime, SecondsFormat, Utc};
-use serde_json::{Map, Value};
+use chrono::{DateTime, Utc};
+
+use super::format::{self, Format, Level, Style, Value};
 
 use crate::config::Config;
 use crate::engine::naming;
@@ -24,66 +25,39 @@ pub enum EmitFormat {
     Json,
     /// The default `runner` format, with its colours and padding.
     Runner,
+    /// logrus `text` (`time="…" level=… msg=…`, then the sorted fields).
+    Text,
 }
 
 /// Job ids in the written log: the workload index plus this.
 pub const JOB_ID_BASE: u64 = 7_000_000_000;
 
-const RESET: &str = "\x1b[0;m";
-
+/// A field value (see [`format::Value`]); durations in milliseconds.
 enum Val {
     S(String),
     I(i64),
     F(f64),
-    /// A time.Duration: Go text in runner format, integer nanoseconds in JSON.
+    /// A time.Duration, in milliseconds.
     D(i64),
     /// A time.Time with its monotonic reading (seconds since the process started).
     T(DateTime<Utc>, f64),
 }
 
-fn go_time(t: DateTime<Utc>) -> String {
-    let frac = t.timestamp_subsec_nanos();
-    let base = t.format("%Y-%m-%d %H:%M:%S").to_string();
-    if frac == 0 {
-        format!("{base} +0000 UTC")
-    } else {
-        let f = format!("{frac:09}");
-        format!("{base}.{} +0000 UTC", f.trim_end_matches('0'))
+impl Val {
+    fn value(self) -> Value {
+        match self {
+            Val::S(s) => Value::Str(s),
+            Val::I(i) => Value::Int(i),
+            Val::F(f) => Value::Float(f),
+            Val::D(ms) => Value::Duration(ms.saturating_mul(1_000_000)),
+            Val::T(t, m) => Value::Time(t.fixed_offset(), Some(m)),
+        }
     }
 }
 
 /// Go's `time.Duration.String()` for a number of milliseconds.
 pub fn go_duration_ms(ms: i64) -> String {
-    if ms == 0 {
-        return "0s".to_string();
-    }
-    let neg = ms < 0;
-    let ms = ms.unsigned_abs();
-    let mut out = String::new();
-    if neg {
-        out.push('-');
-    }
-    if ms < 1000 {
-        let _ = write!(out, "{ms}ms");
-        return out;
-    }
-    let h = ms / 3_600_000;
-    let m = (ms / 60_000) % 60;
-    let s = (ms / 1000) % 60;
-    let frac = ms % 1000;
-    if h > 0 {
-        let _ = write!(out, "{h}h");
-    }
-    if h > 0 || m > 0 {
-        let _ = write!(out, "{m}m");
-    }
-    if frac == 0 {
-        let _ = write!(out, "{s}s");
-    } else {
-        let f = format!("{frac:03}");
-        let _ = write!(out, "{s}.{}s", f.trim_end_matches('0'));
-    }
-    out
+    format::go_duration(ms.saturating_mul(1_000_000))
 }
 
 /// Writes a recorded run as upstream's log.
@@ -141,61 +115,33 @@ impl<'a> Emitter<'a> {
                 t.format("%Y-%m-%dT%H:%M:%S%.6f+0000")
             );
         }
-        match self.format {
-            EmitFormat::Json => {
-                let mut m = Map::new();
-                for (k, v) in fields {
-                    let key = if matches!(k, "time" | "msg" | "level") {
-                        format!("fields.{k}")
-                    } else {
-                        k.to_string()
-                    };
-                    let v = match v {
-                        Val::S(s) => Value::from(s),
-                        Val::I(i) => Value::from(i),
-                        Val::F(f) => Value::from(f),
-                        Val::D(ms) => Value::from(ms.saturating_mul(1_000_000)),
-                        Val::T(t, _) => Value::from(t.to_rfc3339_opts(SecondsFormat::AutoSi, true)),
-                    };
-                    m.insert(key, v);
-                }
-                m.insert("level".into(), Value::from(level));
-                m.insert("msg".into(), Value::from(msg));
-                m.insert(
-                    "time".into(),
-                    Value::from(t.to_rfc3339_opts(SecondsFormat::Nanos, true)),
-                );
-                let text = Value::Object(m).to_string();
-                // logrus escapes HTML characters.
-                let text = text
-                    .replace('&', "\\u0026")
-                    .replace('<', "\\u003c")
-                    .replace('>', "\\u003e");
-                self.out.push_str(&text);
-            }
-            EmitFormat::Runner => {
-                let (color, prefix) = match level {
-                    "warning" => ("\x1b[0;33m", "WARNING: "),
-                    "error" => ("\x1b[31;1m", "ERROR: "),
-                    _ => ("", ""),
-                };
-                let width = 50usize.saturating_sub(prefix.chars().count());
-                let _ = write!(self.out, "{color}{prefix}{msg:<width$}{RESET} ");
-                let mut fields = fields;
-                fields.sort_by(|a, b| a.0.cmp(b.0));
-                for (k, v) in fields {
-                    let v = match v {
-                        Val::S(s) => s,
-                        Val::I(i) => i.to_string(),
-                        Val::F(f) => f.to_string(),
-                        Val::D(ms) => go_duration_ms(ms),
-                        Val::T(t, m) => format!("{} m=+{m:.9}", go_time(t)),
-                    };
-                    let _ = write!(self.out, " {color}{k}{RESET}={v}");
-                }
-            }
-        }
-        self.out.push('\n');
+        let level = match level {
+            "warning" => Level::Warning,
+            "error" => Level::Error,
+            "debug" => Level::Debug,
+            _ => Level::Info,
+        };
+        let fields: Vec<(&str, Value)> = fields.into_iter().map(|(k, v)| (k, v.value())).collect();
+        // Upstream writes the runner format's colours whether or not stderr is a terminal.
+        let style = Style {
+            format: match self.format {
+                EmitFormat::Json => Format::Json,
+                EmitFormat::Runner => Format::Runner,
+                EmitFormat::Text => Format::Text,
+            },
+            terminal: self.format == EmitFormat::Runner,
+            started: self.trace.start.fixed_offset(),
+        };
+        format::write_line(
+            &mut self.out,
+            &style,
+            &format::Record {
+                time: t.fixed_offset(),
+                level,
+                msg,
+                fields: &fields,
+            },
+        );
     }
 
     fn job_id(job: usize) -> i64 {

@@ -752,6 +752,51 @@ fn full_time_precise(rec: &Record) -> Option<(DateTime<FixedOffset>, bool)> {
     }
 }
 
+/// Messages only drover writes (its own log is read like upstream's, see
+/// `crate::cli::logging`): known, not needed by the comparison.
+const DROVER_MESSAGES: [&str; 40] = [
+    "Configuration warning",
+    "Machine pool warning",
+    "No machine ledger yet",
+    "Machine ledger is unusable",
+    "Machines restored from the ledger",
+    "Resuming the retries of machine removals",
+    "Cannot list machines to reconcile",
+    "Starting a machine pool",
+    "New docker+machine runner joined",
+    "Configuration change:",
+    "Failed to load config",
+    "autoscaling settings not applied",
+    "provider plugin",
+    "new docker+machine runner not served",
+    "Reconciled machine",
+    "Removal of an orphaned machine failed again",
+    "Error while removing machine",
+    "Machine ready",
+    "Machine used",
+    "Shutdown drain report",
+    "shutdown_timeout expired",
+    "max-builds reached",
+    "wait-timeout reached",
+    "--user is accepted",
+    "Failed to request job",
+    "no machine pool for this runner",
+    "cannot release machine",
+    "cannot apply the new autoscaling policy",
+    "cannot list machines",
+    "cannot get the machine's credentials",
+    "cannot reconcile machines",
+    "GitLab asked to cancel the job",
+    "GitLab aborted the job",
+    "GitLab holds a different log length",
+    "the running ack",
+    "the trace loop stopped",
+    "GitLab kept the final update pending",
+    "GitLab rejected the log's checksum",
+    "the final job update failed",
+    "the system ID file",
+];
+
 /// Messages gitlab-runner writes that the comparison does not need (so they are not counted
 /// as unknown).
 fn is_known(msg: &str, rec: &Record) -> bool {
@@ -813,6 +858,9 @@ fn is_known(msg: &str, rec: &Record) -> bool {
     ];
     msg.is_empty()
         || rec.field("operation").is_some()
+        // drover relays its provider plugin's stderr lines with the plugin's name.
+        || rec.field("plugin").is_some()
+        || DROVER_MESSAGES.iter().any(|p| msg.starts_with(p))
         || PREFIXES
             .iter()
             .chain(MORE.iter())

@@ -376,7 +376,12 @@ pub fn split_runner_fields(s: &str) -> Vec<(String, String)> {
     for (n, &(k, eq)) in chosen.iter().enumerate() {
         let end = chosen.get(n + 1).map_or(s.len(), |&(nk, _)| nk);
         let value = s[eq + 1..end].trim_end_matches(' ');
-        out.push((s[k..eq].to_string(), value.to_string()));
+        // drover quotes a value holding control characters (upstream never quotes here).
+        let value = match value.starts_with('"') && value.contains('\\') {
+            true => super::format::go_unquote(value).unwrap_or_else(|| value.to_string()),
+            false => value.to_string(),
+        };
+        out.push((s[k..eq].to_string(), value));
         if out.len() >= MAX_FIELDS {
             break;
         }
@@ -517,29 +522,24 @@ fn parse_text_pairs(body: &str) -> Option<Vec<(String, String)>> {
         }
         rest = &rest[eq + 1..];
         let value;
-        if let Some(q) = rest.strip_prefix('"') {
-            let mut v = String::new();
-            let mut chars = q.char_indices();
+        if rest.starts_with('"') {
+            // A Go-quoted value: up to the first unescaped quote.
+            let b = rest.as_bytes();
+            let mut i = 1;
             let mut end = None;
-            while let Some((i, c)) = chars.next() {
-                match c {
-                    '\\' => match chars.next() {
-                        Some((_, 'n')) => v.push('\n'),
-                        Some((_, 't')) => v.push('\t'),
-                        Some((_, 'r')) => v.push('\r'),
-                        Some((_, o)) => v.push(o),
-                        None => break,
-                    },
-                    '"' => {
+            while i < b.len() {
+                match b[i] {
+                    b'\\' => i += 2,
+                    b'"' => {
                         end = Some(i + 1);
                         break;
                     }
-                    c => v.push(c),
+                    _ => i += 1,
                 }
             }
             let end = end?;
-            value = v;
-            rest = &q[end..];
+            value = super::format::go_unquote(&rest[..end])?;
+            rest = &rest[end..];
         } else {
             let end = rest.find(' ').unwrap_or(rest.len());
             value = rest[..end].to_string();

@@ -10,6 +10,8 @@
 //!   anchoring, restarts, the messages the comparison needs; the rest is counted);
 //! * [`rebuild`]: events → upstream's jobs and machines ([`rebuild::Collector`]) and its pool
 //!   replayed decision by decision ([`rebuild::Replay`]);
+//! * [`format`]: the reverse of [`line`]: one record → one line in the `runner`, `text` or
+//!   `json` format, as gitlab-runner writes it (drover's own log and [`emit`] both use it);
 //! * [`emit`]: the reverse, for tests and benchmarks: writes what drover's simulator did as
 //!   upstream would have logged it.
 //!
@@ -19,6 +21,7 @@
 
 pub mod emit;
 pub mod events;
+pub mod format;
 pub mod line;
 pub mod rebuild;
 
