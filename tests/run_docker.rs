@@ -451,3 +451,149 @@ async fn register_then_run_then_unregister_on_a_fresh_config() {
     let left = drover::config::load_file(&cfg).expect("config after unregister");
     assert!(left.config.runners.is_empty());
 }
+
+/// At start, `drover run` ends what a drover that died left on the local Engine for its
+/// `docker` runners: containers (running or not), per-build networks and temporary volumes with
+/// the runner's labels and this system ID, one log line and one metric count each. Another
+/// runner's containers and reusable volumes are left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leftovers_of_a_dead_drover_are_ended_at_start() {
+    let token = "glrt-drovertestleftover1";
+    let Some((sim, _g)) = setup(token).await else {
+        return;
+    };
+    let short = &token[5..14];
+    let system_id = "s_1eff0e5e1eff";
+    let label = |k: &str, v: &str| format!("com.gitlab.gitlab-runner.{k}={v}");
+    let ours = [
+        label("managed", "true"),
+        label("runner.id", short),
+        label("runner.system_id", system_id),
+        label("job.id", "4242"),
+    ];
+    let docker = |args: &[&str]| {
+        let out = std::process::Command::new("docker")
+            .args(args)
+            .output()
+            .expect("docker");
+        assert!(out.status.success(), "docker {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let with_labels = |base: &[&str], labels: &[String]| {
+        let mut v: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+        for l in labels {
+            v.push("--label".into());
+            v.push(l.clone());
+        }
+        v
+    };
+    let run = |labels: &[String], name: &str| {
+        let mut args = with_labels(&["run", "-d", "--name", name], labels);
+        args.extend([
+            executor_common::BUILD_IMAGE.to_string(),
+            "sleep".into(),
+            "600".into(),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        docker(&args)
+    };
+    // What an earlier, failed run of this test may have left.
+    let quiet = |args: &[&str]| {
+        let _ = std::process::Command::new("docker").args(args).output();
+    };
+    quiet(&[
+        "rm",
+        "-f",
+        "drover-test-leftover-job",
+        "drover-test-leftover-other",
+    ]);
+    quiet(&["network", "rm", "drover-test-leftover-net"]);
+    quiet(&[
+        "volume",
+        "rm",
+        "drover-test-leftover-tmpvol",
+        "drover-test-leftover-cachevol",
+    ]);
+    run(&ours, "drover-test-leftover-job");
+    let mut other = ours.clone();
+    other[1] = label("runner.id", "someoneX");
+    run(&other, "drover-test-leftover-other");
+    let net = with_labels(&["network", "create"], &ours);
+    let mut net: Vec<&str> = net.iter().map(String::as_str).collect();
+    net.push("drover-test-leftover-net");
+    docker(&net);
+    let mut temp = ours.to_vec();
+    temp.push(label("reusable", "false"));
+    let vol = with_labels(&["volume", "create"], &temp);
+    let mut vol: Vec<&str> = vol.iter().map(String::as_str).collect();
+    vol.push("drover-test-leftover-tmpvol");
+    docker(&vol);
+    let mut keep = ours.to_vec();
+    keep.push(label("reusable", "true"));
+    let vol = with_labels(&["volume", "create"], &keep);
+    let mut vol: Vec<&str> = vol.iter().map(String::as_str).collect();
+    vol.push("drover-test-leftover-cachevol");
+    docker(&vol);
+
+    let dir = tempfile::Builder::new()
+        .prefix("drover-test-run-")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::write(dir.path().join(".runner_system_id"), system_id).expect("system id");
+    let port = free_port();
+    let mut drover = Drover::start_in(
+        dir,
+        &docker_config(
+            &sim,
+            token,
+            1,
+            &format!("listen_address = \"127.0.0.1:{port}\""),
+        ),
+        &[],
+        &[],
+    );
+    let exists = |what: &str, name: &str| {
+        std::process::Command::new("docker")
+            .args([what, "inspect", name])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    until(
+        &drover,
+        Duration::from_secs(60),
+        "the leftovers ended",
+        || {
+            (!exists("container", "drover-test-leftover-job")
+                && !exists("network", "drover-test-leftover-net")
+                && !exists("volume", "drover-test-leftover-tmpvol"))
+            .then_some(())
+        },
+    )
+    .await;
+    let id = sim.enqueue(job(&["echo after-the-clean-up"]));
+    let v = finished(&sim, &drover, id, Duration::from_secs(120)).await;
+    assert_eq!(v.state, JobState::Success, "{}", text(&v.trace));
+    let log = drover.log();
+    assert_eq!(
+        log.matches("Removed work a previous drover left").count(),
+        3,
+        "{log}"
+    );
+    let m = http_get(port, "/metrics");
+    assert!(
+        m.contains("drover_leftovers_removed_total{kind=\"container\"} 1"),
+        "{m}"
+    );
+    assert!(
+        exists("container", "drover-test-leftover-other"),
+        "another runner's"
+    );
+    assert!(
+        exists("volume", "drover-test-leftover-cachevol"),
+        "reusable"
+    );
+    drover.signal(libc::SIGTERM);
+    let _ = drover.wait_exit(Duration::from_secs(60));
+    docker(&["rm", "-f", "drover-test-leftover-other"]);
+    docker(&["volume", "rm", "drover-test-leftover-cachevol"]);
+}

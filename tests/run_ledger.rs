@@ -339,3 +339,48 @@ async fn a_restart_resumes_the_retries_of_removals_that_gave_up() {
     let subs = world.subcommands();
     assert!(subs.iter().any(|s| s == "rm"), "{subs:?}");
 }
+
+/// A machine this drover did not create (restored from the ledger, or adopted without one) may
+/// hold what a drover that died left running: its first job is told to clean it first
+/// (`clean_first`), and only its first. A machine this drover created needs no cleaning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_first_job_on_a_machine_drover_did_not_create_cleans_it_first() {
+    let world = FakeWorld::new();
+    world.set_faults(json!({"config": "ok"}));
+    let file = LedgerFile::at(ledger_path(&world));
+    let use_once = |pool: &Pool, name: String| {
+        let pool = pool.clone();
+        async move {
+            let m = pool
+                .use_machine(RunnerId(0), Some(name.clone()))
+                .await
+                .expect("use");
+            pool.release(RunnerId(0), name).await;
+            m.used.clean_first
+        }
+    };
+    let first = pool(&world, 10, Some(file.clone()));
+    let name = acquire_machine(&first).await;
+    assert!(
+        !use_once(&first, name.clone()).await,
+        "created by this drover"
+    );
+    wait_until("the job saved", || used_count(&file, &name) == Some(1)).await;
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let second = pool(&world, 10, Some(file.clone()));
+    assert_eq!(acquire_machine(&second).await, name);
+    assert!(
+        use_once(&second, name.clone()).await,
+        "restored from the ledger"
+    );
+    assert_eq!(acquire_machine(&second).await, name);
+    assert!(!use_once(&second, name.clone()).await, "cleaned already");
+    drop(second);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let third = pool(&world, 10, None);
+    assert_eq!(acquire_machine(&third).await, name);
+    assert!(use_once(&third, name.clone()).await, "adopted");
+}

@@ -9,7 +9,7 @@
 use chrono::TimeDelta;
 
 use super::command::Reason;
-use super::machine::{Id, Machine, MachineState};
+use super::machine::{Id, MachineState};
 use super::{naming, Engine, EngineError, RunnerId, Time, CONNECTIVITY_CACHE_SECS};
 
 /// Identifies one open search.
@@ -60,12 +60,7 @@ impl Engine {
             seen.insert(name.to_string());
             let id = match self.ledger.id_of(name) {
                 Some(id) => id,
-                None => {
-                    let seq = self.next_seq();
-                    let mut m = Machine::new(name, MachineState::Idle, now, seq);
-                    m.used_count = 1;
-                    self.ledger.insert(m)
-                }
+                None => self.adopt(name, now),
             };
             listed.push(id);
         }

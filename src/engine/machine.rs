@@ -182,6 +182,10 @@ pub struct Machine {
     pub(crate) removal_attempts: i64,
     pub(crate) seen_epoch: u64,
     pub(crate) seq: u64,
+    /// Not created by this process (restored from the ledger or adopted from a listing): it
+    /// may hold containers, networks or volumes of a drover that died, so the first job handed
+    /// it cleans them first (see [`super::UsedMachine::clean_first`]).
+    pub(crate) unvetted: bool,
 }
 
 impl Machine {
@@ -204,6 +208,7 @@ impl Machine {
             removal_attempts: 0,
             seen_epoch: 0,
             seq,
+            unvetted: false,
         }
     }
 

@@ -169,6 +169,7 @@ impl Engine {
         let seq = self.next_seq();
         let mut m = Machine::new(name, MachineState::Idle, now, seq);
         m.used_count = 1;
+        m.unvetted = true;
         self.ledger.insert(m)
     }
 

@@ -97,6 +97,7 @@ impl Engine {
             m.used_count = r.used_count;
             m.used = r.used;
             m.runner = runner.map(|id| id.0);
+            m.unvetted = true;
             m.max_removal_attempts = runner
                 .and_then(|id| self.runners.get(id.0))
                 .map_or(0, |s| s.policy.max_removal_attempts);

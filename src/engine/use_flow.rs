@@ -30,6 +30,10 @@ pub struct UsedMachine {
     pub name: String,
     /// True when it is not the machine Acquire returned: release it after the job too.
     pub new_data: bool,
+    /// First use since drover started (restored from its ledger or adopted): work a dead
+    /// drover left on it must be found and ended before the job runs, or the machine given
+    /// back as unusable when that fails.
+    pub clean_first: bool,
 }
 
 /// Why a session failed.
@@ -230,9 +234,14 @@ impl Engine {
         let name = self.name_of(m);
         let result = if ok {
             self.use_machine(&name, now)?;
+            let clean_first = self
+                .ledger
+                .get_mut(m)
+                .is_some_and(|x| std::mem::take(&mut x.unvetted));
             Ok(UsedMachine {
                 name,
                 new_data: data != Some(m),
+                clean_first,
             })
         } else {
             self.release(RunnerId(runner), &name, now)?;

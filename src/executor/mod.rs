@@ -19,6 +19,7 @@ pub mod containers;
 pub mod error;
 pub mod image;
 pub mod labels;
+pub mod leftovers;
 pub mod paths;
 pub mod plan;
 mod run;

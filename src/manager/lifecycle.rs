@@ -406,6 +406,7 @@ pub async fn run<S: JobSource>(
     ready: Readiness,
 ) -> Result<Ending, StartError> {
     let mut sig = install_signals()?;
+    manager.end_local_leftovers().await;
     let feeder = tokio::spawn(manager.clone().feed());
     let becoming_ready = tokio::spawn(become_ready(
         set.started().iter().map(|p| p.pool.clone()).collect(),
@@ -593,6 +594,7 @@ pub async fn run_single<S: JobSource>(
     };
     // One job at a time: never re-queue.
     runner.strict_check_interval = Some(true);
+    manager.end_local_leftovers().await;
     let mut builds = 0u64;
     let mut last_job = limits.started;
     let timeout = Duration::from_secs(30);

@@ -664,7 +664,7 @@ impl<S: JobSource> Manager<S> {
             None => (plain_docker_endpoint(r), None, None),
             Some((pool, rid)) => {
                 let used = self
-                    .usable_machine(pool, *rid, acquired, &control, &mut sink)
+                    .usable_machine(r, pool, *rid, acquired, &control, &mut sink)
                     .await;
                 match used {
                     Ok(m) => {
@@ -776,8 +776,10 @@ impl<S: JobSource> Manager<S> {
     /// does not answer (unreachable, certificates missing, a creation cut short) is the
     /// machine's fault: it is given back as unusable (the engine removes it) and the next
     /// attempt uses another machine, where upstream would try the same one again.
+    #[allow(clippy::too_many_arguments)]
     async fn usable_machine(
         &self,
+        r: &RunnerConfig,
         pool: &Pool,
         rid: RunnerId,
         acquired: Option<&str>,
@@ -793,13 +795,20 @@ impl<S: JobSource> Manager<S> {
                 () = control.abort.cancelled() => return Err(super::pool::PoolError::Stopped),
             };
             let probe = tokio::select! {
-                c = crate::executor::connect::connect(&m.endpoint) => c.map(|_| ()),
+                c = async {
+                    let engine = crate::executor::connect::connect(&m.endpoint).await?;
+                    if m.used.clean_first {
+                        // A machine drover did not create: end what a dead drover left there.
+                        self.end_leftovers(r, &engine.docker, Some(&m.used.name)).await?;
+                    }
+                    Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+                } => c,
                 () = control.abort.cancelled() => return Err(super::pool::PoolError::Stopped),
             };
             let Err(e) = probe else {
                 return Ok(m);
             };
-            tracing::warn!(name = %m.used.name, error = %e, "the machine's Docker Engine does not answer; removing the machine");
+            tracing::warn!(name = %m.used.name, error = %e, "the machine cannot serve a job; removing the machine");
             pool.release_unusable(m.used.name.clone()).await;
             if attempt >= PREPARATION_ATTEMPTS || control.abort.is_cancelled() {
                 return Err(super::pool::PoolError::Unusable(m.used.name, e.to_string()));
@@ -816,6 +825,50 @@ impl<S: JobSource> Manager<S> {
                 () = control.abort.cancelled() => return Err(super::pool::PoolError::Stopped),
             }
         }
+    }
+
+    /// At start, before any job: ends what a drover that died left on the local Engine of
+    /// each `docker` runner (docker+machine machines are cleaned on their first use instead).
+    pub async fn end_local_leftovers(&self) {
+        let config = self.config();
+        for r in config.runners.iter().filter(|r| r.executor == "docker") {
+            let done = async {
+                let engine = crate::executor::connect::connect(&plain_docker_endpoint(r)).await?;
+                self.end_leftovers(r, &engine.docker, None).await?;
+                Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+            };
+            if let Err(e) = done.await {
+                tracing::warn!(runner_name = %r.name, error = %e, "cannot end the work a previous drover left on the local Docker Engine");
+            }
+        }
+    }
+
+    /// Ends the containers, per-build networks and temporary volumes of runner `r` (this
+    /// system ID) on an Engine: work a drover that died left there. One log line and one
+    /// `drover_leftovers_removed_total` count per item.
+    pub async fn end_leftovers(
+        &self,
+        r: &RunnerConfig,
+        docker: &bollard::Docker,
+        machine: Option<&str>,
+    ) -> Result<(), crate::executor::leftovers::LeftoverError> {
+        let short = crate::executor::paths::short_token(&r.token);
+        let ended =
+            crate::executor::leftovers::end_leftovers(docker, &short, &self.system_id).await?;
+        for l in ended {
+            tracing::warn!(
+                job = l.job.as_deref().unwrap_or(""),
+                kind = l.kind,
+                machine = machine.unwrap_or(""),
+                name = %l.name,
+                runner = %short,
+                "Removed work a previous drover left"
+            );
+            if let Some(m) = &self.metrics {
+                m.leftover_removed(l.kind);
+            }
+        }
+        Ok(())
     }
 
     fn outcome(&self, payload: &JobPayload, result: &Result<(), JobError>) -> JobOutcome {

@@ -219,6 +219,7 @@ struct Inner {
     api_statuses: IntCounterVec,
     api_duration: HistogramVec,
     api_retries: IntCounterVec,
+    leftovers_removed: IntCounterVec,
     errors: IntCounterVec,
     failed_jobs: IntCounterVec,
     worker_slots: IntGauge,
@@ -445,6 +446,13 @@ impl Metrics {
                 "Calls to GitLab retried, by request path and method",
                 &["path", "method"],
             )?,
+            leftovers_removed: labelled(
+                &r,
+                IntCounterVec::new,
+                "drover_leftovers_removed_total",
+                "Containers, networks and volumes a previous drover left that were ended before a machine or the local Engine served a job, by kind",
+                &["kind"],
+            )?,
             errors,
             failed_jobs: labelled(
                 &r,
@@ -543,6 +551,15 @@ impl Metrics {
             .api_retries
             .with_label_values(&[path, &method.to_ascii_lowercase()])
             .inc_by(u64::from(attempts));
+    }
+
+    /// `drover_leftovers_removed_total{kind}`: one container, network or volume a previous
+    /// drover left was ended.
+    pub fn leftover_removed(&self, kind: &str) {
+        self.inner
+            .leftovers_removed
+            .with_label_values(&[kind])
+            .inc();
     }
 
     /// The docker+machine autoscaling metrics.

@@ -754,8 +754,13 @@ fn full_time_precise(rec: &Record) -> Option<(DateTime<FixedOffset>, bool)> {
 
 /// Messages only drover writes (its own log is read like upstream's, see
 /// `crate::cli::logging`): known, not needed by the comparison.
-const DROVER_MESSAGES: [&str; 40] = [
+const DROVER_MESSAGES: [&str; 45] = [
     "Configuration warning",
+    "cannot renew the GitLab connection",
+    "Removed work a previous drover left",
+    "the machine cannot serve a job",
+    "cannot end the work a previous drover left",
+    "metrics server on",
     "Machine pool warning",
     "No machine ledger yet",
     "Machine ledger is unusable",
