@@ -190,18 +190,49 @@ fn expected_output(id: i64) -> String {
     (1..=3).map(|n| format!("soak-{id}-line-{n}\n")).collect()
 }
 
+/// The soak runner's containers (all states, or running only) as (name, job id).
+fn containers_in(running_only: bool) -> Vec<(String, String)> {
+    let mut args = vec![
+        "ps",
+        "--filter",
+        "label=com.gitlab.gitlab-runner.managed=true",
+    ];
+    if !running_only {
+        args.push("-a");
+    }
+    args.extend([
+        "--format",
+        "{{.Names}}\t{{.Label \"com.gitlab.gitlab-runner.job.id\"}}",
+    ]);
+    let out = Command::new("docker")
+        .args(&args)
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .filter(|(n, _)| n.contains("droverso"))
+        .map(|(n, j)| (n.to_string(), j.to_string()))
+        .collect()
+}
+
 fn containers() -> Vec<(String, String)> {
+    containers_in(false)
+}
+
+/// The soak runner's networks or volumes (`kind`) as (name, job id).
+fn others(kind: &str) -> Vec<(String, String)> {
     let out = Command::new("docker")
         .args([
-            "ps",
-            "-a",
+            kind,
+            "ls",
             "--filter",
             "label=com.gitlab.gitlab-runner.managed=true",
             "--format",
-            "{{.Names}}\t{{.Label \"com.gitlab.gitlab-runner.job.id\"}}",
+            "{{.Name}}\t{{.Label \"com.gitlab.gitlab-runner.job.id\"}}",
         ])
         .output()
-        .expect("docker ps");
+        .expect("docker ls");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_once('\t'))
@@ -320,6 +351,8 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
     let mut drover = Proc::start(dir.path(), &wdir, &env, 1);
     let mut kills = 0u32;
     let mut stall_kills = 0u32;
+    // (job, container of a dead drover's job running while it ran)
+    let mut beside: Vec<(i64, String)> = Vec::new();
     let mut gitlab_faults = 0u32;
     let mut ids = Vec::new();
     let kill_now = |drover: &mut Proc, kills: &mut u32| {
@@ -372,9 +405,24 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
         ]));
         ids.push(id);
         let mut killed = false;
+        let mut checked_beside = false;
         let mut waited = Instant::now();
         loop {
             let j = sim.job(id).expect("job");
+            // When this job's script runs, no container of a job a killed drover left may
+            // still run beside it (here every machine is the one Engine).
+            if !checked_beside
+                && j.state == JobState::Running
+                && String::from_utf8_lossy(&j.trace).contains("soak-start")
+            {
+                checked_beside = true;
+                let dead = interrupted.lock().unwrap().clone();
+                for (name, job) in containers_in(true) {
+                    if job.parse().is_ok_and(|d: i64| dead.contains(&d) && d != id) {
+                        beside.push((id, name));
+                    }
+                }
+            }
             if is_final(&j) || interrupted.lock().unwrap().contains(&id) {
                 if !killed && kill_at == Some(2) {
                     kill_now(&mut drover, &mut kills);
@@ -502,6 +550,30 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
         .into_iter()
         .filter(|(n, _)| !before_containers.contains(n))
         .collect();
+    // Everything of the soak runner left at the end, with the machine of its job.
+    let machine_of_job = |j: &str| {
+        j.parse::<i64>()
+            .ok()
+            .and_then(|j| job_machine.get(&j).cloned())
+            .unwrap_or_else(|| "?".into())
+    };
+    for (kind, left) in [
+        ("container", after.clone()),
+        ("network", others("network")),
+        ("volume", others("volume")),
+    ] {
+        for (name, job) in left {
+            eprintln!(
+                "SOAK left {kind} {name} (job {job}, machine {})",
+                machine_of_job(&job)
+            );
+        }
+    }
+    let failed_uninterrupted: Vec<_> = failed
+        .iter()
+        .filter(|(id, _)| !interrupted.contains(id))
+        .cloned()
+        .collect();
     let (killed_containers, leaked_containers): (Vec<_>, Vec<_>) = after
         .iter()
         .cloned()
@@ -534,7 +606,8 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
          traces_not_exact={}\n\
          SOAK machines_removed_under_job={} leaked_machines={} leaked_containers={} \
          killed_job_containers={} drain={drain_secs:.1}s exit={code}\n\
-         SOAK requeued_unacknowledged={requeues} failed_jobs={failed:?}",
+         SOAK requeued_unacknowledged={requeues} failed_jobs={failed:?} \
+         failed_without_a_kill={failed_uninterrupted:?} dead_containers_beside_a_job={beside:?}",
         t0.elapsed().as_secs_f64(),
         drover.starts,
         s.max_machines,
@@ -566,4 +639,14 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
         "machines removed while they had a job; jobs→machines {job_machine:?}"
     );
     assert!(succeeded > 0, "no job succeeded: {failed:?}");
+    assert_eq!(
+        failed_uninterrupted,
+        Vec::new(),
+        "jobs no kill interrupted failed"
+    );
+    assert_eq!(
+        beside,
+        Vec::new(),
+        "a dead drover's container ran beside a job"
+    );
 }

@@ -54,12 +54,20 @@ fn job_of(labels: Option<&HashMap<String, String>>) -> Option<String> {
 }
 
 /// Ends every container (running or not), per-build network and temporary volume of the
-/// runner `runner_short` under `system_id`, in that order; returns what it removed.
+/// runner `runner_short` under `system_id`, in that order, except those of the jobs in
+/// `running` (by their `job.id` label: jobs this process runs, which may share the Engine);
+/// returns what it removed.
 pub async fn end_leftovers(
     docker: &Docker,
     runner_short: &str,
     system_id: &str,
+    running: &[i64],
 ) -> Result<Vec<Leftover>, LeftoverError> {
+    let live = |job: &Option<String>| {
+        job.as_deref()
+            .and_then(|j| j.parse::<i64>().ok())
+            .is_some_and(|j| running.contains(&j))
+    };
     let err = |what: String| move |source| LeftoverError { what, source };
     let mut ended = Vec::new();
     let containers = docker
@@ -77,6 +85,10 @@ pub async fn end_leftovers(
             .and_then(|n| n.into_iter().next())
             .map(|n| n.trim_start_matches('/').to_string())
             .unwrap_or_else(|| id.clone());
+        let job = job_of(c.labels.as_ref());
+        if live(&job) {
+            continue;
+        }
         let options = RemoveContainerOptions {
             force: true,
             v: false,
@@ -86,7 +98,7 @@ pub async fn end_leftovers(
             Ok(()) => ended.push(Leftover {
                 kind: "container",
                 name,
-                job: job_of(c.labels.as_ref()),
+                job,
             }),
             Err(e) if not_found(&e) => {}
             Err(e) => return Err(err(format!("removing container {name}"))(e)),
@@ -102,11 +114,15 @@ pub async fn end_leftovers(
         let Some(name) = n.name.or(n.id) else {
             continue;
         };
+        let job = job_of(n.labels.as_ref());
+        if live(&job) {
+            continue;
+        }
         match docker.remove_network(&name).await {
             Ok(()) => ended.push(Leftover {
                 kind: "network",
                 name,
-                job: job_of(n.labels.as_ref()),
+                job,
             }),
             Err(e) if not_found(&e) => {}
             Err(e) => return Err(err(format!("removing network {name}"))(e)),
@@ -119,6 +135,9 @@ pub async fn end_leftovers(
         .await
         .map_err(err("listing volumes".into()))?;
     for v in volumes.volumes.unwrap_or_default() {
+        if live(&job_of(Some(&v.labels))) {
+            continue;
+        }
         match docker
             .remove_volume(&v.name, Some(RemoveVolumeOptions { force: true }))
             .await

@@ -853,8 +853,12 @@ impl<S: JobSource> Manager<S> {
         machine: Option<&str>,
     ) -> Result<(), crate::executor::leftovers::LeftoverError> {
         let short = crate::executor::paths::short_token(&r.token);
+        // Jobs of this process may share the Engine (several "machines" in front of one
+        // Engine, as in tests): theirs are not leftovers.
+        let running: Vec<i64> = lock(&self.jobs).keys().copied().collect();
         let ended =
-            crate::executor::leftovers::end_leftovers(docker, &short, &self.system_id).await?;
+            crate::executor::leftovers::end_leftovers(docker, &short, &self.system_id, &running)
+                .await?;
         for l in ended {
             tracing::warn!(
                 job = l.job.as_deref().unwrap_or(""),
