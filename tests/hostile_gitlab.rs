@@ -248,3 +248,76 @@ async fn a_busy_client_still_reconnects_after_connection_max_age() {
     let n = server.connections.load(std::sync::atomic::Ordering::SeqCst);
     assert!((3..=8).contains(&n), "connections opened: {n}");
 }
+
+/// GitLab's error message goes into drover's log quoted: a newline in it cannot forge a log
+/// line and an escape sequence cannot reach the operator's terminal, in any log format.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_error_message_forges_no_log_line() {
+    let forged = "WARNING: Job succeeded forged=1";
+    let body =
+        format!("{{\"message\": \"refused\\n{forged}\\r\\u001b[2J\\u001b]0;pwned\\u0007 end\"}}")
+            .into_bytes();
+    let server = Hostile::start(move |_, path| {
+        if path.contains("/jobs/request") {
+            Answer::Reply(
+                400,
+                vec![("Content-Type", "application/json".into())],
+                body.clone(),
+            )
+        } else {
+            Answer::Reply(200, Vec::new(), Vec::new())
+        }
+    })
+    .await;
+    for format in ["runner", "text", "json"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "concurrent = 1\ncheck_interval = 1\nlog_format = \"{format}\"\n\n[[runners]]\n  name = \"hostile\"\n  url = \"{}\"\n  token = \"glrt-hostileRunner000\"\n  executor = \"docker\"\n  [runners.docker]\n    image = \"alpine\"\n",
+                server.url
+            ),
+        )
+        .expect("config");
+        let log = dir.path().join("drover.log");
+        let before_start = server.count("POST");
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+            .arg("run")
+            .arg("-c")
+            .arg(&config)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("drover run");
+        let started = std::time::Instant::now();
+        let before = before_start;
+        while server.count("POST") < before + 2 && started.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let _ = child.wait();
+        let text = std::fs::read_to_string(&log).expect("read log");
+        assert!(
+            text.contains("refused"),
+            "{format}: the message is logged:\n{text}"
+        );
+        for line in text.lines() {
+            assert!(
+                !line.trim_start().starts_with("WARNING: Job succeeded"),
+                "{format}: a forged line:\n{text}"
+            );
+            assert!(
+                !line.contains("level=warning msg=\"Job succeeded")
+                    && !line.starts_with("{\"forged"),
+                "{format}: a forged line:\n{text}"
+            );
+        }
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\r'),
+            "{format}: a raw control character in the log:\n{text:?}"
+        );
+    }
+}
