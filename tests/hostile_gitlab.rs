@@ -321,3 +321,60 @@ async fn a_hostile_error_message_forges_no_log_line() {
         );
     }
 }
+
+/// A runner GitLab keeps refusing is paused with upstream's error line, and retried after
+/// `unhealthy_interval` with upstream's warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unhealthy_runner_is_paused_and_forced_again_with_upstreams_lines() {
+    let server = Hostile::start(|_, path| {
+        if path.contains("/jobs/request") {
+            Answer::Reply(
+                403,
+                Vec::new(),
+                b"{\"message\": \"403 Forbidden\"}".to_vec(),
+            )
+        } else {
+            Answer::Reply(200, Vec::new(), Vec::new())
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "concurrent = 1\ncheck_interval = 1\n\n[[runners]]\n  name = \"refused\"\n  url = \"{}\"\n  token = \"glrt-refusedRunner00\"\n  executor = \"docker\"\n  unhealthy_requests_limit = 2\n  unhealthy_interval = \"2s\"\n  [runners.docker]\n    image = \"alpine\"\n",
+            server.url
+        ),
+    )
+    .expect("config");
+    let log = dir.path().join("drover.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .arg("run")
+        .arg("-c")
+        .arg(&config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("drover run");
+    let id = format!("{}refusedRu", server.url);
+    let paused = format!("Runner {id:?} is unhealthy and will be disabled for 2s seconds!");
+    let forced = format!("Runner {id:?} is not healthy, but check for a new job will be forced!");
+    let started = std::time::Instant::now();
+    let mut text = String::new();
+    while started.elapsed() < Duration::from_secs(30) {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains(&paused) && text.contains(&forced) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    assert!(text.contains(&format!("ERROR: {paused}")), "{text}");
+    assert!(text.contains(&format!("WARNING: {forced}")), "{text}");
+    // Paused: two refusals, then nothing for 2 s, then the forced check.
+    assert!(server.count("POST") >= 3, "{}", server.count("POST"));
+}

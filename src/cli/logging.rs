@@ -177,6 +177,7 @@ pub const DURATION_KEYS: &[&str] = &[
     "current_timeout",
     "recommended_minimum",
     "update-interval",
+    "unhealthy_interval",
 ];
 
 /// Keys under which upstream logs a `time.Time`: an integer there is Unix nanoseconds.

@@ -162,6 +162,27 @@ fn check_interval(config: &Config) -> Duration {
 }
 
 /// Whether the feeder may hand this runner to a worker.
+/// `unhealthy_requests_limit`, below 1 meaning the default.
+fn unhealthy_requests_limit(r: &RunnerConfig) -> u32 {
+    u32::try_from(r.unhealthy_requests_limit)
+        .ok()
+        .filter(|v| *v > 0)
+        .unwrap_or(DEFAULT_UNHEALTHY_REQUESTS_LIMIT)
+}
+
+/// `unhealthy_interval`, unset or zero meaning the default.
+fn unhealthy_interval(r: &RunnerConfig) -> Duration {
+    r.unhealthy_interval
+        .and_then(|d| d.to_std())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_UNHEALTHY_INTERVAL)
+}
+
+/// How upstream names a runner in its health messages: the URL and the short token.
+fn unique_id(r: &RunnerConfig) -> String {
+    format!("{}{}", r.url, crate::gitlab::token::short_token(&r.token))
+}
+
 fn has_token(r: &RunnerConfig) -> bool {
     !r.token.trim().is_empty()
 }
@@ -278,22 +299,21 @@ impl<S: JobSource> Manager<S> {
     }
 
     fn healthy(&self, r: &RunnerConfig) -> bool {
-        let limit = u32::try_from(r.unhealthy_requests_limit)
-            .ok()
-            .filter(|v| *v > 0)
-            .unwrap_or(DEFAULT_UNHEALTHY_REQUESTS_LIMIT);
-        let interval = r
-            .unhealthy_interval
-            .and_then(|d| d.to_std())
-            .filter(|d| !d.is_zero())
-            .unwrap_or(DEFAULT_UNHEALTHY_INTERVAL);
+        let limit = unhealthy_requests_limit(r);
+        let interval = unhealthy_interval(r);
         let mut st = lock(&self.state);
         let s = st.entry(r.token.clone()).or_default();
         if s.failures < limit {
             return true;
         }
         if s.last_healthy.elapsed() >= interval {
-            // Force one attempt.
+            tracing::warn!(
+                unhealthy_interval = crate::cli::logging::duration_field(interval),
+                unhealthy_requests = s.failures,
+                unhealthy_requests_limit = limit,
+                "Runner {:?} is not healthy, but check for a new job will be forced!",
+                unique_id(r)
+            );
             s.failures = 0;
             s.last_healthy = Instant::now();
             return true;
@@ -307,8 +327,20 @@ impl<S: JobSource> Manager<S> {
         if ok {
             s.failures = 0;
             s.last_healthy = Instant::now();
-        } else {
-            s.failures += 1;
+            return;
+        }
+        s.failures += 1;
+        let limit = unhealthy_requests_limit(r);
+        if s.failures >= limit {
+            tracing::error!(
+                unhealthy_requests = s.failures,
+                unhealthy_requests_limit = limit,
+                "Runner {:?} is unhealthy and will be disabled for {} seconds!",
+                unique_id(r),
+                crate::config::GoDuration::from_nanos(
+                    i64::try_from(unhealthy_interval(r).as_nanos()).unwrap_or(i64::MAX)
+                )
+            );
         }
     }
 

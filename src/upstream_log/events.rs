@@ -871,6 +871,9 @@ fn is_known(msg: &str, rec: &Record) -> bool {
             .chain(MORE.iter())
             .any(|p| msg.starts_with(p))
         || msg.contains("WARNING: This action will delete")
+        || (msg.starts_with("Runner ")
+            && (msg.contains(" is unhealthy and will be disabled for ")
+                || msg.contains(" is not healthy, but check for a new job will be forced")))
         || (rec.format == Format::Runner && rec.level == Level::Debug)
         || rec.transport == Transport::Raw
             && msg.starts_with("Problem while reading command output")
