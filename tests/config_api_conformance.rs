@@ -8,7 +8,8 @@
 //! * `cache/cacheconfig/cacheconfig_test.go`: AuthType, DualStack, Encryption, Endpoint;
 //! * `network/retry_requester_test.go`: calculateWaitTime, ShouldRetryRequest, NormalizedURI,
 //!   Do (scripted answers from a server in the test);
-//! * `common/config_test.go`: StringOrArray_UnmarshalFlag, RunnerCredentials_SameAs;
+//! * `common/config_test.go`: StringOrArray_UnmarshalFlag, RunnerCredentials_SameAs,
+//!   DockerMachine (idle settings in force at a time, through config.toml);
 //! * `common/build_test.go`: GetPrepareTimeout, GetGetSourcesTimeout (the phase limits; the
 //!   Build*Timeout runs are end-to-end tests in `tests/executor_engine.rs`).
 
@@ -750,6 +751,95 @@ fn config_tables(t: &mut Tally) {
     }
 }
 
+/// `TestDockerMachine`: the idle settings in force at 2020-05-05 20:00 local time, for a
+/// `[runners.machine]` written as config.toml (deprecated off-peak keys are ignored; the last
+/// active autoscaling section wins; an invalid period is a load error).
+fn docker_machine(t: &mut Tally) {
+    use chrono::TimeZone;
+    let now = chrono::Local
+        .with_ymd_and_hms(2020, 5, 5, 20, 0, 0)
+        .single()
+        .expect("a local time")
+        .with_timezone(&chrono::Utc);
+    let active = "[\"* * 20 * * * *\"]";
+    let inactive = "[\"* * 22 * * * *\"]";
+    let invalid = "[\"invalid period\"]";
+    let section = |periods: &str, count: i64, time: i64| {
+        format!("[[runners.machine.autoscaling]]\nPeriods = {periods}\nIdleCount = {count}\nIdleTime = {time}\n")
+    };
+    let offpeak = |periods: &str| {
+        format!("OffPeakPeriods = {periods}\nOffPeakIdleCount = 2\nOffPeakIdleTime = 2000\n")
+    };
+    let base = "IdleCount = 1\nIdleTime = 1000\n";
+    let cases: Vec<(&str, String, Option<(i64, i64)>)> = vec![
+        ("global config only", base.to_string(), Some((1, 1000))),
+        (
+            "offpeak active ignored",
+            format!("{base}{}", offpeak(active)),
+            Some((1, 1000)),
+        ),
+        (
+            "offpeak inactive ignored",
+            format!("{base}{}", offpeak(inactive)),
+            Some((1, 1000)),
+        ),
+        (
+            "offpeak invalid format ignored",
+            offpeak(invalid),
+            Some((0, 0)),
+        ),
+        (
+            "autoscaling config active",
+            format!("{base}{}", section(active, 2, 2000)),
+            Some((2, 2000)),
+        ),
+        (
+            "autoscaling config inactive",
+            format!("{base}{}", section(inactive, 2, 2000)),
+            Some((1, 1000)),
+        ),
+        (
+            "last matching autoscaling config is selected",
+            format!(
+                "{base}{}{}",
+                section(active, 2, 2000),
+                section(active, 3, 3000)
+            ),
+            Some((3, 3000)),
+        ),
+        (
+            "autoscaling overrides offpeak config",
+            format!(
+                "{base}{}{}{}{}",
+                offpeak(active),
+                section(active, 3, 3000),
+                section(active, 4, 4000),
+                section(inactive, 5, 5000)
+            ),
+            Some((4, 4000)),
+        ),
+        (
+            "autoscaling invalid period config",
+            format!("{base}{}", section(invalid, 3, 3000)),
+            None,
+        ),
+    ];
+    for (case, machine, want) in cases {
+        let text = format!(
+            "[[runners]]\nname = \"m\"\nurl = \"https://gitlab.example.com\"\ntoken = \"glrt-x\"\nexecutor = \"docker+machine\"\n[runners.machine]\nMachineDriver = \"none\"\nMachineName = \"m-%s\"\n{machine}"
+        );
+        let got = drover::config::load_str(&text, "case.toml").ok().map(|l| {
+            let e = l.config.runners[0]
+                .machine
+                .as_ref()
+                .expect("[runners.machine]")
+                .effective_idle(now);
+            (e.idle_count, e.idle_time)
+        });
+        t.check(&format!("DockerMachine/{case}"), got, want);
+    }
+}
+
 fn phase_limits(t: &mut Tally) {
     use drover::config::GoDuration;
     use drover::executor::stage_limits::phase_limit;
@@ -803,5 +893,6 @@ async fn config_and_api_tables_of_upstream() {
     retry_requester_do(&mut t).await;
     config_tables(&mut t);
     phase_limits(&mut t);
+    docker_machine(&mut t);
     t.finish("config-api");
 }
