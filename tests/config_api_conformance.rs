@@ -10,6 +10,8 @@
 //!   Do (scripted answers from a server in the test);
 //! * `common/config_test.go`: StringOrArray_UnmarshalFlag, RunnerCredentials_SameAs,
 //!   DockerMachine (idle settings in force at a time, through config.toml);
+//! * `helpers/timeperiod/period_test.go`: InPeriod, InvalidTimezone, TimeperiodsWithTimezone
+//!   (through an autoscaling section's `Periods` and `Timezone`);
 //! * `common/build_test.go`: GetPrepareTimeout, GetGetSourcesTimeout (the phase limits; the
 //!   Build*Timeout runs are end-to-end tests in `tests/executor_engine.rs`).
 
@@ -840,6 +842,86 @@ fn docker_machine(t: &mut Tally) {
     }
 }
 
+/// The time-period tables: whether an autoscaling section with `periods` in `timezone` is in
+/// force at `now` (`None`: the config does not load).
+fn in_period(periods: &str, timezone: &str, now: chrono::DateTime<chrono::Utc>) -> Option<bool> {
+    let text = format!(
+        "[[runners]]\nname = \"m\"\nurl = \"https://gitlab.example.com\"\ntoken = \"glrt-x\"\nexecutor = \"docker+machine\"\n[runners.machine]\nMachineDriver = \"none\"\nMachineName = \"m-%s\"\n[[runners.machine.autoscaling]]\nPeriods = {periods}\nTimezone = \"{timezone}\"\nIdleCount = 7\n"
+    );
+    drover::config::load_str(&text, "case.toml").ok().map(|l| {
+        l.config.runners[0]
+            .machine
+            .as_ref()
+            .expect("[runners.machine]")
+            .effective_idle(now)
+            .active_section
+            .is_some()
+    })
+}
+
+fn time_periods(t: &mut Tally) {
+    use chrono::TimeZone;
+    let local = |secs: u32| {
+        chrono::Local
+            .with_ymd_and_hms(2017, 2, 22, 14, 59, secs)
+            .single()
+            .expect("a local time")
+            .with_timezone(&chrono::Utc)
+    };
+    let wed = "[\"* 59 14 * * wed *\"]";
+    for (case, now, want) in [
+        ("at the minute", local(0), true),
+        ("at its last second (upstream's quirk)", local(59), false),
+        (
+            "48 hours later",
+            local(0) + chrono::Duration::hours(48),
+            false,
+        ),
+        (
+            "4 hours later",
+            local(0) + chrono::Duration::hours(4),
+            false,
+        ),
+        (
+            "4 minutes later",
+            local(0) + chrono::Duration::minutes(4),
+            false,
+        ),
+    ] {
+        t.check(
+            &format!("InPeriod/{case}"),
+            in_period(wed, "Local", now),
+            Some(want),
+        );
+    }
+    t.check(
+        "InvalidTimezone",
+        in_period("[]", "InvalidTimezone/String", local(0)),
+        None,
+    );
+    let utc = |month: u32, hour: u32| {
+        chrono::Utc
+            .with_ymd_and_hms(2017, month, 1, hour, 30, 0)
+            .single()
+            .expect("a time")
+    };
+    let berlin = "[\"* * 10-17 * * * *\"]";
+    for (case, now, want) in [
+        ("January 16:30 UTC (17:30 CET)", utc(1, 16), true),
+        ("July 16:30 UTC (18:30 CEST)", utc(7, 16), false),
+        ("January 14:30 UTC", utc(1, 14), true),
+        ("July 14:30 UTC", utc(7, 14), true),
+        ("January 20:30 UTC", utc(1, 20), false),
+        ("July 20:30 UTC", utc(7, 20), false),
+    ] {
+        t.check(
+            &format!("TimeperiodsWithTimezone/{case}"),
+            in_period(berlin, "Europe/Berlin", now),
+            Some(want),
+        );
+    }
+}
+
 fn phase_limits(t: &mut Tally) {
     use drover::config::GoDuration;
     use drover::executor::stage_limits::phase_limit;
@@ -894,5 +976,6 @@ async fn config_and_api_tables_of_upstream() {
     config_tables(&mut t);
     phase_limits(&mut t);
     docker_machine(&mut t);
+    time_periods(&mut t);
     t.finish("config-api");
 }
