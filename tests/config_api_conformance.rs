@@ -27,6 +27,36 @@ use drover::gitlab::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// AuthType rows: case, ServerAddress, AccessKey, SecretKey, AuthenticationType, expected.
+type AuthRow = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+);
+
+/// Endpoint rows: case, ServerAddress, Insecure, PathStyle, BucketName, endpoint, path style.
+type EndpointRow = (
+    &'static str,
+    &'static str,
+    bool,
+    Option<bool>,
+    &'static str,
+    Option<&'static str>,
+    bool,
+);
+
+/// Scripted answers: status and headers.
+type Script = Vec<(u16, Vec<(&'static str, String)>)>;
+
+/// RetryRequester_Do rows: case, the server's answers, final status, attempts.
+type DoRow = (&'static str, Script, i32, u32);
+
+/// DockerMachine rows: case, `[runners.machine]` body, (IdleCount, IdleTime) or a load error.
+type MachineRow = (&'static str, String, Option<(i64, i64)>);
+
 /// One case's verdict.
 enum Verdict {
     Agree,
@@ -92,7 +122,7 @@ fn s3(f: impl FnOnce(&mut CacheS3Config)) -> CacheS3Config {
 
 fn cacheconfig(t: &mut Tally) {
     // AuthType: (case, ServerAddress, AccessKey, SecretKey, AuthenticationType, expected).
-    let auth: &[(&str, &str, &str, &str, &str, Option<&str>)] = &[
+    let auth: &[AuthRow] = &[
         ("Everything is empty", "", "", "", "", Some("iam")),
         (
             "Both AccessKey & SecretKey are empty",
@@ -281,7 +311,7 @@ fn cacheconfig(t: &mut Tally) {
     }
 
     // Endpoint: (case, ServerAddress, Insecure, PathStyle, BucketName, endpoint, path style).
-    let endpoints: &[(&str, &str, bool, Option<bool>, &str, Option<&str>, bool)] = &[
+    let endpoints: &[EndpointRow] = &[
         ("no server address", "", false, None, "", None, false),
         (
             "bad hostname",
@@ -487,7 +517,7 @@ fn retry_requester_pure(t: &mut Tally) {
 
 /// A server that answers each request with the next scripted status and headers, counting
 /// requests; past the script it answers 200.
-async fn scripted(script: Vec<(u16, Vec<(&'static str, String)>)>) -> (String, Arc<Mutex<u32>>) {
+async fn scripted(script: Script) -> (String, Arc<Mutex<u32>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -559,7 +589,7 @@ async fn retry_requester_do(t: &mut Tally) {
             .format("%a, %d %b %Y %H:%M:%S GMT")
             .to_string()
     };
-    let cases: Vec<(&str, Vec<(u16, Vec<(&'static str, String)>)>, i32, u32)> = vec![
+    let cases: Vec<DoRow> = vec![
         ("success", vec![(200, vec![])], 200, 1),
         ("non retry-able status code", vec![(400, vec![])], 400, 1),
         ("retry-able status code", vec![(500, vec![])], 200, 2),
@@ -773,7 +803,7 @@ fn docker_machine(t: &mut Tally) {
         format!("OffPeakPeriods = {periods}\nOffPeakIdleCount = 2\nOffPeakIdleTime = 2000\n")
     };
     let base = "IdleCount = 1\nIdleTime = 1000\n";
-    let cases: Vec<(&str, String, Option<(i64, i64)>)> = vec![
+    let cases: Vec<MachineRow> = vec![
         ("global config only", base.to_string(), Some((1, 1000))),
         (
             "offpeak active ignored",

@@ -808,7 +808,6 @@ impl<S: JobSource> Manager<S> {
     /// does not answer (unreachable, certificates missing, a creation cut short) is the
     /// machine's fault: it is given back as unusable (the engine removes it) and the next
     /// attempt uses another machine, where upstream would try the same one again.
-    #[allow(clippy::too_many_arguments)]
     async fn usable_machine(
         &self,
         r: &RunnerConfig,
