@@ -174,6 +174,7 @@ impl<'r> JobRun<'r> {
                         "drover {}",
                         crate::executor::script::variables::RUNNER_VERSION
                     ),
+                    clean_git_config: self.req.runner.clean_git_config,
                 },
             );
             let outcome = self
@@ -348,6 +349,10 @@ impl<'r> JobRun<'r> {
             &p.vars,
             &p.paths,
             paths::url_base(&self.req.payload.git_info.repo_url).as_deref(),
+            crate::executor::script::sources::GitCleanup::new(
+                &p.settings,
+                self.req.runner.clean_git_config,
+            ),
         );
         match self
             .stage(

@@ -33,7 +33,7 @@ use crate::executor::error::{not_found, FailureReason, JobFailure, SystemError};
 use crate::executor::image::{glob_match, split_reference};
 use crate::executor::script::variables::VarList;
 use crate::executor::settings::{DockerSettings, ServiceSettings};
-use crate::job::{Image, JobPayload};
+use crate::job::Image;
 
 /// The label prefix.
 use crate::executor::labels::PREFIX;
@@ -328,19 +328,11 @@ pub fn network_name(short: &str, project_id: i64, job_id: i64) -> String {
     crate::executor::paths::dns_clean(&format!("runner-{short}-{project_id}-0-{job_id}"))
 }
 
-/// The service containers' environment: the job's public and runner-internal variables (secret
-/// project variables stay out, as upstream), then the service's own.
-pub fn service_env(payload: &JobPayload, vars: &VarList, def: &ServiceDefinition) -> Vec<String> {
-    let secret: Vec<&str> = payload
-        .variables
-        .iter()
-        .filter(|v| !v.public && !v.key.is_empty())
-        .map(|v| v.key.as_str())
-        .filter(|k| !payload.variables.iter().any(|v| v.public && v.key == *k))
-        .collect();
-    let mut public = vars.clone();
-    public.vars.retain(|v| !secret.contains(&v.key.as_str()));
-    let mut env = public.env();
+/// The service containers' environment: the job's public and runner-internal definitions
+/// (a key with a public default and a secret project value gets the public one; secret-only
+/// keys stay out), then the service's own.
+pub fn service_env(vars: &VarList, def: &ServiceDefinition) -> Vec<String> {
+    let mut env = vars.public_or_internal().env();
     env.extend(def.variables.iter().map(|(k, v)| format!("{k}={v}")));
     env
 }

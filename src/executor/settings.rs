@@ -29,6 +29,8 @@ pub struct RunnerSettings {
     pub cache_dir: Option<String>,
     /// `[runners.custom_build_dir] enabled` (default true for docker).
     pub custom_build_dir_enabled: Option<bool>,
+    /// `clean_git_config` (`None`: clean unless `GIT_STRATEGY=none`).
+    pub clean_git_config: Option<bool>,
     /// `pre_get_sources_script`.
     pub pre_get_sources_script: Option<String>,
     /// `post_get_sources_script`.
@@ -265,6 +267,7 @@ impl RunnerSettings {
             builds_dir: non_empty(&r.builds_dir),
             cache_dir: non_empty(&r.cache_dir),
             custom_build_dir_enabled: r.custom_build_dir.enabled,
+            clean_git_config: r.clean_git_config,
             pre_get_sources_script: non_empty(&r.pre_get_sources_script),
             post_get_sources_script: non_empty(&r.post_get_sources_script),
             pre_build_script: non_empty(&r.pre_build_script),

@@ -136,7 +136,7 @@ impl JobRun<'_> {
         let protected = payload
             .git_info
             .protected
-            .unwrap_or_else(|| vars.bool("CI_COMMIT_REF_PROTECTED").unwrap_or(false))
+            .unwrap_or_else(|| vars.ref_protected())
             || payload
                 .cache
                 .iter()
@@ -317,7 +317,7 @@ impl JobRun<'_> {
                 trace.warning(&w);
             }
             let svc = services::ServiceToStart {
-                env: services::service_env(payload, job.vars, def),
+                env: services::service_env(job.vars, def),
                 def: def.clone(),
                 name,
                 image_ref: image.reference,

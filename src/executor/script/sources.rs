@@ -24,6 +24,70 @@ pub struct SourcesInputs<'a> {
     pub post_get_sources: Option<&'a str>,
     /// `http.userAgent` for git.
     pub user_agent: &'a str,
+    /// `[[runners]] clean_git_config` (`None`: upstream's default).
+    pub clean_git_config: Option<bool>,
+}
+
+/// The git clean-up that runs before fetching and again in the clean-up stage: stale lock
+/// files (a job killed during a git command leaves them), and the configs and hooks a job
+/// could have planted for the next job on a reused builds volume — the main `.git`, the
+/// template dir and, with submodules, every `.git/modules/**`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GitCleanup {
+    /// A submodule strategy is set: `.git/modules` is cleaned too.
+    pub submodules: bool,
+    /// Configs and hooks are removed (`clean_git_config`, default: unless `GIT_STRATEGY=none`).
+    pub configs: bool,
+}
+
+impl GitCleanup {
+    /// The clean-up for these settings and `[[runners]] clean_git_config`.
+    pub fn new(s: &BuildSettings, clean_git_config: Option<bool>) -> Self {
+        GitCleanup {
+            submodules: s.submodule_strategy != SubmoduleStrategy::None,
+            configs: clean_git_config.unwrap_or(s.git_strategy != GitStrategy::None),
+        }
+    }
+
+    /// Writes the clean-up commands (each one tolerates missing files).
+    pub fn write(&self, b: &mut ScriptBody, paths: &JobPaths) {
+        let git = format!("{}/.git", paths.build_dir);
+        let modules = format!("{git}/modules");
+        let find = |b: &mut ScriptBody, dir: &str, name: &str, kind: &str| {
+            let remove = if kind == "d" { "rm -rf --" } else { "rm -f" };
+            let depth = if kind == "d" { " -depth" } else { "" };
+            b.line(format!(
+                "if [ -d {d} ]; then find {d} -name {n} -type {kind}{depth} -exec {remove} {{}} + ; fi",
+                d = quote(dir),
+                n = quote(name),
+            ));
+        };
+        for f in [
+            "index.lock",
+            "shallow.lock",
+            "HEAD.lock",
+            "hooks/post-checkout",
+            "config.lock",
+        ] {
+            b.line(format!("rm -f {}", quote(&format!("{git}/{f}"))));
+            if self.submodules {
+                let base = f.rsplit('/').next().unwrap_or(f);
+                find(b, &modules, base, "f");
+            }
+        }
+        find(b, &format!("{git}/refs"), "*.lock", "f");
+        if !self.configs {
+            return;
+        }
+        for dir in [format!("{}/git-template", paths.tmp_dir), git.clone()] {
+            b.line(format!("rm -f {}", quote(&format!("{dir}/config"))));
+            b.line(format!("rm -rf {}", quote(&format!("{dir}/hooks"))));
+        }
+        if self.submodules {
+            find(b, &modules, "config", "f");
+            find(b, &modules, "hooks", "d");
+        }
+    }
 }
 
 fn hook<'a>(payload: &'a JobPayload, name: &str) -> &'a [String] {
@@ -96,28 +160,8 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
     let tconf = quote(&format!("{template}/config"));
     let ext = format!("{}/.gitlab-runner.ext.conf", i.paths.tmp_dir);
     let eq = quote(&ext);
-    // a. Clean-up of stale locks and (clean_git_config) of the old config and hooks.
-    for lock in [
-        "index.lock",
-        "shallow.lock",
-        "HEAD.lock",
-        "config.lock",
-        "hooks/post-checkout",
-    ] {
-        b.line(format!(
-            "rm -f {}",
-            quote(&format!("{build_dir}/.git/{lock}"))
-        ));
-    }
-    b.line(format!(
-        "if [ -d {r} ]; then find {r} -type f -name '*.lock' -exec rm -f {{}} + ; fi",
-        r = quote(&format!("{build_dir}/.git/refs"))
-    ));
-    b.line(format!(
-        "rm -rf {} {}",
-        quote(&format!("{build_dir}/.git/config")),
-        quote(&format!("{build_dir}/.git/hooks"))
-    ));
+    // a. Clean-up of stale locks and (clean_git_config) of the old configs and hooks.
+    GitCleanup::new(s, i.clean_git_config).write(b, i.paths);
     // b. Template dir and safe.directory.
     b.line(format!("rm -rf {tq}"));
     b.line(format!("mkdir -p {tq}"));
@@ -296,6 +340,62 @@ mod tests {
     use super::*;
     use crate::executor::script::variables::VarList;
 
+    fn cleanup_text(vars: &[(&str, &str)], clean_git_config: Option<bool>) -> String {
+        let vars = VarList {
+            vars: vars
+                .iter()
+                .map(|(k, v)| crate::executor::script::variables::Var {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+            tmp_dir: "/b/p.tmp".into(),
+        };
+        let (settings, _) = BuildSettings::from_variables(&vars, true);
+        let paths = JobPaths {
+            root_dir: "/b".into(),
+            build_dir: "/b/p".into(),
+            tmp_dir: "/b/p.tmp".into(),
+            cache_dir: "/c".into(),
+        };
+        let mut b = ScriptBody::new();
+        GitCleanup::new(&settings, clean_git_config).write(&mut b, &paths);
+        b.as_str().to_string()
+    }
+
+    #[test]
+    fn git_cleanup_as_upstream() {
+        let modules = "find /b/p/.git/modules";
+        // Submodules: locks, configs and hooks under .git/modules too.
+        let t = cleanup_text(&[("GIT_SUBMODULE_STRATEGY", "recursive")], None);
+        for lock in ["index.lock", "shallow.lock", "HEAD.lock", "post-checkout", "config.lock"] {
+            assert!(t.contains(&format!("rm -f /b/p/.git/")), "{t}");
+            assert!(
+                t.contains(&format!("{modules} -name {lock} -type f -exec rm -f")),
+                "{lock}:\n{t}"
+            );
+        }
+        assert!(t.contains(&format!("{modules} -name config -type f -exec rm -f")), "{t}");
+        assert!(t.contains(&format!("{modules} -name hooks -type d -depth -exec rm -rf --")), "{t}");
+        assert!(t.contains("rm -f /b/p.tmp/git-template/config\nrm -rf /b/p.tmp/git-template/hooks"), "{t}");
+        assert!(t.contains("rm -f /b/p/.git/config\nrm -rf /b/p/.git/hooks"), "{t}");
+        assert!(t.contains("find /b/p/.git/refs -name $'*.lock' -type f"), "{t}");
+        // No submodules: .git/modules is left alone.
+        let t = cleanup_text(&[], None);
+        assert!(!t.contains("modules"), "{t}");
+        assert!(t.contains("rm -f /b/p/.git/config"), "{t}");
+        // clean_git_config = false: locks only.
+        let t = cleanup_text(&[("GIT_SUBMODULE_STRATEGY", "normal")], Some(false));
+        assert!(t.contains(&format!("{modules} -name index.lock")), "{t}");
+        assert!(!t.contains("/config\n") && !t.contains("hooks\n") && !t.contains("-type d"), "{t}");
+        // GIT_STRATEGY=none: no config clean-up unless clean_git_config says so.
+        let t = cleanup_text(&[("GIT_STRATEGY", "none")], None);
+        assert!(!t.contains(".git/config\n"), "{t}");
+        let t = cleanup_text(&[("GIT_STRATEGY", "none")], Some(true));
+        assert!(t.contains("rm -f /b/p/.git/config\n"), "{t}");
+    }
+
     #[test]
     fn token_stays_out_of_git_config() {
         let payload = JobPayload::from_json(
@@ -321,6 +421,7 @@ mod tests {
                 pre_get_sources: None,
                 post_get_sources: None,
                 user_agent: "drover",
+                clean_git_config: None,
             },
         );
         let t = body.as_str();

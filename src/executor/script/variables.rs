@@ -47,6 +47,10 @@ pub struct Var {
     pub masked: bool,
     /// Whether the value is exempt from expansion.
     pub raw: bool,
+    /// A definition from the job payload that GitLab did not mark public (a project, group or
+    /// instance variable, a dotenv variable): kept out of service containers. Runner-added
+    /// variables are internal and never hidden.
+    pub hidden: bool,
 }
 
 impl Var {
@@ -156,6 +160,29 @@ impl VarList {
     pub fn bool(&self, key: &str) -> Option<bool> {
         self.get(key).and_then(|v| parse_bool(&v.value))
     }
+
+    /// The *first* definition of `key`: the one GitLab or the runner put there, before any
+    /// job variable could override it.
+    pub fn first(&self, key: &str) -> Option<&Var> {
+        self.vars.iter().find(|v| v.key == key)
+    }
+
+    /// `CI_COMMIT_REF_PROTECTED` as GitLab set it (payloads of GitLab before 18.3 carry no
+    /// `git_info.protected`): the first definition, so a job variable cannot select the
+    /// protected volumes, read with [`loose_bool`].
+    pub fn ref_protected(&self) -> bool {
+        self.first("CI_COMMIT_REF_PROTECTED")
+            .is_some_and(|v| loose_bool(&v.value))
+    }
+
+    /// The definitions a service container may see: the runner's own (internal) ones and the
+    /// payload's public ones, in order.
+    pub fn public_or_internal(&self) -> VarList {
+        VarList {
+            vars: self.vars.iter().filter(|v| !v.hidden).cloned().collect(),
+            tmp_dir: self.tmp_dir.clone(),
+        }
+    }
 }
 
 /// Go's `strconv.ParseBool`.
@@ -165,6 +192,15 @@ pub fn parse_bool(s: &str) -> Option<bool> {
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
         _ => None,
     }
+}
+
+/// upstream's lenient boolean of a variable's value: Go's `ParseBool` on the lower-cased value
+/// (`tRuE` is true), else an integer that is exactly 1 (`01`, `+1`); anything else is false.
+pub fn loose_bool(s: &str) -> bool {
+    if let Some(b) = parse_bool(&s.to_ascii_lowercase()) {
+        return b;
+    }
+    s.parse::<i32>().is_ok_and(|n| n == 1)
 }
 
 /// Inputs of [`job_variables`] that are not in the payload or the settings.
@@ -237,6 +273,7 @@ pub fn job_variables(
             file: v.file,
             masked: v.masked,
             raw: v.raw,
+            hidden: !v.public,
         });
     }
     vars.push(Var::plain("CI_DISPOSABLE_ENVIRONMENT", "true"));
@@ -348,6 +385,62 @@ mod tests {
         assert_eq!(parse_go_duration("10"), None);
         assert_eq!(parse_go_duration("-1s"), None);
         assert_eq!(parse_go_duration("5x"), None);
+    }
+
+    fn payload_vars(vars: serde_json::Value) -> VarList {
+        let payload = JobPayload::from_json(
+            &serde_json::json!({"id": 1, "variables": vars}).to_string(),
+        )
+        .unwrap();
+        let paths = JobPaths {
+            root_dir: "/builds".into(),
+            build_dir: "/builds/p".into(),
+            tmp_dir: "/builds/p.tmp".into(),
+            cache_dir: "/cache/p".into(),
+        };
+        job_variables(&payload, &RunnerSettings::default(), &paths, &VarInputs::default())
+            .expanded()
+    }
+
+    #[test]
+    fn services_see_public_and_internal_definitions_only() {
+        let l = payload_vars(serde_json::json!([
+            {"key": "DB_PASSWORD", "value": "yaml-default-pw", "public": true},
+            {"key": "DB_PASSWORD", "value": "project-secret-pw", "masked": true},
+            {"key": "ONLY_SECRET", "value": "s3cr3t"},
+            {"key": "PUB", "value": "p", "public": true},
+        ]));
+        let env = l.public_or_internal().env();
+        assert!(env.contains(&"DB_PASSWORD=yaml-default-pw".to_string()), "{env:?}");
+        assert!(env.contains(&"PUB=p".to_string()), "{env:?}");
+        assert!(env.contains(&"CI_SERVER=yes".to_string()), "{env:?}");
+        assert!(!env.iter().any(|e| e.contains("secret-pw") || e.contains("s3cr3t")), "{env:?}");
+        // The job itself still gets the project value.
+        assert_eq!(l.get("DB_PASSWORD").unwrap().value, "project-secret-pw");
+    }
+
+    #[test]
+    fn protected_ref_is_gitlabs_first_definition() {
+        let protected = |vars: serde_json::Value| payload_vars(vars).ref_protected();
+        // A job variable cannot turn an unprotected ref into a protected one …
+        assert!(!protected(serde_json::json!([
+            {"key": "CI_COMMIT_REF_PROTECTED", "value": "false", "public": true},
+            {"key": "CI_COMMIT_REF_PROTECTED", "value": "true", "public": true},
+        ])));
+        // … nor the other way round.
+        assert!(protected(serde_json::json!([
+            {"key": "CI_COMMIT_REF_PROTECTED", "value": "true", "public": true},
+            {"key": "CI_COMMIT_REF_PROTECTED", "value": "false", "public": true},
+        ])));
+        assert!(!protected(serde_json::json!([])));
+        // upstream's Bool: case-insensitive, or an integer equal to 1.
+        for (v, want) in [
+            ("tRuE", true), ("TRUE", true), ("t", true), ("1", true), ("01", true),
+            ("+1", true), ("fAlSe", false), ("0", false), ("2", false), ("yes", false),
+            ("", false), ("on", false),
+        ] {
+            assert_eq!(loose_bool(v), want, "{v:?}");
+        }
     }
 
     #[test]
