@@ -218,3 +218,72 @@ async fn cache_is_restored_from_s3_after_the_local_volumes_are_gone() {
     assert!(t.contains("\ncached-content\n"), "{t}");
     assert_clean_and_remove_reusable(&short);
 }
+
+/// A cache shared by protected and unprotected pipelines (one named volume as `/cache`, as an
+/// operator may configure): a protected job writes `main-protected`; an unprotected job whose
+/// `CACHE_FALLBACK_KEY` only sanitises to `main-protected` must not restore it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protected_cache_is_not_restored_through_a_sanitised_fallback_key() {
+    let _guard = engine_test!();
+    let volume = "drover-test-cacheprot-shared";
+    let _ = Command::new("docker")
+        .args(["volume", "rm", "-f", volume])
+        .output();
+    let mut runner = settings("cacheprot");
+    runner.docker.volumes = vec![format!("{volume}:/cache")];
+    let short = short_token(&runner);
+    let mut writer = cache_job(
+        53,
+        SCRIPT_WRITE,
+        json!([{"key": "main-protected", "paths": ["vendor/"]}]),
+    );
+    writer.git_info.protected = Some(true);
+    let ran = run_job(&writer, &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(ran.trace.contains("Created cache"), "{}", ran.trace);
+
+    for (id, fallback) in [(54, "main-protected/"), (55, "main-protected%2F")] {
+        let mut reader = cache_job(
+            id,
+            &["cat vendor/deep/file.txt || echo no-cache-here"],
+            json!([{"key": "other", "paths": ["vendor/"], "policy": "pull"}]),
+        );
+        reader.git_info.protected = Some(false);
+        reader.variables.push(drover::job::JobVariable {
+            key: "CACHE_FALLBACK_KEY".into(),
+            value: fallback.into(),
+            public: true,
+            ..Default::default()
+        });
+        let ran = run_job(&reader, &runner).await;
+        let t = &ran.trace;
+        assert!(ran.result.is_ok(), "{:?}\n{t}", ran.result);
+        assert!(
+            t.contains(
+                "CACHE_FALLBACK_KEY \"main-protected\" not allowed to end in \"-protected\""
+            ),
+            "{fallback}: {t}"
+        );
+        assert!(
+            !t.contains("Checking cache for main-protected"),
+            "{fallback}: {t}"
+        );
+        assert!(!t.contains("cached-content"), "{fallback}: {t}");
+        assert!(t.contains("no-cache-here"), "{fallback}: {t}");
+    }
+    // The same shared cache is restored through an allowed key, so the refusal above is the
+    // guard's and not a missing archive.
+    let mut reader = cache_job(
+        56,
+        &["cat vendor/deep/file.txt || echo no-cache-here"],
+        json!([{"key": "other", "fallback_keys": ["main-protected"], "paths": ["vendor/"],
+                "policy": "pull"}]),
+    );
+    reader.git_info.protected = Some(false);
+    let ran = run_job(&reader, &runner).await;
+    assert!(ran.trace.contains("\ncached-content\n"), "{}", ran.trace);
+    let _ = Command::new("docker")
+        .args(["volume", "rm", "-f", volume])
+        .output();
+    assert_clean_and_remove_reusable(&short);
+}

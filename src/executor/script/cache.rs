@@ -506,7 +506,10 @@ mod tests {
         // Keys that only contain the word are allowed.
         for ok in ["main-protected-x", "protected", "main-non_protected"] {
             let s = restore_with(ok);
-            assert!(s.contains(&format!("Checking cache for {ok}...")), "{ok}:\n{s}");
+            assert!(
+                s.contains(&format!("Checking cache for {ok}...")),
+                "{ok}:\n{s}"
+            );
         }
     }
 

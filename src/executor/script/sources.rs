@@ -369,18 +369,41 @@ mod tests {
         let modules = "find /b/p/.git/modules";
         // Submodules: locks, configs and hooks under .git/modules too.
         let t = cleanup_text(&[("GIT_SUBMODULE_STRATEGY", "recursive")], None);
-        for lock in ["index.lock", "shallow.lock", "HEAD.lock", "post-checkout", "config.lock"] {
+        for lock in [
+            "index.lock",
+            "shallow.lock",
+            "HEAD.lock",
+            "post-checkout",
+            "config.lock",
+        ] {
             assert!(t.contains(&format!("rm -f /b/p/.git/")), "{t}");
             assert!(
                 t.contains(&format!("{modules} -name {lock} -type f -exec rm -f")),
                 "{lock}:\n{t}"
             );
         }
-        assert!(t.contains(&format!("{modules} -name config -type f -exec rm -f")), "{t}");
-        assert!(t.contains(&format!("{modules} -name hooks -type d -depth -exec rm -rf --")), "{t}");
-        assert!(t.contains("rm -f /b/p.tmp/git-template/config\nrm -rf /b/p.tmp/git-template/hooks"), "{t}");
-        assert!(t.contains("rm -f /b/p/.git/config\nrm -rf /b/p/.git/hooks"), "{t}");
-        assert!(t.contains("find /b/p/.git/refs -name $'*.lock' -type f"), "{t}");
+        assert!(
+            t.contains(&format!("{modules} -name config -type f -exec rm -f")),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!(
+                "{modules} -name hooks -type d -depth -exec rm -rf --"
+            )),
+            "{t}"
+        );
+        assert!(
+            t.contains("rm -f /b/p.tmp/git-template/config\nrm -rf /b/p.tmp/git-template/hooks"),
+            "{t}"
+        );
+        assert!(
+            t.contains("rm -f /b/p/.git/config\nrm -rf /b/p/.git/hooks"),
+            "{t}"
+        );
+        assert!(
+            t.contains("find /b/p/.git/refs -name $'*.lock' -type f"),
+            "{t}"
+        );
         // No submodules: .git/modules is left alone.
         let t = cleanup_text(&[], None);
         assert!(!t.contains("modules"), "{t}");
@@ -388,7 +411,10 @@ mod tests {
         // clean_git_config = false: locks only.
         let t = cleanup_text(&[("GIT_SUBMODULE_STRATEGY", "normal")], Some(false));
         assert!(t.contains(&format!("{modules} -name index.lock")), "{t}");
-        assert!(!t.contains("/config\n") && !t.contains("hooks\n") && !t.contains("-type d"), "{t}");
+        assert!(
+            !t.contains("/config\n") && !t.contains("hooks\n") && !t.contains("-type d"),
+            "{t}"
+        );
         // GIT_STRATEGY=none: no config clean-up unless clean_git_config says so.
         let t = cleanup_text(&[("GIT_STRATEGY", "none")], None);
         assert!(!t.contains(".git/config\n"), "{t}");

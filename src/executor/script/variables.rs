@@ -388,18 +388,22 @@ mod tests {
     }
 
     fn payload_vars(vars: serde_json::Value) -> VarList {
-        let payload = JobPayload::from_json(
-            &serde_json::json!({"id": 1, "variables": vars}).to_string(),
-        )
-        .unwrap();
+        let payload =
+            JobPayload::from_json(&serde_json::json!({"id": 1, "variables": vars}).to_string())
+                .unwrap();
         let paths = JobPaths {
             root_dir: "/builds".into(),
             build_dir: "/builds/p".into(),
             tmp_dir: "/builds/p.tmp".into(),
             cache_dir: "/cache/p".into(),
         };
-        job_variables(&payload, &RunnerSettings::default(), &paths, &VarInputs::default())
-            .expanded()
+        job_variables(
+            &payload,
+            &RunnerSettings::default(),
+            &paths,
+            &VarInputs::default(),
+        )
+        .expanded()
     }
 
     #[test]
@@ -411,10 +415,17 @@ mod tests {
             {"key": "PUB", "value": "p", "public": true},
         ]));
         let env = l.public_or_internal().env();
-        assert!(env.contains(&"DB_PASSWORD=yaml-default-pw".to_string()), "{env:?}");
+        assert!(
+            env.contains(&"DB_PASSWORD=yaml-default-pw".to_string()),
+            "{env:?}"
+        );
         assert!(env.contains(&"PUB=p".to_string()), "{env:?}");
         assert!(env.contains(&"CI_SERVER=yes".to_string()), "{env:?}");
-        assert!(!env.iter().any(|e| e.contains("secret-pw") || e.contains("s3cr3t")), "{env:?}");
+        assert!(
+            !env.iter()
+                .any(|e| e.contains("secret-pw") || e.contains("s3cr3t")),
+            "{env:?}"
+        );
         // The job itself still gets the project value.
         assert_eq!(l.get("DB_PASSWORD").unwrap().value, "project-secret-pw");
     }
@@ -435,9 +446,18 @@ mod tests {
         assert!(!protected(serde_json::json!([])));
         // upstream's Bool: case-insensitive, or an integer equal to 1.
         for (v, want) in [
-            ("tRuE", true), ("TRUE", true), ("t", true), ("1", true), ("01", true),
-            ("+1", true), ("fAlSe", false), ("0", false), ("2", false), ("yes", false),
-            ("", false), ("on", false),
+            ("tRuE", true),
+            ("TRUE", true),
+            ("t", true),
+            ("1", true),
+            ("01", true),
+            ("+1", true),
+            ("fAlSe", false),
+            ("0", false),
+            ("2", false),
+            ("yes", false),
+            ("", false),
+            ("on", false),
         ] {
             assert_eq!(loose_bool(v), want, "{v:?}");
         }
