@@ -6,7 +6,7 @@
 use crate::executor::build_settings::{BuildSettings, GitStrategy};
 use crate::executor::error::{FailureReason, JobFailure};
 use crate::executor::image;
-use crate::executor::paths::{self, JobPaths, PathInputs};
+use crate::executor::paths::{self, JobPaths, PathInputs, Slot};
 use crate::executor::script::variables::{job_variables, VarInputs, VarList};
 use crate::executor::settings::RunnerSettings;
 use crate::executor::volumes;
@@ -34,7 +34,11 @@ pub struct JobPlan {
 }
 
 /// Works out a job's variables, paths, settings and image.
-pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan, JobFailure> {
+pub fn plan_job(
+    payload: &JobPayload,
+    runner: &RunnerSettings,
+    slot: Slot,
+) -> Result<JobPlan, JobFailure> {
     let ds = &runner.docker;
     let short = paths::short_token(&runner.token);
     // Variables are needed to find the paths and the paths to finish the variables: a
@@ -45,6 +49,7 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
         repo_url: &payload.git_info.repo_url,
         project_id: payload.job_info.project_id,
         short_token: &short,
+        project_slot: slot.project,
         ..Default::default()
     })
     .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
@@ -61,6 +66,7 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
             job_image: job_image_raw,
             short_token: &short,
             network_name: None,
+            slot,
         },
     )
     .expanded();
@@ -79,6 +85,7 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
         project_id: payload.job_info.project_id,
         short_token: &short,
         shared_builds_dir: shared,
+        project_slot: slot.project,
         empty_strategy: settings.git_strategy == GitStrategy::Empty,
         clone_path,
     })
@@ -88,7 +95,12 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
     let network_name = (ds.network_mode.is_none()
         && first.bool("FF_NETWORK_PER_BUILD").unwrap_or(false))
     .then(|| {
-        crate::executor::services::network_name(&short, payload.job_info.project_id, payload.id)
+        crate::executor::services::network_name(
+            &short,
+            payload.job_info.project_id,
+            slot.project,
+            payload.id,
+        )
     });
     let vars = job_variables(
         payload,
@@ -98,6 +110,7 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
             job_image: job_image.as_deref(),
             short_token: &short,
             network_name: network_name.as_deref(),
+            slot,
         },
     )
     .expanded();

@@ -775,6 +775,7 @@ mod tests {
                 runner: &runner,
                 endpoint: &endpoint,
                 machine_name: None,
+                slot: Default::default(),
             };
             let control = JobControl::default();
             let run = JobRun::new(&req, &control);

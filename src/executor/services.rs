@@ -323,9 +323,9 @@ pub fn ips_and_ports(inspect: &ContainerInspectResponse) -> (Vec<String>, Vec<u1
     (ips, ports)
 }
 
-/// The per-build network's name: `runner-<short>-<project>-0-<job>`, DNS-cleaned.
-pub fn network_name(short: &str, project_id: i64, job_id: i64) -> String {
-    crate::executor::paths::dns_clean(&format!("runner-{short}-{project_id}-0-{job_id}"))
+/// The per-build network's name: `runner-<short>-<project>-<project slot>-<job>`, DNS-cleaned.
+pub fn network_name(short: &str, project_id: i64, slot: usize, job_id: i64) -> String {
+    crate::executor::paths::dns_clean(&format!("runner-{short}-{project_id}-{slot}-{job_id}"))
 }
 
 /// The service containers' environment: the job's public and runner-internal definitions

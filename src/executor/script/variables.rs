@@ -212,6 +212,8 @@ pub struct VarInputs<'a> {
     pub short_token: &'a str,
     /// The per-build network name, if one was made.
     pub network_name: Option<&'a str>,
+    /// The job's slot among the runner's running jobs.
+    pub slot: crate::executor::paths::Slot,
 }
 
 /// The job's variables in upstream's order (feature flags; runner-added `CI_*`; the payload's;
@@ -255,8 +257,14 @@ pub fn job_variables(
     }
     vars.push(Var::plain("CI_BUILDS_DIR", paths.root_dir.as_str()));
     vars.push(Var::plain("CI_PROJECT_DIR", paths.build_dir.as_str()));
-    vars.push(Var::plain("CI_CONCURRENT_ID", "0"));
-    vars.push(Var::plain("CI_CONCURRENT_PROJECT_ID", "0"));
+    vars.push(Var::plain(
+        "CI_CONCURRENT_ID",
+        extra.slot.runner.to_string(),
+    ));
+    vars.push(Var::plain(
+        "CI_CONCURRENT_PROJECT_ID",
+        extra.slot.project.to_string(),
+    ));
     vars.push(Var::plain("CI_SERVER", "yes"));
     vars.push(Var::plain("CI_JOB_STATUS", "running"));
     vars.push(Var::plain(
