@@ -407,7 +407,9 @@ async fn register_then_run_then_unregister_on_a_fresh_config() {
 /// builds volume, so neither clone touches the other's working tree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_jobs_of_one_project_get_their_own_slot_and_builds_volume() {
-    let token = "glrt-drovertestrunslots1";
+    // A token of its own per run: its volume names are new, so the ones this run made are
+    // exactly those that were not there before (even after an earlier run failed).
+    let token = &format!("glrt-drovertestrunslots{}", executor_common::unix_now());
     let Some((sim, _g)) = setup(token).await else {
         return;
     };
