@@ -745,3 +745,38 @@ async fn vanished_build_container_is_a_system_failure_by_default() {
     assert!(e.contains("was not found or was removed"), "{e}");
     assert!(!ran.trace.contains("\nscript-finished"), "{}", ran.trace);
 }
+
+/// `GET_SOURCES_ATTEMPTS=2`: the first `get_sources` fails (the runner's
+/// `pre_get_sources_script` exits 3 once), the retry succeeds, and the job passes: the first
+/// attempt's failure does not outlive the retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_sources_retry_that_succeeds_leaves_the_job_passing() {
+    let _guard = engine_test!();
+    let token = "glcbt-retrytesttoken001";
+    let server = GitServer::start(token);
+    let sha = server.commit("README", "retried\n");
+    let mut runner = settings("gsretry");
+    runner.pre_get_sources_script = Some(
+        "if [ ! -f \"$CI_BUILDS_DIR/.first-attempt\" ]; then touch \"$CI_BUILDS_DIR/.first-attempt\"; echo failing-once; exit 3; fi"
+            .into(),
+    );
+    let ran = run_job(
+        &payload(json!({
+            "id": 19, "token": token, "job_info": {"project_id": 509},
+            "git_info": {"repo_url": server.repo_url(), "sha": sha, "ref": "main", "depth": 0,
+                         "refspecs": ["+refs/heads/main:refs/remotes/origin/main"]},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "clone"},
+                          {"key": "GET_SOURCES_ATTEMPTS", "value": "2"}],
+            "steps": [{"name": "script", "script": ["cat README"]}]
+        })),
+        &runner,
+    )
+    .await;
+    let t = &ran.trace;
+    assert!(t.contains("failing-once"), "{t}");
+    assert!(t.contains("Retrying get_sources"), "{t}");
+    assert!(t.contains("\nretried\n"), "{t}");
+    assert!(ran.result.is_ok(), "{:?}\n{t}", ran.result);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
