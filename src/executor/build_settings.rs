@@ -161,12 +161,21 @@ impl BuildSettings {
                 }
             },
         };
+        // Out of range is clamped to 1..=10 (`99` gives 10), as upstream; not a number: 1.
         let mut attempts = |key: &str| match get(key) {
             None => 1,
-            Some(v) => match v.parse::<u32>() {
-                Ok(n) if (1..=10).contains(&n) => n,
-                _ => {
-                    warnings.push(format!("{key} {v:?} is not between 1 and 10; using 1"));
+            Some(v) => match v.trim().parse::<i64>() {
+                Ok(n) => {
+                    let clamped = n.clamp(1, 10);
+                    if clamped != n {
+                        warnings.push(format!(
+                            "{key}: number of attempts out of the range [1, 10], clamping to: {clamped}"
+                        ));
+                    }
+                    clamped as u32
+                }
+                Err(_) => {
+                    warnings.push(format!("{key} {v:?} is not a number; using 1"));
                     1
                 }
             },
@@ -259,8 +268,14 @@ mod tests {
         assert_eq!(s.git_strategy, GitStrategy::Clone);
         assert_eq!(s.script_timeout, None);
         assert!(s.git_clean_flags.is_empty());
-        assert_eq!((s.get_sources_attempts, s.section_attempts), (1, 1));
+        // Out of range is clamped, as upstream: 11 → 10, 0 → 1.
+        assert_eq!((s.get_sources_attempts, s.section_attempts), (10, 1));
         assert_eq!(w.len(), 4, "{w:?}");
+        for (v, want) in [("99", 10), ("-3", 1), ("10", 10), ("1", 1), ("", 1)] {
+            let (s, _) =
+                BuildSettings::from_variables(&vars(&[("GET_SOURCES_ATTEMPTS", v)]), false);
+            assert_eq!(s.get_sources_attempts, want, "{v:?}");
+        }
         let (s, w) =
             BuildSettings::from_variables(&vars(&[("EXECUTOR_JOB_SECTION_ATTEMPTS", "3")]), false);
         assert_eq!(s.section_attempts, 3);

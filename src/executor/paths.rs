@@ -176,7 +176,14 @@ impl JobPaths {
         let root = i.root_dir.trim_end_matches('/');
         let root = if root.is_empty() { "/" } else { root };
         let slug = repo_slug(i.repo_url).unwrap_or_else(|| format!("project-{}", i.project_id));
-        let mut build_dir = match i.clone_path.filter(|p| !p.is_empty()) {
+        // `GIT_STRATEGY=empty` gets a directory of its own (`<slug>-empty`, for the cache dir
+        // too), except that a `GIT_CLONE_PATH` is used as given.
+        let unique = if i.empty_strategy {
+            format!("{slug}-empty")
+        } else {
+            slug.clone()
+        };
+        let build_dir = match i.clone_path.filter(|p| !p.is_empty()) {
             Some(p) => {
                 let p = normalize(p);
                 let inside = p.strip_prefix(root).is_some_and(|r| r.starts_with('/'));
@@ -189,19 +196,16 @@ impl JobPaths {
                 p
             }
             None if i.shared_builds_dir => {
-                format!("{root}/{}/{}/{slug}", i.short_token, i.project_slot)
+                format!("{root}/{}/{}/{unique}", i.short_token, i.project_slot)
             }
-            None => format!("{root}/{slug}"),
+            None => format!("{root}/{unique}"),
         };
-        if i.empty_strategy {
-            build_dir.push_str("-empty");
-        }
         let cache_root = i.cache_root.trim_end_matches('/');
         Ok(JobPaths {
             root_dir: root.to_string(),
             tmp_dir: format!("{build_dir}.tmp"),
             build_dir,
-            cache_dir: format!("{cache_root}/{slug}"),
+            cache_dir: format!("{cache_root}/{unique}"),
         })
     }
 }
@@ -299,9 +303,18 @@ mod tests {
         i.clone_path = None;
         i.shared_builds_dir = false;
         i.empty_strategy = true;
+        let p = JobPaths::new(&i).unwrap();
+        assert_eq!(p.build_dir, "/builds/acme/webapp-empty");
+        assert_eq!(p.cache_dir, "/cache/acme/webapp-empty");
+        // A GIT_CLONE_PATH is used as given, also with the empty strategy.
+        i.clone_path = Some("/builds/custom/y");
+        assert_eq!(JobPaths::new(&i).unwrap().build_dir, "/builds/custom/y");
+        i.shared_builds_dir = true;
+        i.clone_path = None;
+        i.project_slot = 2;
         assert_eq!(
             JobPaths::new(&i).unwrap().build_dir,
-            "/builds/acme/webapp-empty"
+            "/builds/abc/2/acme/webapp-empty"
         );
     }
 }

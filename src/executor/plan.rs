@@ -73,11 +73,14 @@ pub fn plan_job(
     let (settings, warnings) = BuildSettings::from_variables(&first, payload.allow_git_fetch);
     let expanded_volumes: Vec<String> = ds.volumes.iter().map(|v| first.expand(v)).collect();
     let shared = volumes::builds_dir_host_mounted(&expanded_volumes, runner.builds_dir());
-    let clone_path = if runner.custom_build_dir_enabled.unwrap_or(true) {
-        settings.clone_path.as_deref()
-    } else {
-        None
-    };
+    let clone_path = settings.clone_path.as_deref().filter(|p| !p.is_empty());
+    if clone_path.is_some() && !runner.custom_build_dir_enabled.unwrap_or(true) {
+        return Err(JobFailure::new(
+            FailureReason::RunnerConfigurationError,
+            "setting GIT_CLONE_PATH is not allowed, enable `custom_build_dir` feature \
+             ([runners.custom_build_dir] enabled = true) or remove GIT_CLONE_PATH from the job",
+        ));
+    }
     let paths = JobPaths::new(&PathInputs {
         root_dir: runner.builds_dir(),
         cache_root: runner.cache_root(),
@@ -92,16 +95,15 @@ pub fn plan_job(
     .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
     let job_image = job_image_raw.map(|n| first.expand(n));
     // FF_NETWORK_PER_BUILD makes a bridge network for the job unless network_mode is set.
-    let network_name = (ds.network_mode.is_none()
-        && first.bool("FF_NETWORK_PER_BUILD").unwrap_or(false))
-    .then(|| {
-        crate::executor::services::network_name(
-            &short,
-            payload.job_info.project_id,
-            slot.project,
-            payload.id,
-        )
-    });
+    let network_name =
+        (ds.network_mode.is_none() && first.flag("FF_NETWORK_PER_BUILD")).then(|| {
+            crate::executor::services::network_name(
+                &short,
+                payload.job_info.project_id,
+                slot.project,
+                payload.id,
+            )
+        });
     let vars = job_variables(
         payload,
         runner,

@@ -177,7 +177,7 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
     // c. External config: credentials only through insteadOf, never in .git/config.
     b.line(format!("rm -f {eq}"));
     b.line(format!("touch {eq}"));
-    if i.vars.bool("FF_USE_GIT_BUNDLE_URIS").unwrap_or(true) {
+    if i.vars.flag("FF_USE_GIT_BUNDLE_URIS") {
         b.line(format!("git config -f {eq} transfer.bundleURI true"));
     }
     let with_creds = &git.repo_url;

@@ -11,20 +11,73 @@ use crate::executor::paths::JobPaths;
 use crate::executor::settings::RunnerSettings;
 use crate::job::JobPayload;
 
-/// drover's version, reported as `CI_RUNNER_VERSION`.
+/// drover's own version (git's `http.userAgent`); `CI_RUNNER_VERSION` is the upstream release
+/// drover follows.
 pub const RUNNER_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Feature flags exported with their upstream defaults (config and job values override).
+/// Every feature flag gitlab-runner 19.4 knows, in its order, with its default. Each is
+/// exported with its resolved value (`[runners.feature_flags]`, else the job's or the runner
+/// `environment`'s value, else the default), whether drover acts on it or not; a job's `FF_*`
+/// variable that is not in this list is an ordinary variable.
 pub const FEATURE_FLAG_DEFAULTS: &[(&str, bool)] = &[
+    ("FF_TEST_FEATURE", false),
     ("FF_NETWORK_PER_BUILD", false),
-    ("FF_USE_FASTZIP", false),
+    ("FF_USE_LEGACY_KUBERNETES_EXECUTION_STRATEGY", false),
     ("FF_USE_DIRECT_DOWNLOAD", true),
-    ("FF_SCRIPT_SECTIONS", false),
-    ("FF_MASK_ALL_DEFAULT_TOKENS", true),
-    ("FF_ENABLE_JOB_CLEANUP", false),
+    ("FF_USE_FASTZIP", true),
     ("FF_DISABLE_UMASK_FOR_DOCKER_EXECUTOR", false),
+    ("FF_ENABLE_BASH_EXIT_CODE_CHECK", false),
+    ("FF_USE_WINDOWS_LEGACY_PROCESS_STRATEGY", false),
+    ("FF_USE_LEGACY_BASH_EVAL", false),
+    ("FF_USE_POWERSHELL_PATH_RESOLVER", false),
+    ("FF_USE_DYNAMIC_TRACE_FORCE_SEND_INTERVAL", false),
+    ("FF_SCRIPT_SECTIONS", false),
+    ("FF_ENABLE_JOB_CLEANUP", false),
+    ("FF_KUBERNETES_HONOR_ENTRYPOINT", false),
+    ("FF_POSIXLY_CORRECT_ESCAPES", false),
+    ("FF_RESOLVE_FULL_TLS_CHAIN", false),
+    ("FF_DISABLE_POWERSHELL_STDIN", false),
+    ("FF_USE_POD_ACTIVE_DEADLINE_SECONDS", true),
+    ("FF_USE_ADVANCED_POD_SPEC_CONFIGURATION", false),
+    ("FF_SECRET_RESOLVING_FAILS_IF_MISSING", true),
+    ("FF_PRINT_POD_EVENTS", false),
     ("FF_USE_GIT_BUNDLE_URIS", true),
+    ("FF_USE_GIT_NATIVE_CLONE", false),
+    ("FF_USE_DUMB_INIT_WITH_KUBERNETES_EXECUTOR", false),
+    ("FF_USE_INIT_WITH_DOCKER_EXECUTOR", false),
+    ("FF_LOG_IMAGES_CONFIGURED_FOR_JOB", false),
+    ("FF_USE_DOCKER_AUTOSCALER_DIAL_STDIO", true),
+    ("FF_CLEAN_UP_FAILED_CACHE_EXTRACT", false),
+    ("FF_USE_WINDOWS_JOB_OBJECT", false),
+    ("FF_TIMESTAMPS", true),
+    ("FF_DISABLE_AUTOMATIC_TOKEN_ROTATION", false),
+    ("FF_USE_LEGACY_GCS_CACHE_ADAPTER", false),
+    ("FF_DISABLE_UMASK_FOR_KUBERNETES_EXECUTOR", false),
+    ("FF_USE_LEGACY_S3_CACHE_ADAPTER", false),
+    ("FF_GIT_URLS_WITHOUT_TOKENS", false),
+    ("FF_WAIT_FOR_POD_TO_BE_REACHABLE", false),
+    ("FF_MASK_ALL_DEFAULT_TOKENS", true),
+    ("FF_EXPORT_HIGH_CARDINALITY_METRICS", false),
+    ("FF_USE_FLEETING_ACQUIRE_HEARTBEATS", false),
+    ("FF_USE_EXPONENTIAL_BACKOFF_STAGE_RETRY", true),
+    ("FF_USE_ADAPTIVE_REQUEST_CONCURRENCY", true),
+    ("FF_USE_GITALY_CORRELATION_ID", true),
+    ("FF_USE_GIT_PROACTIVE_AUTH", false),
+    ("FF_HASH_CACHE_KEYS", false),
+    ("FF_ENABLE_JOB_INPUTS_INTERPOLATION", true),
+    ("FF_USE_JOB_ROUTER", false),
+    ("FF_SCRIPT_TO_STEP_MIGRATION", false),
+    ("FF_USE_PARALLEL_CACHE_TRANSFER", false),
+    ("FF_USE_PARALLEL_ARTIFACT_TRANSFER", false),
+    ("FF_CONCRETE", false),
+    ("FF_SUSPENDABLE_ENVIRONMENTS", false),
+    ("FF_USE_NATIVE_CONTAINER_STOP", false),
 ];
+
+/// Whether `name` is one of upstream's feature flags.
+pub fn is_feature_flag(name: &str) -> bool {
+    FEATURE_FLAG_DEFAULTS.iter().any(|(n, _)| *n == name)
+}
 
 /// Whether `key` is a shell variable name (`[A-Za-z_][A-Za-z0-9_]*`): only those are exported,
 /// and only those name a file variable's file.
@@ -167,6 +220,21 @@ impl VarList {
         self.vars.iter().find(|v| v.key == key)
     }
 
+    /// A feature flag's resolved value: its first definition, which [`job_variables`] puts
+    /// there (a runner `environment` entry of the same name, exported later, does not change
+    /// what the runner does).
+    pub fn flag(&self, name: &str) -> bool {
+        self.first(name)
+            .and_then(|v| parse_bool(&v.value))
+            .or_else(|| {
+                FEATURE_FLAG_DEFAULTS
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, d)| *d)
+            })
+            .unwrap_or(false)
+    }
+
     /// `CI_COMMIT_REF_PROTECTED` as GitLab set it (payloads of GitLab before 18.3 carry no
     /// `git_info.protected`): the first definition, so a job variable cannot select the
     /// protected volumes, read with [`loose_bool`].
@@ -225,25 +293,28 @@ pub fn job_variables(
     extra: &VarInputs<'_>,
 ) -> VarList {
     let mut vars = Vec::new();
+    // Feature flags, resolved as upstream: `[runners.feature_flags]` wins; else the last
+    // definition among the runner `environment` and the job's variables (the job's come
+    // later) if it is a boolean; else the default. Unknown names in the config table are not
+    // exported.
     for (name, default) in FEATURE_FLAG_DEFAULTS {
+        let from_env = runner.environment.iter().filter_map(|e| {
+            let (k, v) = e.split_once('=')?;
+            (k == *name).then_some(v)
+        });
         let from_job = payload
             .variables
             .iter()
-            .rev()
-            .find(|v| v.key == *name)
-            .and_then(|v| parse_bool(&v.value));
+            .filter(|v| v.key == *name)
+            .map(|v| v.value.as_str());
+        let raw = from_env.chain(from_job).last();
         let value = runner
             .feature_flags
             .get(*name)
             .copied()
-            .or(from_job)
+            .or_else(|| raw.and_then(parse_bool))
             .unwrap_or(*default);
         vars.push(Var::plain(name, value.to_string()));
-    }
-    for (name, value) in &runner.feature_flags {
-        if !FEATURE_FLAG_DEFAULTS.iter().any(|(n, _)| n == name) {
-            vars.push(Var::plain(name, value.to_string()));
-        }
     }
     if let Some(image) = extra.job_image.filter(|i| !i.is_empty()) {
         vars.push(Var::plain("CI_JOB_IMAGE", image));
@@ -272,7 +343,7 @@ pub fn job_variables(
         payload.timeout_secs().to_string(),
     ));
     for v in &payload.variables {
-        if v.key.is_empty() || v.key.starts_with("FF_") {
+        if v.key.is_empty() || is_feature_flag(&v.key) {
             continue;
         }
         vars.push(Var {
@@ -285,8 +356,17 @@ pub fn job_variables(
         });
     }
     vars.push(Var::plain("CI_DISPOSABLE_ENVIRONMENT", "true"));
-    vars.push(Var::plain("CI_RUNNER_VERSION", RUNNER_VERSION));
-    vars.push(Var::plain("CI_RUNNER_REVISION", "drover"));
+    // The upstream release drover follows (its helper image tag), so that the documented
+    // `helper_image = "…:x86_64-v${CI_RUNNER_VERSION}"` names a tag that exists; the revision
+    // is the one drover reports to GitLab.
+    vars.push(Var::plain(
+        "CI_RUNNER_VERSION",
+        crate::executor::image::PINNED_HELPER_VERSION,
+    ));
+    vars.push(Var::plain(
+        "CI_RUNNER_REVISION",
+        crate::gitlab::version::revision(),
+    ));
     vars.push(Var::plain(
         "CI_RUNNER_EXECUTABLE_ARCH",
         format!("linux/{}", go_arch()),
