@@ -178,6 +178,12 @@ proptest! {
             post_get_sources: None,
             user_agent: "drover fuzz",
             clean_git_config: None,
+            auth: &drover::executor::script::sources::GitAuth {
+                repo_url: &p.git_info.repo_url,
+                token: &p.token,
+                credentials_url: "https://gitlab.example.com",
+                ..Default::default()
+            },
         };
         let bodies = [
             user::prepare_script(&plan.paths, Some("machine"), &[]),

@@ -82,6 +82,8 @@ pub struct BuildSettings {
     pub after_script_timeout: Duration,
     /// `CI_DEBUG_TRACE`.
     pub debug_trace: bool,
+    /// `GIT_SUBMODULE_FORCE_HTTPS`: ssh submodule URLs of the GitLab host use HTTPS.
+    pub submodule_force_https: bool,
 }
 
 /// The default after_script timeout.
@@ -130,6 +132,7 @@ impl BuildSettings {
         let git_checkout = bool_setting("GIT_CHECKOUT", true);
         let after_script_ignore_errors = bool_setting("AFTER_SCRIPT_IGNORE_ERRORS", true);
         let debug_trace = bool_setting("CI_DEBUG_TRACE", false);
+        let submodule_force_https = bool_setting("GIT_SUBMODULE_FORCE_HTTPS", false);
         let git_clean_flags = match get("GIT_CLEAN_FLAGS") {
             None => vec!["-ffdx".to_string()],
             Some("none") => Vec::new(),
@@ -218,6 +221,7 @@ impl BuildSettings {
             script_timeout,
             after_script_timeout,
             debug_trace,
+            submodule_force_https,
         };
         (settings, warnings)
     }

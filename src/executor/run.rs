@@ -162,6 +162,27 @@ impl<'r> JobRun<'r> {
                     return Err(f.into());
                 }
             }
+            let var = |k: &str| p.vars.value(k).unwrap_or_default();
+            let (server_host, ssh_host, ssh_port, project_path) = (
+                var("CI_SERVER_HOST"),
+                var("CI_SERVER_SHELL_SSH_HOST"),
+                var("CI_SERVER_SHELL_SSH_PORT"),
+                var("CI_PROJECT_PATH"),
+            );
+            let auth = crate::executor::script::sources::GitAuth {
+                clone_url: &self.req.runner.clone_url,
+                credentials_url: &self.req.runner.url,
+                repo_url: &self.req.payload.git_info.repo_url,
+                token: &self.req.payload.token,
+                force_https: p.settings.submodule_force_https,
+                ssh_host: if ssh_host.is_empty() {
+                    &server_host
+                } else {
+                    &ssh_host
+                },
+                ssh_port: &ssh_port,
+                project_path: &project_path,
+            };
             let body = get_sources(
                 self.req.payload,
                 &SourcesInputs {
@@ -175,6 +196,7 @@ impl<'r> JobRun<'r> {
                         crate::executor::script::variables::RUNNER_VERSION
                     ),
                     clean_git_config: self.req.runner.clean_git_config,
+                    auth: &auth,
                 },
             );
             let outcome = self

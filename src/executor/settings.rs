@@ -31,6 +31,8 @@ pub struct RunnerSettings {
     pub custom_build_dir_enabled: Option<bool>,
     /// `clean_git_config` (`None`: clean unless `GIT_STRATEGY=none`).
     pub clean_git_config: Option<bool>,
+    /// `clone_url` (empty: the repository URL GitLab sends).
+    pub clone_url: String,
     /// `pre_get_sources_script`.
     pub pre_get_sources_script: Option<String>,
     /// `post_get_sources_script`.
@@ -268,6 +270,7 @@ impl RunnerSettings {
             cache_dir: non_empty(&r.cache_dir),
             custom_build_dir_enabled: r.custom_build_dir.enabled,
             clean_git_config: r.clean_git_config,
+            clone_url: r.clone_url.clone(),
             pre_get_sources_script: non_empty(&r.pre_get_sources_script),
             post_get_sources_script: non_empty(&r.post_get_sources_script),
             pre_build_script: non_empty(&r.pre_build_script),

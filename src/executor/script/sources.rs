@@ -26,6 +26,133 @@ pub struct SourcesInputs<'a> {
     pub user_agent: &'a str,
     /// `[[runners]] clean_git_config` (`None`: upstream's default).
     pub clean_git_config: Option<bool>,
+    /// Where git's job-token rewrites point (the GitLab host, `clone_url`, ssh forms).
+    pub auth: &'a GitAuth<'a>,
+}
+
+/// What the job-token `insteadOf` rewrites are made from: git fetches the repository and its
+/// submodules by their plain URLs and git adds the token, so a submodule on the same GitLab
+/// (`../other.git`, or an ssh URL with `GIT_SUBMODULE_FORCE_HTTPS`) authenticates too, and no
+/// token is written into `.git/config`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GitAuth<'a> {
+    /// `[[runners]] clone_url` (used instead of the runner `url` when it has a scheme).
+    pub clone_url: &'a str,
+    /// `[[runners]] url`.
+    pub credentials_url: &'a str,
+    /// `git_info.repo_url` (with GitLab's credentials).
+    pub repo_url: &'a str,
+    /// The job token.
+    pub token: &'a str,
+    /// `GIT_SUBMODULE_FORCE_HTTPS`: ssh URLs of the GitLab host go over HTTPS with the token.
+    pub force_https: bool,
+    /// `CI_SERVER_SHELL_SSH_HOST`, else `CI_SERVER_HOST`.
+    pub ssh_host: &'a str,
+    /// `CI_SERVER_SHELL_SSH_PORT`.
+    pub ssh_port: &'a str,
+    /// `CI_PROJECT_PATH` (for `clone_url`).
+    pub project_path: &'a str,
+}
+
+/// `scheme`, the authority without user info, and the rest (path, query) of a URL.
+fn split_url(url: &str) -> Option<(&str, &str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    if scheme.is_empty() {
+        return None;
+    }
+    let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    Some((scheme, host, path))
+}
+
+fn is_http(scheme: &str) -> bool {
+    scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")
+}
+
+/// Percent-encodes a password for a URL's user info (Go's rules for what stays as is).
+fn userinfo_escape(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl GitAuth<'_> {
+    fn with_token(&self, scheme: &str, host: &str, path: &str) -> String {
+        format!(
+            "{scheme}://gitlab-ci-token:{}@{host}{path}",
+            userinfo_escape(self.token)
+        )
+    }
+
+    fn clone_base(&self) -> Option<(&str, &str, &str)> {
+        split_url(self.clone_url)
+    }
+
+    /// The URL git fetches from, with the token: `clone_url` + `/<project path>.git` when
+    /// `clone_url` is set, else the payload's repository URL.
+    pub fn remote_url(&self) -> String {
+        match self.clone_base() {
+            Some((scheme, host, path)) => {
+                let path = format!(
+                    "{}/{}.git",
+                    path.trim_end_matches('/'),
+                    self.project_path.trim_matches('/')
+                );
+                self.with_token(scheme, host, &path)
+            }
+            None => self.repo_url.to_string(),
+        }
+    }
+
+    fn ssh_rewrites(&self, to: &str) -> Vec<(String, String)> {
+        if !self.force_https || self.ssh_host.is_empty() {
+            return Vec::new();
+        }
+        let host = self.ssh_host;
+        match self.ssh_port {
+            "" | "22" => vec![
+                (format!("{to}/"), format!("git@{host}:")),
+                (to.to_string(), format!("ssh://git@{host}")),
+            ],
+            port => vec![(to.to_string(), format!("ssh://git@{host}:{port}"))],
+        }
+    }
+
+    /// The `insteadOf` rewrites as `(with token, plain)`, de-duplicated, in upstream's order:
+    /// the remote URL; the GitLab base (`clone_url` or the runner `url`); its ssh forms
+    /// (`GIT_SUBMODULE_FORCE_HTTPS`); the repository's host.
+    pub fn instead_ofs(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let remote = self.remote_url();
+        let plain = crate::executor::paths::url_without_credentials(&remote);
+        if remote != plain {
+            out.push((remote, plain));
+        }
+        let base = self
+            .clone_base()
+            .or_else(|| split_url(self.credentials_url));
+        if let Some((scheme, host, path)) = base.filter(|(s, _, _)| is_http(s)) {
+            let path = path.trim_end_matches('/');
+            let authed = self.with_token(scheme, host, path);
+            out.push((authed.clone(), format!("{scheme}://{host}{path}")));
+            out.extend(self.ssh_rewrites(&authed));
+        }
+        if let Some((scheme, host, _)) = split_url(self.repo_url).filter(|(s, _, _)| is_http(s)) {
+            out.push((
+                self.with_token(scheme, host, ""),
+                format!("{scheme}://{host}"),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        out.retain(|r| seen.insert(r.clone()));
+        out
+    }
 }
 
 /// The git clean-up that runs before fetching and again in the clean-up stage: stale lock
@@ -180,15 +307,15 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
     if i.vars.flag("FF_USE_GIT_BUNDLE_URIS") {
         b.line(format!("git config -f {eq} transfer.bundleURI true"));
     }
-    let with_creds = &git.repo_url;
-    let without = url_without_credentials(with_creds);
-    if with_creds != &without {
+    for (with_token, plain) in i.auth.instead_ofs() {
         b.line(format!(
-            "git config -f {eq} --replace-all {} {}",
-            quote(&format!("url.{with_creds}.insteadOf")),
-            quote(&without)
+            "git config -f {eq} --replace-all {} {} {}",
+            quote(&format!("url.{with_token}.insteadOf")),
+            quote(&plain),
+            quote(&format!("^{}$", regex_quote(&plain)))
         ));
     }
+    let without = url_without_credentials(&i.auth.remote_url());
     b.line(format!("git config -f {tconf} include.path {eq}"));
     b.line(format!("export GLR_EXT_GIT_CONFIG_PATH={eq}"));
     // d. clone: start from an empty project dir.
@@ -245,6 +372,18 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
     } else {
         b.line(fetch);
     }
+}
+
+/// Escapes a string for a POSIX extended regular expression (git's value patterns).
+fn regex_quote(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn write_checkout(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) {
@@ -423,6 +562,130 @@ mod tests {
     }
 
     #[test]
+    fn job_token_rewrites_as_upstream() {
+        // (name, force https, ssh port, expected rewrites) — upstream's GetInsteadOfs table,
+        // with the runner url https://test.local, token job-token, ssh host test.local and
+        // no repository URL.
+        let cases: [(&str, bool, &str, &[(&str, &str)]); 3] = [
+            (
+                "authenticated basic rewrite",
+                false,
+                "",
+                &[(
+                    "https://gitlab-ci-token:job-token@test.local",
+                    "https://test.local",
+                )],
+            ),
+            (
+                "authenticated with force HTTPS",
+                true,
+                "",
+                &[
+                    (
+                        "https://gitlab-ci-token:job-token@test.local",
+                        "https://test.local",
+                    ),
+                    (
+                        "https://gitlab-ci-token:job-token@test.local/",
+                        "git@test.local:",
+                    ),
+                    (
+                        "https://gitlab-ci-token:job-token@test.local",
+                        "ssh://git@test.local",
+                    ),
+                ],
+            ),
+            (
+                "server port wiring",
+                true,
+                "8022",
+                &[
+                    (
+                        "https://gitlab-ci-token:job-token@test.local",
+                        "https://test.local",
+                    ),
+                    (
+                        "https://gitlab-ci-token:job-token@test.local",
+                        "ssh://git@test.local:8022",
+                    ),
+                ],
+            ),
+        ];
+        for (name, force_https, ssh_port, want) in cases {
+            let auth = GitAuth {
+                credentials_url: "https://test.local",
+                token: "job-token",
+                force_https,
+                ssh_host: "test.local",
+                ssh_port,
+                ..Default::default()
+            };
+            let got = auth.instead_ofs();
+            let want: Vec<(String, String)> = want
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect();
+            assert_eq!(got, want, "{name}");
+        }
+        // A repository on another host (or port) of the same GitLab: its base is rewritten
+        // too, so `../other.git` submodules authenticate.
+        let auth = GitAuth {
+            credentials_url: "https://gitlab.example.com/",
+            repo_url: "http://gitlab-ci-token:tok@10.0.0.5:8080/g/p.git",
+            token: "tok",
+            ..Default::default()
+        };
+        assert_eq!(
+            auth.instead_ofs(),
+            vec![
+                (
+                    "http://gitlab-ci-token:tok@10.0.0.5:8080/g/p.git".to_string(),
+                    "http://10.0.0.5:8080/g/p.git".to_string()
+                ),
+                (
+                    "https://gitlab-ci-token:tok@gitlab.example.com".to_string(),
+                    "https://gitlab.example.com".to_string()
+                ),
+                (
+                    "http://gitlab-ci-token:tok@10.0.0.5:8080".to_string(),
+                    "http://10.0.0.5:8080".to_string()
+                ),
+            ]
+        );
+        // clone_url: the remote is <clone_url>/<project path>.git, and its base is rewritten.
+        let auth = GitAuth {
+            clone_url: "https://clone.example.com/gl/",
+            credentials_url: "https://gitlab.example.com",
+            repo_url: "https://gitlab-ci-token:tok@gitlab.example.com/g/p.git",
+            token: "tok",
+            project_path: "g/p",
+            ..Default::default()
+        };
+        assert_eq!(
+            auth.remote_url(),
+            "https://gitlab-ci-token:tok@clone.example.com/gl/g/p.git"
+        );
+        let got = auth.instead_ofs();
+        assert!(
+            got.contains(&(
+                "https://gitlab-ci-token:tok@clone.example.com/gl".to_string(),
+                "https://clone.example.com/gl".to_string()
+            )),
+            "{got:?}"
+        );
+        // A token with URL-special characters is escaped.
+        let auth = GitAuth {
+            credentials_url: "https://h",
+            token: "a@b/c",
+            ..Default::default()
+        };
+        assert_eq!(
+            auth.instead_ofs()[0].0,
+            "https://gitlab-ci-token:a%40b%2Fc@h"
+        );
+    }
+
+    #[test]
     fn token_stays_out_of_git_config() {
         let payload = JobPayload::from_json(
             r#"{"git_info": {"repo_url": "https://gitlab-ci-token:SECRET@h.example/g/p.git",
@@ -448,6 +711,11 @@ mod tests {
                 post_get_sources: None,
                 user_agent: "drover",
                 clean_git_config: None,
+                auth: &GitAuth {
+                    repo_url: &payload.git_info.repo_url,
+                    token: "SECRET",
+                    ..Default::default()
+                },
             },
         );
         let t = body.as_str();
