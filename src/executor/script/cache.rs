@@ -300,7 +300,8 @@ pub fn archive(i: &CacheInputs<'_>, job_succeeded: bool) -> Option<ScriptBody> {
             i.timeout_minutes
         );
         for p in &entry.paths {
-            cmd.push_str(&format!(" --path {}", quote(&i.vars.expand(p))));
+            // Expanded by the helper with the stage's environment, as upstream's.
+            cmd.push_str(&format!(" --path {}", quote(p)));
         }
         if entry.untracked {
             cmd.push_str(" --untracked");

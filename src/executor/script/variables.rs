@@ -393,6 +393,144 @@ fn go_arch() -> &'static str {
     }
 }
 
+/// Expands `$NAME`, `${NAME}` and `${NAME:-word}`-style parameters in `s` as a POSIX shell does
+/// inside double quotes, without running anything: what the cache and artifact helpers do to
+/// their `--path`, `--exclude` and `--name` arguments with the stage's environment (so paths
+/// may use `GITLAB_ENV` values and defaults). Supported: `${#NAME}` and the operators `-`,
+/// `:-`, `=`, `:=`, `+`, `:+`, `?`, `:?`; `\$`, `\\`, `\"` and `` \` `` escapes. A command
+/// or arithmetic substitution, an unclosed `${` or a failed `?` check is an error (the caller
+/// keeps the argument as given).
+pub fn shell_expand(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => match chars.get(i + 1) {
+                Some(c @ ('$' | '`' | '"' | '\\')) => {
+                    out.push(*c);
+                    i += 2;
+                }
+                _ => {
+                    out.push('\\');
+                    i += 1;
+                }
+            },
+            '`' => return Err(format!("command substitution is not supported in {s:?}")),
+            '$' => {
+                i += 1;
+                match chars.get(i) {
+                    Some('{') => {
+                        let start = i + 1;
+                        let mut depth = 1;
+                        let mut j = start;
+                        while j < chars.len() {
+                            match chars[j] {
+                                '\\' => j += 1,
+                                '{' if chars.get(j.wrapping_sub(1)) == Some(&'$') => depth += 1,
+                                '}' => {
+                                    depth -= 1;
+                                    if depth == 0 {
+                                        break;
+                                    }
+                                }
+                                _ => {}
+                            }
+                            j += 1;
+                        }
+                        if j >= chars.len() {
+                            return Err(format!("unclosed ${{ in {s:?}"));
+                        }
+                        let inner: String = chars[start..j].iter().collect();
+                        out.push_str(&braced(&inner, lookup)?);
+                        i = j + 1;
+                    }
+                    Some('(') => {
+                        return Err(format!("command substitution is not supported in {s:?}"))
+                    }
+                    Some(c) if c.is_ascii_alphabetic() || *c == '_' => {
+                        let start = i;
+                        while chars
+                            .get(i)
+                            .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        {
+                            i += 1;
+                        }
+                        let name: String = chars[start..i].iter().collect();
+                        out.push_str(&lookup(&name).unwrap_or_default());
+                    }
+                    // Positional and special parameters are empty here.
+                    Some(c) if c.is_ascii_digit() || "@*#?$!-".contains(*c) => i += 1,
+                    _ => out.push('$'),
+                }
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One `${…}` of [`shell_expand`].
+fn braced(inner: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    if let Some(name) = inner.strip_prefix('#') {
+        if !name.is_empty() && valid_name(name) {
+            return Ok(lookup(name).unwrap_or_default().chars().count().to_string());
+        }
+    }
+    let name_len = inner
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(inner.len());
+    let (name, rest) = inner.split_at(name_len);
+    if name.is_empty() {
+        return Err(format!("bad substitution ${{{inner}}}"));
+    }
+    let value = lookup(name);
+    if rest.is_empty() {
+        return Ok(value.unwrap_or_default());
+    }
+    let (colon, rest) = match rest.strip_prefix(':') {
+        Some(r) => (true, r),
+        None => (false, rest),
+    };
+    let mut op = rest.chars();
+    let Some(op_char) = op.next() else {
+        return Err(format!("bad substitution ${{{inner}}}"));
+    };
+    let word = op.as_str();
+    // `:` tests for unset or empty, no colon for unset only.
+    let set = match &value {
+        Some(v) => !(colon && v.is_empty()),
+        None => false,
+    };
+    match op_char {
+        '-' | '=' => {
+            if set {
+                Ok(value.unwrap_or_default())
+            } else {
+                shell_expand(word, lookup)
+            }
+        }
+        '+' => {
+            if set {
+                shell_expand(word, lookup)
+            } else {
+                Ok(String::new())
+            }
+        }
+        '?' => {
+            if set {
+                Ok(value.unwrap_or_default())
+            } else {
+                Err(format!("{name}: {}", shell_expand(word, lookup)?))
+            }
+        }
+        _ => Err(format!("unsupported substitution ${{{inner}}}")),
+    }
+}
+
 /// Parses a Go duration string (`1h30m`, `90s`, `1.5h`, `300ms`).
 pub fn parse_go_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
@@ -549,6 +687,31 @@ mod tests {
         ] {
             assert_eq!(loose_bool(v), want, "{v:?}");
         }
+    }
+
+    #[test]
+    fn shell_expansion_as_the_helpers_do() {
+        let env = |k: &str| match k {
+            "A" => Some("one".to_string()),
+            "EMPTY" => Some(String::new()),
+            "DIR" => Some("build/out".to_string()),
+            _ => None,
+        };
+        let ok = |s: &str| shell_expand(s, &env).unwrap();
+        assert_eq!(ok("$DIR/*.txt"), "build/out/*.txt");
+        assert_eq!(ok("${DIR}/x"), "build/out/x");
+        assert_eq!(ok("${NOPE:-dist}/x"), "dist/x");
+        assert_eq!(ok("${EMPTY:-d}|${EMPTY-d}|${NOPE-d}"), "d||d");
+        assert_eq!(ok("${A:+set}|${NOPE:+set}|${EMPTY+set}"), "set||set");
+        assert_eq!(ok("${NOPE:-${A}-x}"), "one-x");
+        assert_eq!(ok("${#A}"), "3");
+        assert_eq!(ok("\\$A $ a$ $1 $@ \\d"), "$A $ a$   \\d");
+        assert_eq!(ok("$NOPE"), "");
+        assert!(shell_expand("$(id)", &env).is_err());
+        assert!(shell_expand("`id`", &env).is_err());
+        assert!(shell_expand("${A", &env).is_err());
+        assert!(shell_expand("${NOPE?missing}", &env).is_err());
+        assert!(shell_expand("${}", &env).is_err());
     }
 
     #[test]
