@@ -133,3 +133,13 @@ pub fn plan_job(
         network_name,
     })
 }
+
+/// Whether the job's ref is protected: GitLab's `git_info.protected`, else (GitLab before 18.3)
+/// GitLab's own `CI_COMMIT_REF_PROTECTED` (see [`VarList::ref_protected`]). A cache key ending
+/// in `-protected` also selects the protected volumes; that is the caller's.
+pub fn ref_protected(payload: &JobPayload, vars: &VarList) -> bool {
+    payload
+        .git_info
+        .protected
+        .unwrap_or_else(|| vars.ref_protected())
+}

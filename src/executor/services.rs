@@ -121,12 +121,7 @@ pub fn definitions(
             aliases: split_aliases(&vars.expand(&s.alias)),
             command: s.command.clone(),
             entrypoint: s.entrypoint.clone(),
-            variables: s
-                .variables
-                .iter()
-                .filter(|v| !v.key.is_empty())
-                .map(|v| (v.key.clone(), vars.expand(&v.value)))
-                .collect(),
+            variables: service_variables(&s.variables, vars),
             pull_policy: s.pull_policy.clone(),
             user: Some(s.executor_opts.docker.user.clone()).filter(|u| !u.is_empty()),
         });
@@ -144,6 +139,32 @@ pub fn definitions(
         }
     }
     Ok(out)
+}
+
+/// A job service's `variables:` as upstream expands them: against the job's variables plus the
+/// service's own (so `SB: x-$SA` sees `SA`, and a dotenv or project variable may be named on
+/// purpose), `raw: true` ones kept as written.
+fn service_variables(own: &[crate::job::JobVariable], vars: &VarList) -> Vec<(String, String)> {
+    let mut source = vars.clone();
+    source
+        .vars
+        .extend(own.iter().map(|v| crate::executor::script::variables::Var {
+            key: v.key.clone(),
+            value: v.value.clone(),
+            raw: v.raw,
+            ..Default::default()
+        }));
+    own.iter()
+        .filter(|v| !v.key.is_empty())
+        .map(|v| {
+            let value = if v.raw {
+                v.value.clone()
+            } else {
+                source.expand(&v.value)
+            };
+            (v.key.clone(), value)
+        })
+        .collect()
 }
 
 /// A parsed service image reference.

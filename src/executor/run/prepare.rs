@@ -135,10 +135,7 @@ impl JobRun<'_> {
             payload.job_info.project_id,
             self.req.slot.project,
         );
-        let protected = payload
-            .git_info
-            .protected
-            .unwrap_or_else(|| vars.ref_protected())
+        let protected = plan::ref_protected(payload, &vars)
             || payload
                 .cache
                 .iter()
