@@ -333,7 +333,7 @@ fn expand_env(arg: String) -> String {
     match crate::executor::script::variables::shell_expand(&arg, &lookup) {
         Ok(v) => v,
         Err(e) => {
-            eprintln!("WARNING: invalid path {arg:?}: {e}");
+            errln!("WARNING: invalid path {arg:?}: {e}");
             arg
         }
     }

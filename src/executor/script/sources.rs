@@ -508,14 +508,17 @@ mod tests {
         let modules = "find /b/p/.git/modules";
         // Submodules: locks, configs and hooks under .git/modules too.
         let t = cleanup_text(&[("GIT_SUBMODULE_STRATEGY", "recursive")], None);
-        for lock in [
-            "index.lock",
-            "shallow.lock",
-            "HEAD.lock",
-            "post-checkout",
-            "config.lock",
+        for (file, lock) in [
+            ("index.lock", "index.lock"),
+            ("shallow.lock", "shallow.lock"),
+            ("HEAD.lock", "HEAD.lock"),
+            ("hooks/post-checkout", "post-checkout"),
+            ("config.lock", "config.lock"),
         ] {
-            assert!(t.contains(&format!("rm -f /b/p/.git/")), "{t}");
+            assert!(
+                t.contains(&format!("rm -f /b/p/.git/{file}\n")),
+                "{file}:\n{t}"
+            );
             assert!(
                 t.contains(&format!("{modules} -name {lock} -type f -exec rm -f")),
                 "{lock}:\n{t}"
@@ -566,7 +569,8 @@ mod tests {
         // (name, force https, ssh port, expected rewrites) — upstream's GetInsteadOfs table,
         // with the runner url https://test.local, token job-token, ssh host test.local and
         // no repository URL.
-        let cases: [(&str, bool, &str, &[(&str, &str)]); 3] = [
+        type Rewrites<'a> = &'a [(&'a str, &'a str)];
+        let cases: [(&str, bool, &str, Rewrites); 3] = [
             (
                 "authenticated basic rewrite",
                 false,
