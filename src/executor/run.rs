@@ -213,7 +213,9 @@ impl<'r> JobRun<'r> {
                 .await?;
             match outcome {
                 StageOutcome::Ok => {
+                    // A retry that succeeds leaves no failure behind.
                     sources_ok = true;
+                    result = Ok(());
                     break;
                 }
                 StageOutcome::Stopped(f) => return Err(f.into()),
