@@ -712,7 +712,8 @@ impl<S: JobSource> Manager<S> {
                 }
             }
         };
-        let settings = RunnerSettings::from_config(r, &self.system_id);
+        let mut settings = RunnerSettings::from_config(r, &self.system_id);
+        settings.tls = link.tls();
         let req = JobRequest {
             payload,
             runner: &settings,

@@ -234,6 +234,7 @@ pub fn get_sources(payload: &JobPayload, i: &SourcesInputs<'_>) -> ScriptBody {
     write_exports(&mut b, i.vars, true);
     b.line("export GIT_TERMINAL_PROMPT=0");
     b.line("export GCM_INTERACTIVE=Never");
+    write_git_ssl_config(&mut b, i);
     let fetches = matches!(s.git_strategy, GitStrategy::Clone | GitStrategy::Fetch);
     if fetches {
         if let Some(pre) = i.pre_get_sources.filter(|p| !p.trim().is_empty()) {
@@ -371,6 +372,27 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
         ));
     } else {
         b.line(fetch);
+    }
+}
+
+/// git trusts what the runner trusts for GitLab: `http.<scheme://host>.sslCAInfo`, `sslCert` and
+/// `sslKey` (global config of the helper container) point at the `CI_SERVER_TLS_*` files.
+fn write_git_ssl_config(b: &mut ScriptBody, i: &SourcesInputs<'_>) {
+    let remote = url_without_credentials(&i.auth.remote_url());
+    let Some((scheme, host, _)) = split_url(&remote) else {
+        return;
+    };
+    for (var, key) in [
+        ("CI_SERVER_TLS_CA_FILE", "sslCAInfo"),
+        ("CI_SERVER_TLS_CERT_FILE", "sslCert"),
+        ("CI_SERVER_TLS_KEY_FILE", "sslKey"),
+    ] {
+        if i.vars.get(var).is_some() {
+            b.line(format!(
+                "git config --global {} \"${var}\"",
+                quote(&format!("http.{scheme}://{host}.{key}"))
+            ));
+        }
     }
 }
 
@@ -723,6 +745,41 @@ mod tests {
             },
         );
         let t = body.as_str();
+        assert!(!t.contains("sslCAInfo"), "{t}");
+        let with_ca = VarList {
+            vars: vec![crate::executor::script::variables::Var {
+                key: "CI_SERVER_TLS_CA_FILE".into(),
+                value: "PEM".into(),
+                file: true,
+                ..Default::default()
+            }],
+            tmp_dir: "/builds/g/p.tmp".into(),
+        };
+        let auth = GitAuth {
+            repo_url: &payload.git_info.repo_url,
+            token: "SECRET",
+            ..Default::default()
+        };
+        let tls = get_sources(
+            &payload,
+            &SourcesInputs {
+                vars: &with_ca,
+                paths: &paths,
+                settings: &settings,
+                pre_get_sources: None,
+                post_get_sources: None,
+                user_agent: "drover",
+                clean_git_config: None,
+                auth: &auth,
+            },
+        );
+        assert!(
+            tls.as_str().contains(
+                "git config --global $'http.https://h.example.sslCAInfo' \"$CI_SERVER_TLS_CA_FILE\""
+            ),
+            "{}",
+            tls.as_str()
+        );
         assert!(t.contains("git remote add origin $'https://h.example/g/p.git'"));
         assert!(t.contains("insteadOf' $'https://h.example/g/p.git'"));
         assert!(!t.contains("remote add origin $'https://gitlab-ci-token"));

@@ -342,6 +342,24 @@ pub fn job_variables(
         "CI_JOB_TIMEOUT",
         payload.timeout_secs().to_string(),
     ));
+    // The TLS files of the connection to GitLab, as file variables (the key is not public,
+    // but internal: services get it as upstream's do).
+    for (key, pem) in [
+        ("CI_SERVER_TLS_CA_FILE", &runner.tls.ca_chain),
+        ("CI_SERVER_TLS_CERT_FILE", &runner.tls.auth_cert),
+        ("CI_SERVER_TLS_KEY_FILE", &runner.tls.auth_key),
+    ] {
+        let pair = !runner.tls.auth_cert.is_empty() && !runner.tls.auth_key.is_empty();
+        if pem.is_empty() || (key != "CI_SERVER_TLS_CA_FILE" && !pair) {
+            continue;
+        }
+        vars.push(Var {
+            key: key.into(),
+            value: pem.clone(),
+            file: true,
+            ..Default::default()
+        });
+    }
     for v in &payload.variables {
         if v.key.is_empty() || is_feature_flag(&v.key) {
             continue;
@@ -712,6 +730,42 @@ mod tests {
         assert!(shell_expand("${A", &env).is_err());
         assert!(shell_expand("${NOPE?missing}", &env).is_err());
         assert!(shell_expand("${}", &env).is_err());
+    }
+
+    #[test]
+    fn tls_files_become_file_variables() {
+        let payload = JobPayload::from_json(r#"{"id": 1}"#).unwrap();
+        let paths = JobPaths {
+            root_dir: "/builds".into(),
+            build_dir: "/builds/p".into(),
+            tmp_dir: "/builds/p.tmp".into(),
+            cache_dir: "/cache/p".into(),
+        };
+        let mut runner = RunnerSettings::default();
+        runner.tls.ca_chain = "-----BEGIN CERTIFICATE-----\nCA\n".into();
+        runner.tls.auth_cert = "CERT".into();
+        let l = job_variables(&payload, &runner, &paths, &VarInputs::default());
+        let ca = l.get("CI_SERVER_TLS_CA_FILE").expect("CA file variable");
+        assert!(ca.file && ca.value.contains("CA"));
+        assert_eq!(
+            l.value("CI_SERVER_TLS_CA_FILE").as_deref(),
+            Some("/builds/p.tmp/CI_SERVER_TLS_CA_FILE")
+        );
+        // A certificate without its key is not handed over, as upstream.
+        assert!(l.get("CI_SERVER_TLS_CERT_FILE").is_none());
+        runner.tls.auth_key = "KEY".into();
+        let l = job_variables(&payload, &runner, &paths, &VarInputs::default());
+        assert!(l.get("CI_SERVER_TLS_CERT_FILE").is_some_and(|v| v.file));
+        assert!(l
+            .get("CI_SERVER_TLS_KEY_FILE")
+            .is_some_and(|v| v.file && !v.hidden));
+        let none = job_variables(
+            &payload,
+            &RunnerSettings::default(),
+            &paths,
+            &VarInputs::default(),
+        );
+        assert!(none.get("CI_SERVER_TLS_CA_FILE").is_none());
     }
 
     #[test]
