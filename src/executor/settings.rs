@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 
-/// Runner-level settings used to run one job.
 /// What the runner's connection to GitLab trusts, as the job gets it (`CI_SERVER_TLS_*` and git's
 /// `http.<host>.ssl*`): the CA file (`tls-ca-file` or `certs/<host>.crt`) and the client
 /// certificate and key (`tls-cert-file`/`tls-key-file` or `certs/<host>.auth.crt|key`), as PEM.
@@ -21,6 +20,7 @@ pub struct TlsData {
     pub auth_key: String,
 }
 
+/// Runner-level settings used to run one job.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunnerSettings {
     /// `name`: shown in the trace header.

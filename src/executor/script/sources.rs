@@ -249,11 +249,15 @@ pub fn get_sources(payload: &JobPayload, i: &SourcesInputs<'_>) -> ScriptBody {
         GitStrategy::None => {
             b.notice("Skipping Git repository setup");
             b.line(format!("mkdir -p {dir}"));
+            b.notice("Skipping Git checkout");
+            b.notice("Skipping Git submodules setup");
         }
         GitStrategy::Empty => {
             b.notice("Skipping Git repository setup and creating an empty build directory");
             b.line(format!("rm -rf {dir}"));
             b.line(format!("mkdir -p {dir}"));
+            b.notice("Skipping Git checkout");
+            b.notice("Skipping Git submodules setup");
         }
         GitStrategy::Clone | GitStrategy::Fetch => {
             write_fetch(&mut b, payload, i);
@@ -709,6 +713,46 @@ mod tests {
             auth.instead_ofs()[0].0,
             "https://gitlab-ci-token:a%40b%2Fc@h"
         );
+    }
+
+    #[test]
+    fn none_and_empty_say_what_they_skip() {
+        let payload = JobPayload::from_json(r#"{"id": 1}"#).unwrap();
+        let paths = JobPaths {
+            root_dir: "/b".into(),
+            build_dir: "/b/p".into(),
+            tmp_dir: "/b/p.tmp".into(),
+            cache_dir: "/c".into(),
+        };
+        for strategy in ["none", "empty"] {
+            let vars = VarList {
+                vars: vec![crate::executor::script::variables::Var {
+                    key: "GIT_STRATEGY".into(),
+                    value: strategy.into(),
+                    ..Default::default()
+                }],
+                tmp_dir: "/b/p.tmp".into(),
+            };
+            let (settings, _) = BuildSettings::from_variables(&vars, false);
+            let body = get_sources(
+                &payload,
+                &SourcesInputs {
+                    vars: &vars,
+                    paths: &paths,
+                    settings: &settings,
+                    pre_get_sources: None,
+                    post_get_sources: None,
+                    user_agent: "drover",
+                    clean_git_config: None,
+                    auth: &GitAuth::default(),
+                },
+            );
+            let t = body.as_str();
+            let setup = t.find("Skipping Git repository setup").expect(strategy);
+            let checkout = t.find("Skipping Git checkout").expect(strategy);
+            let submodules = t.find("Skipping Git submodules setup").expect(strategy);
+            assert!(setup < checkout && checkout < submodules, "{t}");
+        }
     }
 
     #[test]

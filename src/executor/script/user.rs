@@ -77,8 +77,9 @@ pub fn prepare_script(
 pub fn clear_worktree(paths: &JobPaths) -> ScriptBody {
     let mut b = ScriptBody::new();
     let dir = quote(&paths.build_dir);
+    b.notice("Deleting tracked and untracked files...");
     b.line(format!(
-        "if [ -d {dir}/.git ]; then cd {dir} && {{ git rm -rf -q --ignore-unmatch . || true; git clean -ffdx || true; }}; fi"
+        "if [ -d {dir}/.git ]; then cd {dir} && {{ git rm -rf -q --ignore-unmatch . || true; git clean -ffdx -q || true; }}; fi"
     ));
     b
 }
