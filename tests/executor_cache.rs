@@ -287,3 +287,34 @@ async fn protected_cache_is_not_restored_through_a_sanitised_fallback_key() {
         .output();
     assert_clean_and_remove_reusable(&short);
 }
+
+/// `CI_JOB_STATUS` is the script's outcome from after_script on, so a cache key built from it
+/// names the outcome (`st-success`, `st-failed`), as upstream; before the script it is `running`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_keys_see_the_final_job_status() {
+    let _guard = engine_test!();
+    let runner = settings("cachestatus");
+    let short = short_token(&runner);
+    for (id, script, status) in [
+        (57, vec!["mkdir -p vendor && echo x > vendor/f"], "success"),
+        (
+            58,
+            vec!["mkdir -p vendor && echo x > vendor/f", "exit 4"],
+            "failed",
+        ),
+    ] {
+        let ran = run_job(
+            &cache_job(
+                id,
+                &script,
+                json!([{"key": "st-$CI_JOB_STATUS", "paths": ["vendor/"], "when": "always"}]),
+            ),
+            &runner,
+        )
+        .await;
+        let t = &ran.trace;
+        assert!(t.contains("Checking cache for st-running..."), "{t}");
+        assert!(t.contains(&format!("Creating cache st-{status}...")), "{t}");
+    }
+    assert_clean_and_remove_reusable(&short);
+}

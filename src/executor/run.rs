@@ -109,7 +109,7 @@ impl<'r> JobRun<'r> {
             Prep::Stopped(reason) => Err(JobOrSystem::Job(self.stop_failure(reason, None))),
         };
         trace.section_end("prepare_executor");
-        let p = prepared.map_err(JobError::from)?;
+        let mut p = prepared.map_err(JobError::from)?;
 
         // prepare_script: a failure ends the job here. A failed deferred permission fix is the
         // system failure it would have been in its own container.
@@ -325,8 +325,13 @@ impl<'r> JobRun<'r> {
                 }
                 break;
             }
-            self.after_script(trace, &p, job_status, &mut result)
-                .await?;
+            // From here on (after_script, cache, artifacts, clean-up) CI_JOB_STATUS is the
+            // script's outcome; the runner's definition is replaced where it stands, so a
+            // job's own CI_JOB_STATUS still wins, as upstream.
+            if let Some(v) = p.vars.vars.iter_mut().find(|v| v.key == "CI_JOB_STATUS") {
+                v.value = job_status.to_string();
+            }
+            self.after_script(trace, &p, &mut result).await?;
         }
 
         // archive_cache / archive_cache_on_failure (also after a failed get_sources).
@@ -401,7 +406,6 @@ impl<'r> JobRun<'r> {
         &mut self,
         trace: &mut Trace<'_>,
         p: &Prepared,
-        job_status: &str,
         result: &mut Result<(), JobError>,
     ) -> Result<(), JobError> {
         let Some(step) = self
@@ -416,13 +420,7 @@ impl<'r> JobRun<'r> {
         if step.script.iter().all(|l| l.trim().is_empty()) {
             return Ok(());
         }
-        let mut vars = p.vars.clone();
-        vars.vars.push(crate::executor::script::variables::Var {
-            key: "CI_JOB_STATUS".into(),
-            value: job_status.into(),
-            ..Default::default()
-        });
-        let body = user::after_script(&vars, &p.paths, &step.script);
+        let body = user::after_script(&p.vars, &p.paths, &step.script);
         let outcome = self
             .stage(
                 trace,
