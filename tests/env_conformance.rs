@@ -441,6 +441,28 @@ fn build_tables(cases: &mut Vec<Case>) {
         );
     }
 
+    for (name, value, want) in [
+        ("variable not set", None, false),
+        ("variable empty", Some(""), false),
+        ("variable set to true", Some("true"), true),
+        ("variable set to false", Some("false"), false),
+        ("variable set to 1", Some("1"), true),
+        ("variable set to 0", Some("0"), false),
+    ] {
+        check(
+            cases,
+            T,
+            format!("Build_IsLFSSmudgeDisabled/{name}"),
+            || {
+                let vars = value
+                    .map(|v| vec![var("GIT_LFS_SKIP_SMUDGE", v)])
+                    .unwrap_or_default();
+                let (s, _) = BuildSettings::from_variables(&list(vars, "/t"), false);
+                eq("disabled", s.lfs_skip_smudge_set, want)
+            },
+        );
+    }
+
     // GetInsteadOfs, the authenticated rows (FF_GIT_URLS_WITHOUT_TOKENS is not implemented:
     // its two rows are not applicable).
     let rewrite = |force_https: bool, port: &'static str| {

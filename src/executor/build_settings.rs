@@ -61,7 +61,7 @@ pub struct BuildSettings {
     pub submodule_depth: Option<i64>,
     /// `GIT_SUBMODULE_UPDATE_FLAGS`.
     pub submodule_update_flags: Vec<String>,
-    /// Whether the job set `GIT_LFS_SKIP_SMUDGE` itself.
+    /// Whether the job disabled LFS smudging (`GIT_LFS_SKIP_SMUDGE` true).
     pub lfs_skip_smudge_set: bool,
     /// `GIT_CLONE_PATH`.
     pub clone_path: Option<String>,
@@ -133,6 +133,9 @@ impl BuildSettings {
         let after_script_ignore_errors = bool_setting("AFTER_SCRIPT_IGNORE_ERRORS", true);
         let debug_trace = bool_setting("CI_DEBUG_TRACE", false);
         let submodule_force_https = bool_setting("GIT_SUBMODULE_FORCE_HTTPS", false);
+        // LFS smudging is the user's to disable only with a true value (`""`, `false` and `0`
+        // leave drover's own `GIT_LFS_SKIP_SMUDGE=1` plus `git lfs pull`), as upstream.
+        let lfs_skip_smudge_set = bool_setting("GIT_LFS_SKIP_SMUDGE", false);
         let git_clean_flags = match get("GIT_CLEAN_FLAGS") {
             None => vec!["-ffdx".to_string()],
             Some("none") => Vec::new(),
@@ -211,7 +214,7 @@ impl BuildSettings {
             submodule_update_flags: get("GIT_SUBMODULE_UPDATE_FLAGS")
                 .map(words)
                 .unwrap_or_default(),
-            lfs_skip_smudge_set: vars.get("GIT_LFS_SKIP_SMUDGE").is_some(),
+            lfs_skip_smudge_set,
             clone_path: get("GIT_CLONE_PATH").map(str::to_string),
             get_sources_attempts,
             restore_cache_attempts,

@@ -470,12 +470,13 @@ fn write_submodules(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<
         .iter()
         .map(|f| format!(" {}", quote(f)))
         .collect();
-    let clean_flags: Vec<String> = s.git_clean_flags.iter().map(|f| quote(f)).collect();
-    let foreach_clean = if clean_flags.is_empty() {
-        "git reset --hard".to_string()
+    // Submodules are always cleaned: `GIT_CLEAN_FLAGS=none` means `-ffdx` here, as upstream.
+    let clean_flags: Vec<String> = if s.git_clean_flags.is_empty() {
+        vec!["-ffdx".to_string()]
     } else {
-        format!("git clean {} && git reset --hard", clean_flags.join(" "))
+        s.git_clean_flags.iter().map(|f| quote(f)).collect()
     };
+    let foreach_clean = format!("git clean {} && git reset --hard", clean_flags.join(" "));
     let update = format!(
         "git -c include.path=\"$GLR_EXT_GIT_CONFIG_PATH\" submodule update --init{rec}{depth}{flags}{paths}"
     );
@@ -753,6 +754,55 @@ mod tests {
             let submodules = t.find("Skipping Git submodules setup").expect(strategy);
             assert!(setup < checkout && checkout < submodules, "{t}");
         }
+    }
+
+    #[test]
+    fn submodules_are_cleaned_even_with_git_clean_flags_none() {
+        let payload = JobPayload::from_json(
+            r#"{"id": 1, "git_info": {"repo_url": "https://h/g/p.git", "sha": "0123456789", "ref": "main"}}"#,
+        )
+        .unwrap();
+        let paths = JobPaths {
+            root_dir: "/b".into(),
+            build_dir: "/b/p".into(),
+            tmp_dir: "/b/p.tmp".into(),
+            cache_dir: "/c".into(),
+        };
+        let vars = VarList {
+            vars: [
+                ("GIT_CLEAN_FLAGS", "none"),
+                ("GIT_SUBMODULE_STRATEGY", "normal"),
+            ]
+            .iter()
+            .map(|(k, v)| crate::executor::script::variables::Var {
+                key: k.to_string(),
+                value: v.to_string(),
+                ..Default::default()
+            })
+            .collect(),
+            tmp_dir: "/b/p.tmp".into(),
+        };
+        let (settings, _) = BuildSettings::from_variables(&vars, false);
+        let body = get_sources(
+            &payload,
+            &SourcesInputs {
+                vars: &vars,
+                paths: &paths,
+                settings: &settings,
+                pre_get_sources: None,
+                post_get_sources: None,
+                user_agent: "drover",
+                clean_git_config: None,
+                auth: &GitAuth::default(),
+            },
+        );
+        let t = body.as_str();
+        // No clean of the main checkout, but submodules are still cleaned.
+        assert!(!t.contains("\ngit clean"), "{t}");
+        assert!(
+            t.contains("git submodule foreach $'git clean -ffdx && git reset --hard'"),
+            "{t}"
+        );
     }
 
     #[test]
