@@ -40,6 +40,8 @@ pub enum SubmoduleStrategy {
     Normal,
     /// All submodules, recursively.
     Recursive,
+    /// A value upstream does not know: `get_sources` fails, as upstream's does.
+    Invalid,
 }
 
 /// The settings.
@@ -152,9 +154,9 @@ impl BuildSettings {
             Some("recursive") => SubmoduleStrategy::Recursive,
             Some(other) => {
                 warnings.push(format!(
-                    "unknown GIT_SUBMODULE_STRATEGY {other:?}; using none"
+                    "GIT_SUBMODULE_STRATEGY: expected either 'normal', 'recursive' or 'none' got {other:?}"
                 ));
-                SubmoduleStrategy::None
+                SubmoduleStrategy::Invalid
             }
         };
         let submodule_depth = match get("GIT_SUBMODULE_DEPTH") {

@@ -171,7 +171,10 @@ impl GitCleanup {
     /// The clean-up for these settings and `[[runners]] clean_git_config`.
     pub fn new(s: &BuildSettings, clean_git_config: Option<bool>) -> Self {
         GitCleanup {
-            submodules: s.submodule_strategy != SubmoduleStrategy::None,
+            submodules: matches!(
+                s.submodule_strategy,
+                SubmoduleStrategy::Normal | SubmoduleStrategy::Recursive
+            ),
             configs: clean_git_config.unwrap_or(s.git_strategy != GitStrategy::None),
         }
     }
@@ -446,6 +449,14 @@ fn write_submodules(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<
         }
         SubmoduleStrategy::Normal => false,
         SubmoduleStrategy::Recursive => true,
+        SubmoduleStrategy::Invalid => {
+            b.error(
+                "unknown GIT_SUBMODULE_STRATEGY: set it to none, normal or recursive \
+                 (or remove it) in the job's variables",
+            );
+            b.line("exit 1");
+            return;
+        }
     };
     b.notice(if recursive {
         "Updating/initializing submodules recursively..."
@@ -796,7 +807,30 @@ mod tests {
                 auth: &GitAuth::default(),
             },
         );
-        let t = body.as_str();
+        let t = body.as_str().to_string();
+        // An unknown submodule strategy fails get_sources, as upstream.
+        let mut bad = vars.clone();
+        bad.vars[1].value = "bogus".into();
+        let (bad_settings, _) = BuildSettings::from_variables(&bad, false);
+        let failing = get_sources(
+            &payload,
+            &SourcesInputs {
+                vars: &bad,
+                paths: &paths,
+                settings: &bad_settings,
+                pre_get_sources: None,
+                post_get_sources: None,
+                user_agent: "drover",
+                clean_git_config: None,
+                auth: &GitAuth::default(),
+            },
+        );
+        let f = failing.as_str();
+        let at = f
+            .find("unknown GIT_SUBMODULE_STRATEGY")
+            .expect("error line");
+        assert!(f[at..].contains("\nexit 1\n"), "{f}");
+        assert!(!f.contains("submodule update"), "{f}");
         // No clean of the main checkout, but submodules are still cleaned.
         assert!(!t.contains("\ngit clean"), "{t}");
         assert!(
