@@ -517,8 +517,9 @@ mod tests {
     use super::*;
     use crate::executor::script::variables::VarList;
 
-    fn cleanup_text(vars: &[(&str, &str)], clean_git_config: Option<bool>) -> String {
-        let vars = VarList {
+    /// A variable list from `(key, value)` pairs.
+    fn var_list(vars: &[(&str, &str)], tmp_dir: &str) -> VarList {
+        VarList {
             vars: vars
                 .iter()
                 .map(|(k, v)| crate::executor::script::variables::Var {
@@ -527,17 +528,23 @@ mod tests {
                     ..Default::default()
                 })
                 .collect(),
-            tmp_dir: "/b/p.tmp".into(),
-        };
-        let (settings, _) = BuildSettings::from_variables(&vars, true);
-        let paths = JobPaths {
+            tmp_dir: tmp_dir.into(),
+        }
+    }
+
+    fn test_paths() -> JobPaths {
+        JobPaths {
             root_dir: "/b".into(),
             build_dir: "/b/p".into(),
             tmp_dir: "/b/p.tmp".into(),
             cache_dir: "/c".into(),
-        };
+        }
+    }
+
+    fn cleanup_text(vars: &[(&str, &str)], clean_git_config: Option<bool>) -> String {
+        let (settings, _) = BuildSettings::from_variables(&var_list(vars, "/b/p.tmp"), true);
         let mut b = ScriptBody::new();
-        GitCleanup::new(&settings, clean_git_config).write(&mut b, &paths);
+        GitCleanup::new(&settings, clean_git_config).write(&mut b, &test_paths());
         b.as_str().to_string()
     }
 
@@ -727,39 +734,43 @@ mod tests {
         );
     }
 
+    /// The `get_sources` text for `vars` (settings read from them) with no hooks.
+    fn sources_text(
+        payload: &JobPayload,
+        vars: &[(&str, &str)],
+        paths: &JobPaths,
+        auth: &GitAuth<'_>,
+    ) -> String {
+        let vars = var_list(vars, &paths.tmp_dir);
+        let (settings, _) = BuildSettings::from_variables(&vars, false);
+        get_sources(
+            payload,
+            &SourcesInputs {
+                vars: &vars,
+                paths,
+                settings: &settings,
+                pre_get_sources: None,
+                post_get_sources: None,
+                user_agent: "drover",
+                clean_git_config: None,
+                auth,
+            },
+        )
+        .as_str()
+        .to_string()
+    }
+
     #[test]
     fn none_and_empty_say_what_they_skip() {
         let payload = JobPayload::from_json(r#"{"id": 1}"#).unwrap();
-        let paths = JobPaths {
-            root_dir: "/b".into(),
-            build_dir: "/b/p".into(),
-            tmp_dir: "/b/p.tmp".into(),
-            cache_dir: "/c".into(),
-        };
+        let paths = test_paths();
         for strategy in ["none", "empty"] {
-            let vars = VarList {
-                vars: vec![crate::executor::script::variables::Var {
-                    key: "GIT_STRATEGY".into(),
-                    value: strategy.into(),
-                    ..Default::default()
-                }],
-                tmp_dir: "/b/p.tmp".into(),
-            };
-            let (settings, _) = BuildSettings::from_variables(&vars, false);
-            let body = get_sources(
+            let t = sources_text(
                 &payload,
-                &SourcesInputs {
-                    vars: &vars,
-                    paths: &paths,
-                    settings: &settings,
-                    pre_get_sources: None,
-                    post_get_sources: None,
-                    user_agent: "drover",
-                    clean_git_config: None,
-                    auth: &GitAuth::default(),
-                },
+                &[("GIT_STRATEGY", strategy)],
+                &paths,
+                &GitAuth::default(),
             );
-            let t = body.as_str();
             let setup = t.find("Skipping Git repository setup").expect(strategy);
             let checkout = t.find("Skipping Git checkout").expect(strategy);
             let submodules = t.find("Skipping Git submodules setup").expect(strategy);
@@ -773,59 +784,22 @@ mod tests {
             r#"{"id": 1, "git_info": {"repo_url": "https://h/g/p.git", "sha": "0123456789", "ref": "main"}}"#,
         )
         .unwrap();
-        let paths = JobPaths {
-            root_dir: "/b".into(),
-            build_dir: "/b/p".into(),
-            tmp_dir: "/b/p.tmp".into(),
-            cache_dir: "/c".into(),
-        };
-        let vars = VarList {
-            vars: [
-                ("GIT_CLEAN_FLAGS", "none"),
-                ("GIT_SUBMODULE_STRATEGY", "normal"),
-            ]
-            .iter()
-            .map(|(k, v)| crate::executor::script::variables::Var {
-                key: k.to_string(),
-                value: v.to_string(),
-                ..Default::default()
-            })
-            .collect(),
-            tmp_dir: "/b/p.tmp".into(),
-        };
-        let (settings, _) = BuildSettings::from_variables(&vars, false);
-        let body = get_sources(
-            &payload,
-            &SourcesInputs {
-                vars: &vars,
-                paths: &paths,
-                settings: &settings,
-                pre_get_sources: None,
-                post_get_sources: None,
-                user_agent: "drover",
-                clean_git_config: None,
-                auth: &GitAuth::default(),
-            },
-        );
-        let t = body.as_str().to_string();
+        let paths = test_paths();
+        let vars = [
+            ("GIT_CLEAN_FLAGS", "none"),
+            ("GIT_SUBMODULE_STRATEGY", "normal"),
+        ];
+        let t = sources_text(&payload, &vars, &paths, &GitAuth::default());
         // An unknown submodule strategy fails get_sources, as upstream.
-        let mut bad = vars.clone();
-        bad.vars[1].value = "bogus".into();
-        let (bad_settings, _) = BuildSettings::from_variables(&bad, false);
-        let failing = get_sources(
+        let f = sources_text(
             &payload,
-            &SourcesInputs {
-                vars: &bad,
-                paths: &paths,
-                settings: &bad_settings,
-                pre_get_sources: None,
-                post_get_sources: None,
-                user_agent: "drover",
-                clean_git_config: None,
-                auth: &GitAuth::default(),
-            },
+            &[
+                ("GIT_CLEAN_FLAGS", "none"),
+                ("GIT_SUBMODULE_STRATEGY", "bogus"),
+            ],
+            &paths,
+            &GitAuth::default(),
         );
-        let f = failing.as_str();
         let at = f
             .find("unknown GIT_SUBMODULE_STRATEGY")
             .expect("error line");
@@ -874,39 +848,17 @@ mod tests {
         );
         let t = body.as_str();
         assert!(!t.contains("sslCAInfo"), "{t}");
-        let with_ca = VarList {
-            vars: vec![crate::executor::script::variables::Var {
-                key: "CI_SERVER_TLS_CA_FILE".into(),
-                value: "PEM".into(),
-                file: true,
-                ..Default::default()
-            }],
-            tmp_dir: "/builds/g/p.tmp".into(),
-        };
         let auth = GitAuth {
             repo_url: &payload.git_info.repo_url,
             token: "SECRET",
             ..Default::default()
         };
-        let tls = get_sources(
-            &payload,
-            &SourcesInputs {
-                vars: &with_ca,
-                paths: &paths,
-                settings: &settings,
-                pre_get_sources: None,
-                post_get_sources: None,
-                user_agent: "drover",
-                clean_git_config: None,
-                auth: &auth,
-            },
-        );
+        let tls = sources_text(&payload, &[("CI_SERVER_TLS_CA_FILE", "PEM")], &paths, &auth);
         assert!(
-            tls.as_str().contains(
+            tls.contains(
                 "git config --global $'http.https://h.example.sslCAInfo' \"$CI_SERVER_TLS_CA_FILE\""
             ),
-            "{}",
-            tls.as_str()
+            "{tls}"
         );
         assert!(t.contains("git remote add origin $'https://h.example/g/p.git'"));
         assert!(t.contains("insteadOf' $'https://h.example/g/p.git'"));
