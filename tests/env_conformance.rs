@@ -463,6 +463,97 @@ fn build_tables(cases: &mut Vec<Case>) {
         );
     }
 
+    for (name, value, disabled, want, log) in [
+        ("variable not set", None, false, false, None),
+        ("variable set to false", Some("false"), false, false, None),
+        ("variable set to true", Some("true"), false, true, None),
+        (
+            "variable set to a non-bool value",
+            Some("xyz"),
+            false,
+            false,
+            None,
+        ),
+        (
+            "variable set to true and feature disabled from configuration",
+            Some("true"),
+            true,
+            false,
+            Some("CI_DEBUG_TRACE: usage is disabled on this Runner"),
+        ),
+    ] {
+        check(cases, T, format!("DebugTrace/{name}"), || {
+            let mut r = runner();
+            r.debug_trace_disabled = disabled;
+            let vars: Vec<(&str, &str)> = value
+                .map(|v| vec![("CI_DEBUG_TRACE", v)])
+                .unwrap_or_default();
+            let plan = plan_job(
+                &payload(json!({"variables": job_vars(&vars)})),
+                &r,
+                Slot::default(),
+            )
+            .map_err(|e| e.message)?;
+            eq("enabled", plan.settings.debug_trace, want)?;
+            match log {
+                Some(l) if !plan.warnings.iter().any(|w| w == l) => {
+                    Err(format!("{l:?} not among {:?}", plan.warnings))
+                }
+                _ => Ok(()),
+            }
+        });
+    }
+
+    for (name, value, want) in [
+        ("not defined", None, Some(vec![])),
+        ("empty", Some(""), Some(vec![])),
+        (
+            "select submodule 1",
+            Some("submodule1"),
+            Some(vec!["submodule1"]),
+        ),
+        (
+            "select submodule 1 and 2",
+            Some("submodule1 submodule2"),
+            Some(vec!["submodule1", "submodule2"]),
+        ),
+        (
+            "select submodule 1 and exclude 2",
+            Some("submodule1 :(exclude)submodule2"),
+            Some(vec!["submodule1", ":(exclude)submodule2"]),
+        ),
+        (
+            "exclude submodule 1",
+            Some(" :(exclude)submodule1"),
+            Some(vec![":(exclude)submodule1"]),
+        ),
+        (
+            "exclude submodule 1 and 2",
+            Some(" :(exclude)submodule1 :(exclude)submodule2 "),
+            Some(vec![":(exclude)submodule1", ":(exclude)submodule2"]),
+        ),
+        (
+            "exclude submodule with single space",
+            Some(":(exclude) gitlab-grack"),
+            None,
+        ),
+        (
+            "exclude submodule with multiple spaces",
+            Some(":(exclude)  gitlab-grack"),
+            None,
+        ),
+    ] {
+        check(cases, T, format!("GitSubmodulePaths/{name}"), || {
+            let vars = value
+                .map(|v| vec![var("GIT_SUBMODULE_PATHS", v)])
+                .unwrap_or_default();
+            let (s, _) = BuildSettings::from_variables(&list(vars, "/t"), false);
+            let got = s.submodule_pathspec().ok().map(|p| p.to_vec());
+            let want = want.map(|w| w.iter().map(|p| p.to_string()).collect::<Vec<_>>());
+            eq("pathspec", got, want)
+        });
+    }
+
     // GetInsteadOfs, the authenticated rows (FF_GIT_URLS_WITHOUT_TOKENS is not implemented:
     // its two rows are not applicable).
     let rewrite = |force_https: bool, port: &'static str| {

@@ -96,6 +96,18 @@ fn words(s: &str) -> Vec<String> {
 }
 
 impl BuildSettings {
+    /// `GIT_SUBMODULE_PATHS` as git pathspecs; a bare `:(exclude)` (the path after a space)
+    /// would silently select no submodule, so it is an error, as upstream.
+    pub fn submodule_pathspec(&self) -> Result<&[String], String> {
+        if self.submodule_paths.iter().any(|p| p == ":(exclude)") {
+            return Err(format!(
+                "GIT_SUBMODULE_PATHS: invalid submodule pathspec {:?}: write \":(exclude)path\" without a space",
+                self.submodule_paths
+            ));
+        }
+        Ok(&self.submodule_paths)
+    }
+
     /// Reads the settings from the (expanded) variables; returns them with warnings about
     /// values that fell back to defaults.
     pub fn from_variables(vars: &VarList, allow_git_fetch: bool) -> (Self, Vec<String>) {

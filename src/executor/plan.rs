@@ -70,7 +70,12 @@ pub fn plan_job(
         },
     )
     .expanded();
-    let (settings, warnings) = BuildSettings::from_variables(&first, payload.allow_git_fetch);
+    let (mut settings, mut warnings) =
+        BuildSettings::from_variables(&first, payload.allow_git_fetch);
+    if settings.debug_trace && runner.debug_trace_disabled {
+        settings.debug_trace = false;
+        warnings.push("CI_DEBUG_TRACE: usage is disabled on this Runner".to_string());
+    }
     let expanded_volumes: Vec<String> = ds.volumes.iter().map(|v| first.expand(v)).collect();
     let shared = volumes::builds_dir_host_mounted(&expanded_volumes, runner.builds_dir());
     let clone_path = settings.clone_path.as_deref().filter(|p| !p.is_empty());

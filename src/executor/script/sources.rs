@@ -464,10 +464,18 @@ fn write_submodules(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<
         "Updating/initializing submodules..."
     });
     let rec = if recursive { " --recursive" } else { "" };
-    let paths = if s.submodule_paths.is_empty() {
+    let pathspec = match s.submodule_pathspec() {
+        Ok(p) => p,
+        Err(e) => {
+            b.error(&e);
+            b.line("exit 1");
+            return;
+        }
+    };
+    let paths = if pathspec.is_empty() {
         String::new()
     } else {
-        let p: Vec<String> = s.submodule_paths.iter().map(|p| quote(p)).collect();
+        let p: Vec<String> = pathspec.iter().map(|p| quote(p)).collect();
         format!(" -- {}", p.join(" "))
     };
     let depth = s.submodule_depth.unwrap_or(payload.git_info.depth);
