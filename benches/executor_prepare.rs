@@ -102,6 +102,7 @@ fn main() {
             runner: &runner,
             endpoint: &endpoint,
             machine_name: None,
+            slot: Default::default(),
         };
         let start = Instant::now();
         let result = runtime.block_on(executor::run_job(req, &mut sink, JobControl::default()));

@@ -66,12 +66,15 @@ async fn two_job_pipeline_passes_artifacts() {
         spec(&[
             "mkdir -p out && echo built-by-job-one > out/result.txt && echo noise > out/skip.log",
             "echo '<testsuite/>' > report.xml",
+            // The paths below use a GITLAB_ENV value and a default: the helper expands them.
+            "echo OUT_DIR=out >> \"$GITLAB_ENV\"",
         ])
         .name("build")
         .override_key(
             "artifacts",
             json!([
-                {"name": "", "paths": ["out/"], "exclude": ["out/*.log"], "when": "on_success",
+                {"name": "", "paths": ["$OUT_DIR/"], "exclude": ["${LOG_DIR:-out}/*.log"],
+                 "when": "on_success",
                  "artifact_type": "archive", "artifact_format": "zip", "expire_in": "1 week"},
                 {"name": "", "paths": ["report.xml"], "when": "always",
                  "artifact_type": "junit", "artifact_format": "gzip", "expire_in": "1 week"}

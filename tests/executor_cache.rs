@@ -271,3 +271,103 @@ async fn cache_goes_to_a_virtual_hosted_bucket_outside_us_east_1() {
     let base = format!("http://drover-cache.{host}:{}", moto.port);
     s3_round_trip(&moto, &runner, (55, 56), &base).await;
 }
+
+/// A cache shared by protected and unprotected pipelines (one named volume as `/cache`, as an
+/// operator may configure): a protected job writes `main-protected`; an unprotected job whose
+/// `CACHE_FALLBACK_KEY` only sanitises to `main-protected` must not restore it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protected_cache_is_not_restored_through_a_sanitised_fallback_key() {
+    let _guard = engine_test!();
+    let volume = "drover-test-cacheprot-shared";
+    let _ = Command::new("docker")
+        .args(["volume", "rm", "-f", volume])
+        .output();
+    let mut runner = settings("cacheprot");
+    runner.docker.volumes = vec![format!("{volume}:/cache")];
+    let short = short_token(&runner);
+    let mut writer = cache_job(
+        53,
+        SCRIPT_WRITE,
+        json!([{"key": "main-protected", "paths": ["vendor/"]}]),
+    );
+    writer.git_info.protected = Some(true);
+    let ran = run_job(&writer, &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(ran.trace.contains("Created cache"), "{}", ran.trace);
+
+    for (id, fallback) in [(54, "main-protected/"), (55, "main-protected%2F")] {
+        let mut reader = cache_job(
+            id,
+            &["cat vendor/deep/file.txt || echo no-cache-here"],
+            json!([{"key": "other", "paths": ["vendor/"], "policy": "pull"}]),
+        );
+        reader.git_info.protected = Some(false);
+        reader.variables.push(drover::job::JobVariable {
+            key: "CACHE_FALLBACK_KEY".into(),
+            value: fallback.into(),
+            public: true,
+            ..Default::default()
+        });
+        let ran = run_job(&reader, &runner).await;
+        let t = &ran.trace;
+        assert!(ran.result.is_ok(), "{:?}\n{t}", ran.result);
+        assert!(
+            t.contains(
+                "CACHE_FALLBACK_KEY \"main-protected\" not allowed to end in \"-protected\""
+            ),
+            "{fallback}: {t}"
+        );
+        assert!(
+            !t.contains("Checking cache for main-protected"),
+            "{fallback}: {t}"
+        );
+        assert!(!t.contains("cached-content"), "{fallback}: {t}");
+        assert!(t.contains("no-cache-here"), "{fallback}: {t}");
+    }
+    // The same shared cache is restored through an allowed key, so the refusal above is the
+    // guard's and not a missing archive.
+    let mut reader = cache_job(
+        56,
+        &["cat vendor/deep/file.txt || echo no-cache-here"],
+        json!([{"key": "other", "fallback_keys": ["main-protected"], "paths": ["vendor/"],
+                "policy": "pull"}]),
+    );
+    reader.git_info.protected = Some(false);
+    let ran = run_job(&reader, &runner).await;
+    assert!(ran.trace.contains("\ncached-content\n"), "{}", ran.trace);
+    let _ = Command::new("docker")
+        .args(["volume", "rm", "-f", volume])
+        .output();
+    assert_clean_and_remove_reusable(&short);
+}
+
+/// `CI_JOB_STATUS` is the script's outcome from after_script on, so a cache key built from it
+/// names the outcome (`st-success`, `st-failed`), as upstream; before the script it is `running`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_keys_see_the_final_job_status() {
+    let _guard = engine_test!();
+    let runner = settings("cachestatus");
+    let short = short_token(&runner);
+    for (id, script, status) in [
+        (57, vec!["mkdir -p vendor && echo x > vendor/f"], "success"),
+        (
+            58,
+            vec!["mkdir -p vendor && echo x > vendor/f", "exit 4"],
+            "failed",
+        ),
+    ] {
+        let ran = run_job(
+            &cache_job(
+                id,
+                &script,
+                json!([{"key": "st-$CI_JOB_STATUS", "paths": ["vendor/"], "when": "always"}]),
+            ),
+            &runner,
+        )
+        .await;
+        let t = &ran.trace;
+        assert!(t.contains("Checking cache for st-running..."), "{t}");
+        assert!(t.contains(&format!("Creating cache st-{status}...")), "{t}");
+    }
+    assert_clean_and_remove_reusable(&short);
+}

@@ -839,3 +839,108 @@ async fn phase_time_limits_end_the_job_with_a_timeout_naming_the_phase() {
     assert_eq!(f.reason, FailureReason::ScriptFailure, "{f:?}");
     assert_clean_and_remove_reusable(&short_token(&runner));
 }
+
+/// `GET_SOURCES_ATTEMPTS=2`: the first `get_sources` fails (the runner's
+/// `pre_get_sources_script` exits 3 once), the retry succeeds, and the job passes: the first
+/// attempt's failure does not outlive the retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_sources_retry_that_succeeds_leaves_the_job_passing() {
+    let _guard = engine_test!();
+    let token = "glcbt-retrytesttoken001";
+    let server = GitServer::start(token);
+    let sha = server.commit("README", "retried\n");
+    let mut runner = settings("gsretry");
+    runner.pre_get_sources_script = Some(
+        "if [ ! -f \"$CI_BUILDS_DIR/.first-attempt\" ]; then touch \"$CI_BUILDS_DIR/.first-attempt\"; echo failing-once; exit 3; fi"
+            .into(),
+    );
+    let ran = run_job(
+        &payload(json!({
+            "id": 19, "token": token, "job_info": {"project_id": 509},
+            "git_info": {"repo_url": server.repo_url(), "sha": sha, "ref": "main", "depth": 0,
+                         "refspecs": ["+refs/heads/main:refs/remotes/origin/main"]},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "clone"},
+                          {"key": "GET_SOURCES_ATTEMPTS", "value": "2"}],
+            "steps": [{"name": "script", "script": ["cat README"]}]
+        })),
+        &runner,
+    )
+    .await;
+    let t = &ran.trace;
+    assert!(t.contains("failing-once"), "{t}");
+    assert!(t.contains("Retrying get_sources"), "{t}");
+    assert!(t.contains("\nretried\n"), "{t}");
+    assert!(ran.result.is_ok(), "{:?}\n{t}", ran.result);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+/// A private submodule on the same GitLab (`../sub.git`, the server wants the job token): the
+/// host-level job-token rewrite lets `git submodule update` authenticate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_submodule_on_the_same_host_is_fetched_with_the_job_token() {
+    let _guard = engine_test!();
+    let token = "glcbt-submoduletoken001";
+    let server = GitServer::start(token);
+    let run = |dir: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .current_dir(dir)
+            .args(["-c", "protocol.file.allow=always"])
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    let root = server.dir.path();
+    let sub_bare = root.join("group/sub.git");
+    std::fs::create_dir_all(&sub_bare).unwrap();
+    run(&sub_bare, &["init", "-q", "--bare", "-b", "main"]);
+    let sub_work = root.join("sub-work");
+    std::fs::create_dir_all(&sub_work).unwrap();
+    run(&sub_work, &["init", "-q", "-b", "main"]);
+    std::fs::write(sub_work.join("subfile"), "from-the-submodule\n").unwrap();
+    run(&sub_work, &["add", "."]);
+    run(&sub_work, &["commit", "-q", "-m", "sub"]);
+    run(
+        &sub_work,
+        &["push", "-q", sub_bare.to_str().unwrap(), "main"],
+    );
+    run(&sub_bare, &["update-server-info"]);
+    server.commit("README", "main\n");
+    let work = root.join("work");
+    run(&work, &["submodule", "add", "-q", "../sub.git", "libsub"]);
+    run(&work, &["commit", "-q", "-m", "add submodule"]);
+    run(&work, &["push", "-q", "origin", "main"]);
+    let head = std::process::Command::new("git")
+        .current_dir(&work)
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .expect("git");
+    let sha = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    let runner = settings("submod");
+    let ran = run_job(
+        &payload(json!({
+            "id": 21, "token": token, "job_info": {"project_id": 511},
+            "git_info": {"repo_url": server.repo_url(), "sha": sha, "ref": "main", "depth": 0,
+                         "refspecs": ["+refs/heads/main:refs/remotes/origin/main"]},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "clone"},
+                          {"key": "GIT_SUBMODULE_STRATEGY", "value": "normal"}],
+            "steps": [{"name": "script", "script": [
+                "cat libsub/subfile",
+                "if grep -rq gitlab-ci-token .git/config .git/modules/*/config; then echo LEAKED-$((1+1)); fi"
+            ]}]
+        })),
+        &runner,
+    )
+    .await;
+    let t = &ran.trace;
+    assert!(ran.result.is_ok(), "{:?}\n{t}", ran.result);
+    assert!(t.contains("\nfrom-the-submodule\n"), "{t}");
+    assert!(!t.contains("LEAKED-2"), "{t}");
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}

@@ -45,6 +45,7 @@ async fn run_against(endpoint: DockerEndpoint) -> (Result<(), JobError>, Duratio
         runner: &runner,
         endpoint: &endpoint,
         machine_name: None,
+        slot: Default::default(),
     };
     let started = Instant::now();
     let result = tokio::time::timeout(

@@ -157,7 +157,7 @@ proptest! {
         let Ok(p) = JobPayload::from_json(&text) else { return Ok(()); };
         let _ = p.timeout_secs();
         let runner = runner();
-        let Ok(plan) = plan_job(&p, &runner) else { return Ok(()); };
+        let Ok(plan) = plan_job(&p, &runner, Default::default()) else { return Ok(()); };
         // The image that runs is a valid, normalised reference that passed the allow list.
         let parsed = ImageRef::parse(&plan.image_name);
         prop_assert!(parsed.is_ok(), "{:?}", plan.image_name);
@@ -177,13 +177,25 @@ proptest! {
             pre_get_sources: None,
             post_get_sources: None,
             user_agent: "drover fuzz",
+            clean_git_config: None,
+            auth: &drover::executor::script::sources::GitAuth {
+                repo_url: &p.git_info.repo_url,
+                token: &p.token,
+                credentials_url: "https://gitlab.example.com",
+                ..Default::default()
+            },
         };
         let bodies = [
             user::prepare_script(&plan.paths, Some("machine"), &[]),
             get_sources(&p, &sources),
             user::step_script(&plan.vars, &plan.paths, None, &script, None),
             user::after_script(&plan.vars, &plan.paths, &script),
-            user::cleanup_file_variables(&plan.vars, &plan.paths, Some("https://h")),
+            user::cleanup_file_variables(
+                &plan.vars,
+                &plan.paths,
+                Some("https://h"),
+                drover::executor::script::sources::GitCleanup::new(&plan.settings, None),
+            ),
         ];
         // Expansion is one pass over the unexpanded list, so a script is bounded by the
         // number of references times the longest value, far below this bound.

@@ -47,6 +47,10 @@ fn alias_job(id: i64, extra_vars: serde_json::Value) -> drover::job::JobPayload 
     let mut variables = vec![
         json!({"key": "PUBLIC_X", "value": "pub", "public": true}),
         json!({"key": "SECRET_X", "value": "secret", "public": false}),
+        // A public .gitlab-ci.yml default overridden by a masked project variable: the job
+        // gets the project value, a service only the public default.
+        json!({"key": "DB_PW", "value": "yaml-default", "public": true}),
+        json!({"key": "DB_PW", "value": "project-secret", "public": false, "masked": true}),
     ];
     if let Some(v) = extra_vars.as_array() {
         variables.extend(v.iter().cloned());
@@ -62,7 +66,7 @@ fn alias_job(id: i64, extra_vars: serde_json::Value) -> drover::job::JobPayload 
             "image": {"name": BUILD_IMAGE, "executor_opts": {"docker": {"user": "1000"}}},
             "services": [{
                 "name": SERVICE_IMAGE, "alias": "db,web cache",
-                "command": ["sh", "-c", "echo svc-$GREETING-$PUBLIC_X-${SECRET_X}x > /tmp/index.html && exec httpd -f -p 8080 -h /tmp"],
+                "command": ["sh", "-c", "echo svc-$GREETING-$PUBLIC_X-${SECRET_X}x-$DB_PW > /tmp/index.html && exec httpd -f -p 8080 -h /tmp"],
                 "variables": [{"key": "GREETING", "value": "hello-$GIT_STRATEGY"}]
             }],
             "variables": variables,
@@ -76,7 +80,9 @@ fn assert_reached_every_alias(trace: &str) {
     // variables; the secret one did not reach it.
     for alias in ["db", "web", "cache"] {
         assert!(
-            trace.contains(&format!("reached {alias}: svc-hello-none-pub-x")),
+            trace.contains(&format!(
+                "reached {alias}: svc-hello-none-pub-x-yaml-default"
+            )),
             "alias {alias} not reached:\n{trace}"
         );
     }

@@ -116,6 +116,7 @@ async fn job_runs_over_tls_and_only_ca_pem_is_trusted() {
         runner: &runner,
         endpoint: &endpoint,
         machine_name: None,
+        slot: Default::default(),
     };
     let result = tokio::time::timeout(
         std::time::Duration::from_secs(120),

@@ -9,7 +9,7 @@ mod run_support;
 
 use std::time::Duration;
 
-use gitlab_sim::{Fault, FaultKind, JobState, Route, Sim};
+use gitlab_sim::{Fault, FaultKind, JobSpec, JobState, Route, Sim};
 use run_support::*;
 
 async fn setup(token: &str) -> Option<(Sim, tokio::sync::MutexGuard<'static, ()>)> {
@@ -596,4 +596,95 @@ async fn leftovers_of_a_dead_drover_are_ended_at_start() {
     let _ = drover.wait_exit(Duration::from_secs(60));
     docker(&["rm", "-f", "drover-test-leftover-other"]);
     docker(&["volume", "rm", "drover-test-leftover-cachevol"]);
+}
+
+/// Two jobs of one project at once on a runner with `concurrent = 2` and `GIT_STRATEGY=fetch`:
+/// each gets its own `CI_CONCURRENT_ID`/`CI_CONCURRENT_PROJECT_ID` and so its own reusable
+/// builds volume, so neither clone touches the other's working tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_jobs_of_one_project_get_their_own_slot_and_builds_volume() {
+    // A token of its own per run: its volume names are new, so the ones this run made are
+    // exactly those that were not there before (even after an earlier run failed).
+    let token = &format!("glrt-drovertestrunslots{}", executor_common::unix_now());
+    let Some((sim, _g)) = setup(token).await else {
+        return;
+    };
+    sim.create_repo("slots", &[("README.md", "slots\n")])
+        .expect("repository");
+    let spec = || {
+        let mut s = JobSpec::script([
+            "echo slot=$CI_CONCURRENT_ID/$CI_CONCURRENT_PROJECT_ID",
+            "touch marker-$CI_JOB_ID",
+            "echo waiting-for-the-other",
+            "sleep 12",
+            "ls marker-*",
+            "test \"$(ls marker-*)\" = \"marker-$CI_JOB_ID\"",
+        ])
+        .repo("slots")
+        .variable("GIT_STRATEGY", "fetch")
+        .image(Some(executor_common::BUILD_IMAGE))
+        .pull_policy(&["if-not-present"]);
+        // The simulator serves dumb HTTP without refs/pipelines/<id>: the default refspecs,
+        // full depth.
+        s.refspecs = false;
+        s.depth = 0;
+        s
+    };
+    // The run's volumes are told apart from other runs' by what was there before.
+    let short = drover::executor::paths::short_token(token);
+    let volumes = || {
+        executor_common::output_of(std::process::Command::new("docker").args([
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=com.gitlab.gitlab-runner.runner.id={short}"),
+        ]))
+        .lines()
+        .map(str::to_string)
+        .collect::<std::collections::BTreeSet<String>>()
+    };
+    let before = volumes();
+    let a = sim.enqueue(spec());
+    let b = sim.enqueue(spec());
+    let mut drover = Drover::start(&docker_config(&sim, token, 2, ""), &[]);
+    // Both held at once (each sleeps 12 s after its marker).
+    for id in [a, b] {
+        let v = until(&drover, Duration::from_secs(90), "the marker", || {
+            sim.job(id).filter(|j| {
+                matches!(
+                    j.state,
+                    JobState::Success | JobState::Failed | JobState::Canceled
+                ) || text(&j.trace).contains("\nwaiting-for-the-other")
+            })
+        })
+        .await;
+        assert_eq!(v.state, JobState::Running, "{}", text(&v.trace));
+    }
+    assert_eq!(sim.job(a).map(|j| j.state), Some(JobState::Running));
+    let va = finished(&sim, &drover, a, Duration::from_secs(120)).await;
+    let vb = finished(&sim, &drover, b, Duration::from_secs(120)).await;
+    let (ta, tb) = (text(&va.trace), text(&vb.trace));
+    assert_eq!(va.state, JobState::Success, "{ta}");
+    assert_eq!(vb.state, JobState::Success, "{tb}");
+    let mut slots: Vec<&str> = [&ta, &tb]
+        .iter()
+        .filter_map(|t| t.lines().find(|l| l.starts_with("slot=")))
+        .collect();
+    slots.sort_unstable();
+    assert_eq!(slots, ["slot=0/0", "slot=1/1"], "{ta}\n{tb}");
+    drover.signal(libc::SIGQUIT);
+    assert_eq!(exit_code(drover.wait_exit(Duration::from_secs(60))), 0);
+    // Each job kept its reusable builds volume (and cache volume): two sets of names.
+    let ours: Vec<String> = volumes().difference(&before).cloned().collect();
+    for v in &ours {
+        let _ = std::process::Command::new("docker")
+            .args(["volume", "rm", "-f", v])
+            .output();
+    }
+    let owners: std::collections::BTreeSet<&str> = ours
+        .iter()
+        .filter_map(|v| v.split("-cache-").next())
+        .collect();
+    assert_eq!(owners.len(), 2, "{ours:?}");
 }

@@ -163,6 +163,7 @@ pub fn run(args: ExecJobArgs) -> ExitCode {
             runner: &prepared.runner,
             endpoint: &prepared.endpoint,
             machine_name: None,
+            slot: Default::default(),
         };
         let supported = &prepared.payload.features.failure_reasons;
         let result = executor::run_job(req, &mut sink, control).await;

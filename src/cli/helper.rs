@@ -221,8 +221,8 @@ pub fn run(args: HelperArgs) -> ExitCode {
         } => {
             let options = cache::ArchiverOptions {
                 file: common.file,
-                paths: files.path,
-                excludes: files.exclude,
+                paths: expand_all(files.path),
+                excludes: expand_all(files.exclude),
                 untracked: files.untracked,
                 url,
                 headers: header,
@@ -251,10 +251,10 @@ pub fn run(args: HelperArgs) -> ExitCode {
                 url: job.url,
                 token: job.token,
                 id: job.id,
-                paths: files.path,
-                excludes: files.exclude,
+                paths: expand_all(files.path),
+                excludes: expand_all(files.exclude),
                 untracked: files.untracked,
-                name,
+                name: expand_env(name),
                 expire_in,
                 format: artifact_format,
                 artifact_type,
@@ -323,4 +323,22 @@ fn cache_init(dir: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
+}
+
+/// An argument with `$VAR`/`${VAR:-x}` expanded from this process's environment (the stage's
+/// variables and `GITLAB_ENV` values), as upstream's helpers do; kept as given, with a warning,
+/// when it cannot be expanded.
+fn expand_env(arg: String) -> String {
+    let lookup = |k: &str| std::env::var(k).ok();
+    match crate::executor::script::variables::shell_expand(&arg, &lookup) {
+        Ok(v) => v,
+        Err(e) => {
+            errln!("WARNING: invalid path {arg:?}: {e}");
+            arg
+        }
+    }
+}
+
+fn expand_all(args: Vec<String>) -> Vec<String> {
+    args.into_iter().map(expand_env).collect()
 }

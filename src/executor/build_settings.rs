@@ -40,6 +40,8 @@ pub enum SubmoduleStrategy {
     Normal,
     /// All submodules, recursively.
     Recursive,
+    /// A value upstream does not know: `get_sources` fails, as upstream's does.
+    Invalid,
 }
 
 /// The settings.
@@ -61,7 +63,7 @@ pub struct BuildSettings {
     pub submodule_depth: Option<i64>,
     /// `GIT_SUBMODULE_UPDATE_FLAGS`.
     pub submodule_update_flags: Vec<String>,
-    /// Whether the job set `GIT_LFS_SKIP_SMUDGE` itself.
+    /// Whether the job disabled LFS smudging (`GIT_LFS_SKIP_SMUDGE` true).
     pub lfs_skip_smudge_set: bool,
     /// `GIT_CLONE_PATH`.
     pub clone_path: Option<String>,
@@ -82,6 +84,8 @@ pub struct BuildSettings {
     pub after_script_timeout: Duration,
     /// `CI_DEBUG_TRACE`.
     pub debug_trace: bool,
+    /// `GIT_SUBMODULE_FORCE_HTTPS`: ssh submodule URLs of the GitLab host use HTTPS.
+    pub submodule_force_https: bool,
 }
 
 /// The default after_script timeout.
@@ -92,6 +96,18 @@ fn words(s: &str) -> Vec<String> {
 }
 
 impl BuildSettings {
+    /// `GIT_SUBMODULE_PATHS` as git pathspecs; a bare `:(exclude)` (the path after a space)
+    /// would silently select no submodule, so it is an error, as upstream.
+    pub fn submodule_pathspec(&self) -> Result<&[String], String> {
+        if self.submodule_paths.iter().any(|p| p == ":(exclude)") {
+            return Err(format!(
+                "GIT_SUBMODULE_PATHS: invalid submodule pathspec {:?}: write \":(exclude)path\" without a space",
+                self.submodule_paths
+            ));
+        }
+        Ok(&self.submodule_paths)
+    }
+
     /// Reads the settings from the (expanded) variables; returns them with warnings about
     /// values that fell back to defaults.
     pub fn from_variables(vars: &VarList, allow_git_fetch: bool) -> (Self, Vec<String>) {
@@ -130,6 +146,10 @@ impl BuildSettings {
         let git_checkout = bool_setting("GIT_CHECKOUT", true);
         let after_script_ignore_errors = bool_setting("AFTER_SCRIPT_IGNORE_ERRORS", true);
         let debug_trace = bool_setting("CI_DEBUG_TRACE", false);
+        let submodule_force_https = bool_setting("GIT_SUBMODULE_FORCE_HTTPS", false);
+        // LFS smudging is the user's to disable only with a true value (`""`, `false` and `0`
+        // leave drover's own `GIT_LFS_SKIP_SMUDGE=1` plus `git lfs pull`), as upstream.
+        let lfs_skip_smudge_set = bool_setting("GIT_LFS_SKIP_SMUDGE", false);
         let git_clean_flags = match get("GIT_CLEAN_FLAGS") {
             None => vec!["-ffdx".to_string()],
             Some("none") => Vec::new(),
@@ -146,9 +166,9 @@ impl BuildSettings {
             Some("recursive") => SubmoduleStrategy::Recursive,
             Some(other) => {
                 warnings.push(format!(
-                    "unknown GIT_SUBMODULE_STRATEGY {other:?}; using none"
+                    "GIT_SUBMODULE_STRATEGY: expected either 'normal', 'recursive' or 'none' got {other:?}"
                 ));
-                SubmoduleStrategy::None
+                SubmoduleStrategy::Invalid
             }
         };
         let submodule_depth = match get("GIT_SUBMODULE_DEPTH") {
@@ -161,12 +181,21 @@ impl BuildSettings {
                 }
             },
         };
+        // Out of range is clamped to 1..=10 (`99` gives 10), as upstream; not a number: 1.
         let mut attempts = |key: &str| match get(key) {
             None => 1,
-            Some(v) => match v.parse::<u32>() {
-                Ok(n) if (1..=10).contains(&n) => n,
-                _ => {
-                    warnings.push(format!("{key} {v:?} is not between 1 and 10; using 1"));
+            Some(v) => match v.trim().parse::<i64>() {
+                Ok(n) => {
+                    let clamped = n.clamp(1, 10);
+                    if clamped != n {
+                        warnings.push(format!(
+                            "{key}: number of attempts out of the range [1, 10], clamping to: {clamped}"
+                        ));
+                    }
+                    clamped as u32
+                }
+                Err(_) => {
+                    warnings.push(format!("{key} {v:?} is not a number; using 1"));
                     1
                 }
             },
@@ -199,7 +228,7 @@ impl BuildSettings {
             submodule_update_flags: get("GIT_SUBMODULE_UPDATE_FLAGS")
                 .map(words)
                 .unwrap_or_default(),
-            lfs_skip_smudge_set: vars.get("GIT_LFS_SKIP_SMUDGE").is_some(),
+            lfs_skip_smudge_set,
             clone_path: get("GIT_CLONE_PATH").map(str::to_string),
             get_sources_attempts,
             restore_cache_attempts,
@@ -209,6 +238,7 @@ impl BuildSettings {
             script_timeout,
             after_script_timeout,
             debug_trace,
+            submodule_force_https,
         };
         (settings, warnings)
     }
@@ -259,8 +289,14 @@ mod tests {
         assert_eq!(s.git_strategy, GitStrategy::Clone);
         assert_eq!(s.script_timeout, None);
         assert!(s.git_clean_flags.is_empty());
-        assert_eq!((s.get_sources_attempts, s.section_attempts), (1, 1));
+        // Out of range is clamped, as upstream: 11 → 10, 0 → 1.
+        assert_eq!((s.get_sources_attempts, s.section_attempts), (10, 1));
         assert_eq!(w.len(), 4, "{w:?}");
+        for (v, want) in [("99", 10), ("-3", 1), ("10", 10), ("1", 1), ("", 1)] {
+            let (s, _) =
+                BuildSettings::from_variables(&vars(&[("GET_SOURCES_ATTEMPTS", v)]), false);
+            assert_eq!(s.get_sources_attempts, want, "{v:?}");
+        }
         let (s, w) =
             BuildSettings::from_variables(&vars(&[("EXECUTOR_JOB_SECTION_ATTEMPTS", "3")]), false);
         assert_eq!(s.section_attempts, 3);

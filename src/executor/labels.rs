@@ -30,6 +30,8 @@ pub struct LabelFacts {
     pub runner_id: String,
     /// Runner system ID.
     pub system_id: String,
+    /// The job's slot (`runner.local_id`, `project.runner_id`).
+    pub slot: crate::executor::paths::Slot,
 }
 
 /// Formats seconds as a Go duration string (`3600` → `1h0m0s`).
@@ -58,10 +60,10 @@ impl LabelFacts {
         put("job.ref", self.r#ref.clone());
         put("job.timeout", go_duration(self.timeout_secs));
         put("project.id", self.project_id.to_string());
-        put("project.runner_id", "0".to_string());
+        put("project.runner_id", self.slot.project.to_string());
         put("pipeline.id", self.pipeline_id.to_string());
         put("runner.id", self.runner_id.clone());
-        put("runner.local_id", "0".to_string());
+        put("runner.local_id", self.slot.runner.to_string());
         put("runner.system_id", self.system_id.clone());
         put("managed", "true".to_string());
         if !kind.is_empty() {

@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use connect::DockerEndpoint;
 pub use error::{FailureReason, JobError, JobFailure, SystemError};
+pub use paths::Slot;
 pub use settings::{DockerSettings, RunnerSettings};
 pub use trace::{MemorySink, TraceSink, WriterSink};
 
@@ -51,6 +52,8 @@ pub struct JobRequest<'a> {
     pub endpoint: &'a DockerEndpoint,
     /// The machine's name (shown as "Running on <container> via <machine>...").
     pub machine_name: Option<&'a str>,
+    /// The job's slot among the runner's running jobs (the manager's count).
+    pub slot: Slot,
 }
 
 /// Cancellation of a running job.

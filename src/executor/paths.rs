@@ -31,16 +31,36 @@ pub fn dns_clean(s: &str) -> String {
         .collect()
 }
 
-/// `runner-<short>-project-<id>-concurrent-<project runner id>`, DNS-cleaned. docker+machine
-/// always uses project runner ID 0.
-pub fn project_unique_name(short: &str, project_id: i64) -> String {
-    dns_clean(&format!("runner-{short}-project-{project_id}-concurrent-0"))
+/// A job's place among the jobs its runner is running at the same time, handed over by the
+/// manager: `runner` is `CI_CONCURRENT_ID` (the lowest number no other running job of the
+/// runner holds), `project` is `CI_CONCURRENT_PROJECT_ID` (the same among the runner's jobs
+/// of this project; always 0 on docker+machine, where every job has a machine to itself).
+/// The project slot keeps concurrent jobs of one project apart: it is part of the volume,
+/// container, network and shared builds dir names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Slot {
+    /// `CI_CONCURRENT_ID`.
+    pub runner: usize,
+    /// `CI_CONCURRENT_PROJECT_ID`.
+    pub project: usize,
 }
 
-/// `runner-` + the first 16 bytes (hex) of sha256 over `<token>-<system id>-<project>-0`; names
-/// reusable volumes.
-pub fn project_real_unique_name(token: &str, system_id: &str, project_id: i64) -> String {
-    let digest = Sha256::digest(format!("{token}-{system_id}-{project_id}-0").as_bytes());
+/// `runner-<short>-project-<id>-concurrent-<project slot>`, DNS-cleaned.
+pub fn project_unique_name(short: &str, project_id: i64, slot: usize) -> String {
+    dns_clean(&format!(
+        "runner-{short}-project-{project_id}-concurrent-{slot}"
+    ))
+}
+
+/// `runner-` + the first 16 bytes (hex) of sha256 over
+/// `<token>-<system id>-<project>-<project slot>`; names reusable volumes.
+pub fn project_real_unique_name(
+    token: &str,
+    system_id: &str,
+    project_id: i64,
+    slot: usize,
+) -> String {
+    let digest = Sha256::digest(format!("{token}-{system_id}-{project_id}-{slot}").as_bytes());
     format!("runner-{}", hex::encode(&digest[..16]))
 }
 
@@ -132,6 +152,8 @@ pub struct PathInputs<'a> {
     pub short_token: &'a str,
     /// Whether the builds dir is host-mounted (shared).
     pub shared_builds_dir: bool,
+    /// The project slot (`CI_CONCURRENT_PROJECT_ID`), a level of a shared builds dir.
+    pub project_slot: usize,
     /// `GIT_STRATEGY` is `empty`.
     pub empty_strategy: bool,
     /// `GIT_CLONE_PATH`, when custom build dirs are enabled.
@@ -154,7 +176,14 @@ impl JobPaths {
         let root = i.root_dir.trim_end_matches('/');
         let root = if root.is_empty() { "/" } else { root };
         let slug = repo_slug(i.repo_url).unwrap_or_else(|| format!("project-{}", i.project_id));
-        let mut build_dir = match i.clone_path.filter(|p| !p.is_empty()) {
+        // `GIT_STRATEGY=empty` gets a directory of its own (`<slug>-empty`, for the cache dir
+        // too), except that a `GIT_CLONE_PATH` is used as given.
+        let unique = if i.empty_strategy {
+            format!("{slug}-empty")
+        } else {
+            slug.clone()
+        };
+        let build_dir = match i.clone_path.filter(|p| !p.is_empty()) {
             Some(p) => {
                 let p = normalize(p);
                 let inside = p.strip_prefix(root).is_some_and(|r| r.starts_with('/'));
@@ -166,18 +195,17 @@ impl JobPaths {
                 }
                 p
             }
-            None if i.shared_builds_dir => format!("{root}/{}/0/{slug}", i.short_token),
-            None => format!("{root}/{slug}"),
+            None if i.shared_builds_dir => {
+                format!("{root}/{}/{}/{unique}", i.short_token, i.project_slot)
+            }
+            None => format!("{root}/{unique}"),
         };
-        if i.empty_strategy {
-            build_dir.push_str("-empty");
-        }
         let cache_root = i.cache_root.trim_end_matches('/');
         Ok(JobPaths {
             root_dir: root.to_string(),
             tmp_dir: format!("{build_dir}.tmp"),
             build_dir,
-            cache_dir: format!("{cache_root}/{slug}"),
+            cache_dir: format!("{cache_root}/{unique}"),
         })
     }
 }
@@ -219,11 +247,19 @@ mod tests {
     #[test]
     fn unique_names() {
         assert_eq!(
-            project_unique_name("AbC_d", 42),
+            project_unique_name("AbC_d", 42, 0),
             "runner-abcd-project-42-concurrent-0"
         );
-        assert!(project_real_unique_name("t", "s", 1).starts_with("runner-"));
-        assert_eq!(project_real_unique_name("t", "s", 1).len(), 7 + 32);
+        assert!(project_real_unique_name("t", "s", 1, 0).starts_with("runner-"));
+        assert_eq!(project_real_unique_name("t", "s", 1, 0).len(), 7 + 32);
+        assert_ne!(
+            project_real_unique_name("t", "s", 1, 0),
+            project_real_unique_name("t", "s", 1, 1)
+        );
+        assert_eq!(
+            project_unique_name("abcd", 42, 3),
+            "runner-abcd-project-42-concurrent-3"
+        );
         let r = random_name("x");
         assert_eq!(r.len(), 2 + 16);
     }
@@ -267,9 +303,18 @@ mod tests {
         i.clone_path = None;
         i.shared_builds_dir = false;
         i.empty_strategy = true;
+        let p = JobPaths::new(&i).unwrap();
+        assert_eq!(p.build_dir, "/builds/acme/webapp-empty");
+        assert_eq!(p.cache_dir, "/cache/acme/webapp-empty");
+        // A GIT_CLONE_PATH is used as given, also with the empty strategy.
+        i.clone_path = Some("/builds/custom/y");
+        assert_eq!(JobPaths::new(&i).unwrap().build_dir, "/builds/custom/y");
+        i.shared_builds_dir = true;
+        i.clone_path = None;
+        i.project_slot = 2;
         assert_eq!(
             JobPaths::new(&i).unwrap().build_dir,
-            "/builds/acme/webapp-empty"
+            "/builds/abc/2/acme/webapp-empty"
         );
     }
 }

@@ -6,7 +6,7 @@
 use crate::executor::build_settings::{BuildSettings, GitStrategy};
 use crate::executor::error::{FailureReason, JobFailure};
 use crate::executor::image;
-use crate::executor::paths::{self, JobPaths, PathInputs};
+use crate::executor::paths::{self, JobPaths, PathInputs, Slot};
 use crate::executor::script::variables::{job_variables, VarInputs, VarList};
 use crate::executor::settings::RunnerSettings;
 use crate::executor::volumes;
@@ -34,7 +34,11 @@ pub struct JobPlan {
 }
 
 /// Works out a job's variables, paths, settings and image.
-pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan, JobFailure> {
+pub fn plan_job(
+    payload: &JobPayload,
+    runner: &RunnerSettings,
+    slot: Slot,
+) -> Result<JobPlan, JobFailure> {
     let ds = &runner.docker;
     let short = paths::short_token(&runner.token);
     // Variables are needed to find the paths and the paths to finish the variables: a
@@ -45,6 +49,7 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
         repo_url: &payload.git_info.repo_url,
         project_id: payload.job_info.project_id,
         short_token: &short,
+        project_slot: slot.project,
         ..Default::default()
     })
     .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
@@ -61,17 +66,26 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
             job_image: job_image_raw,
             short_token: &short,
             network_name: None,
+            slot,
         },
     )
     .expanded();
-    let (settings, warnings) = BuildSettings::from_variables(&first, payload.allow_git_fetch);
+    let (mut settings, mut warnings) =
+        BuildSettings::from_variables(&first, payload.allow_git_fetch);
+    if settings.debug_trace && runner.debug_trace_disabled {
+        settings.debug_trace = false;
+        warnings.push("CI_DEBUG_TRACE: usage is disabled on this Runner".to_string());
+    }
     let expanded_volumes: Vec<String> = ds.volumes.iter().map(|v| first.expand(v)).collect();
     let shared = volumes::builds_dir_host_mounted(&expanded_volumes, runner.builds_dir());
-    let clone_path = if runner.custom_build_dir_enabled.unwrap_or(true) {
-        settings.clone_path.as_deref()
-    } else {
-        None
-    };
+    let clone_path = settings.clone_path.as_deref().filter(|p| !p.is_empty());
+    if clone_path.is_some() && !runner.custom_build_dir_enabled.unwrap_or(true) {
+        return Err(JobFailure::new(
+            FailureReason::RunnerConfigurationError,
+            "setting GIT_CLONE_PATH is not allowed, enable `custom_build_dir` feature \
+             ([runners.custom_build_dir] enabled = true) or remove GIT_CLONE_PATH from the job",
+        ));
+    }
     let paths = JobPaths::new(&PathInputs {
         root_dir: runner.builds_dir(),
         cache_root: runner.cache_root(),
@@ -79,17 +93,22 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
         project_id: payload.job_info.project_id,
         short_token: &short,
         shared_builds_dir: shared,
+        project_slot: slot.project,
         empty_strategy: settings.git_strategy == GitStrategy::Empty,
         clone_path,
     })
     .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
     let job_image = job_image_raw.map(|n| first.expand(n));
     // FF_NETWORK_PER_BUILD makes a bridge network for the job unless network_mode is set.
-    let network_name = (ds.network_mode.is_none()
-        && first.bool("FF_NETWORK_PER_BUILD").unwrap_or(false))
-    .then(|| {
-        crate::executor::services::network_name(&short, payload.job_info.project_id, payload.id)
-    });
+    let network_name =
+        (ds.network_mode.is_none() && first.flag("FF_NETWORK_PER_BUILD")).then(|| {
+            crate::executor::services::network_name(
+                &short,
+                payload.job_info.project_id,
+                slot.project,
+                payload.id,
+            )
+        });
     let vars = job_variables(
         payload,
         runner,
@@ -98,6 +117,7 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
             job_image: job_image.as_deref(),
             short_token: &short,
             network_name: network_name.as_deref(),
+            slot,
         },
     )
     .expanded();
@@ -117,4 +137,14 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
         image_name,
         network_name,
     })
+}
+
+/// Whether the job's ref is protected: GitLab's `git_info.protected`, else (GitLab before 18.3)
+/// GitLab's own `CI_COMMIT_REF_PROTECTED` (see [`VarList::ref_protected`]). A cache key ending
+/// in `-protected` also selects the protected volumes; that is the caller's.
+pub fn ref_protected(payload: &JobPayload, vars: &VarList) -> bool {
+    payload
+        .git_info
+        .protected
+        .unwrap_or_else(|| vars.ref_protected())
 }

@@ -157,7 +157,7 @@ impl<'r> JobRun<'r> {
             Prep::Stopped(reason) => Err(JobOrSystem::Job(self.stop_failure(reason, None))),
         };
         trace.section_end("prepare_executor");
-        let p = prepared.map_err(JobError::from)?;
+        let mut p = prepared.map_err(JobError::from)?;
 
         // prepare_script: a failure ends the job here. A failed deferred permission fix is the
         // system failure it would have been in its own container.
@@ -217,6 +217,27 @@ impl<'r> JobRun<'r> {
                     return Err(f.into());
                 }
             }
+            let var = |k: &str| p.vars.value(k).unwrap_or_default();
+            let (server_host, ssh_host, ssh_port, project_path) = (
+                var("CI_SERVER_HOST"),
+                var("CI_SERVER_SHELL_SSH_HOST"),
+                var("CI_SERVER_SHELL_SSH_PORT"),
+                var("CI_PROJECT_PATH"),
+            );
+            let auth = crate::executor::script::sources::GitAuth {
+                clone_url: &self.req.runner.clone_url,
+                credentials_url: &self.req.runner.url,
+                repo_url: &self.req.payload.git_info.repo_url,
+                token: &self.req.payload.token,
+                force_https: p.settings.submodule_force_https,
+                ssh_host: if ssh_host.is_empty() {
+                    &server_host
+                } else {
+                    &ssh_host
+                },
+                ssh_port: &ssh_port,
+                project_path: &project_path,
+            };
             let body = get_sources(
                 self.req.payload,
                 &SourcesInputs {
@@ -229,6 +250,8 @@ impl<'r> JobRun<'r> {
                         "drover {}",
                         crate::executor::script::variables::RUNNER_VERSION
                     ),
+                    clean_git_config: self.req.runner.clean_git_config,
+                    auth: &auth,
                 },
             );
             let outcome = self
@@ -245,7 +268,9 @@ impl<'r> JobRun<'r> {
                 .await?;
             match outcome {
                 StageOutcome::Ok => {
+                    // A retry that succeeds leaves no failure behind.
                     sources_ok = true;
+                    result = Ok(());
                     break;
                 }
                 StageOutcome::Stopped(f) => return Err(f.into()),
@@ -357,8 +382,13 @@ impl<'r> JobRun<'r> {
                 }
                 break;
             }
-            self.after_script(trace, &p, job_status, &mut result)
-                .await?;
+            // From here on (after_script, cache, artifacts, clean-up) CI_JOB_STATUS is the
+            // script's outcome; the runner's definition is replaced where it stands, so a
+            // job's own CI_JOB_STATUS still wins, as upstream.
+            if let Some(v) = p.vars.vars.iter_mut().find(|v| v.key == "CI_JOB_STATUS") {
+                v.value = job_status.to_string();
+            }
+            self.after_script(trace, &p, &mut result).await?;
         }
 
         // archive_cache / archive_cache_on_failure (also after a failed get_sources).
@@ -405,6 +435,10 @@ impl<'r> JobRun<'r> {
             &p.vars,
             &p.paths,
             paths::url_base(&self.req.payload.git_info.repo_url).as_deref(),
+            crate::executor::script::sources::GitCleanup::new(
+                &p.settings,
+                self.req.runner.clean_git_config,
+            ),
         );
         match self
             .stage(
@@ -429,7 +463,6 @@ impl<'r> JobRun<'r> {
         &mut self,
         trace: &mut Trace<'_>,
         p: &Prepared,
-        job_status: &str,
         result: &mut Result<(), JobError>,
     ) -> Result<(), JobError> {
         let Some(step) = self
@@ -444,13 +477,7 @@ impl<'r> JobRun<'r> {
         if step.script.iter().all(|l| l.trim().is_empty()) {
             return Ok(());
         }
-        let mut vars = p.vars.clone();
-        vars.vars.push(crate::executor::script::variables::Var {
-            key: "CI_JOB_STATUS".into(),
-            value: job_status.into(),
-            ..Default::default()
-        });
-        let body = user::after_script(&vars, &p.paths, &step.script);
+        let body = user::after_script(&p.vars, &p.paths, &step.script);
         let outcome = self
             .stage(
                 trace,
@@ -848,6 +875,7 @@ mod tests {
                 runner: &runner,
                 endpoint: &endpoint,
                 machine_name: None,
+                slot: Default::default(),
             };
             let control = JobControl::default();
             let run = JobRun::new(&req, &control);

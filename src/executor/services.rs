@@ -33,7 +33,7 @@ use crate::executor::error::{not_found, FailureReason, JobFailure, SystemError};
 use crate::executor::image::{glob_match, split_reference};
 use crate::executor::script::variables::VarList;
 use crate::executor::settings::{DockerSettings, ServiceSettings};
-use crate::job::{Image, JobPayload};
+use crate::job::Image;
 
 /// The label prefix.
 use crate::executor::labels::PREFIX;
@@ -121,12 +121,7 @@ pub fn definitions(
             aliases: split_aliases(&vars.expand(&s.alias)),
             command: s.command.clone(),
             entrypoint: s.entrypoint.clone(),
-            variables: s
-                .variables
-                .iter()
-                .filter(|v| !v.key.is_empty())
-                .map(|v| (v.key.clone(), vars.expand(&v.value)))
-                .collect(),
+            variables: service_variables(&s.variables, vars),
             pull_policy: s.pull_policy.clone(),
             user: Some(s.executor_opts.docker.user.clone()).filter(|u| !u.is_empty()),
         });
@@ -144,6 +139,32 @@ pub fn definitions(
         }
     }
     Ok(out)
+}
+
+/// A job service's `variables:` as upstream expands them: against the job's variables plus the
+/// service's own (so `SB: x-$SA` sees `SA`, and a dotenv or project variable may be named on
+/// purpose), `raw: true` ones kept as written.
+fn service_variables(own: &[crate::job::JobVariable], vars: &VarList) -> Vec<(String, String)> {
+    let mut source = vars.clone();
+    source
+        .vars
+        .extend(own.iter().map(|v| crate::executor::script::variables::Var {
+            key: v.key.clone(),
+            value: v.value.clone(),
+            raw: v.raw,
+            ..Default::default()
+        }));
+    own.iter()
+        .filter(|v| !v.key.is_empty())
+        .map(|v| {
+            let value = if v.raw {
+                v.value.clone()
+            } else {
+                source.expand(&v.value)
+            };
+            (v.key.clone(), value)
+        })
+        .collect()
 }
 
 /// A parsed service image reference.
@@ -323,24 +344,16 @@ pub fn ips_and_ports(inspect: &ContainerInspectResponse) -> (Vec<String>, Vec<u1
     (ips, ports)
 }
 
-/// The per-build network's name: `runner-<short>-<project>-0-<job>`, DNS-cleaned.
-pub fn network_name(short: &str, project_id: i64, job_id: i64) -> String {
-    crate::executor::paths::dns_clean(&format!("runner-{short}-{project_id}-0-{job_id}"))
+/// The per-build network's name: `runner-<short>-<project>-<project slot>-<job>`, DNS-cleaned.
+pub fn network_name(short: &str, project_id: i64, slot: usize, job_id: i64) -> String {
+    crate::executor::paths::dns_clean(&format!("runner-{short}-{project_id}-{slot}-{job_id}"))
 }
 
-/// The service containers' environment: the job's public and runner-internal variables (secret
-/// project variables stay out, as upstream), then the service's own.
-pub fn service_env(payload: &JobPayload, vars: &VarList, def: &ServiceDefinition) -> Vec<String> {
-    let secret: Vec<&str> = payload
-        .variables
-        .iter()
-        .filter(|v| !v.public && !v.key.is_empty())
-        .map(|v| v.key.as_str())
-        .filter(|k| !payload.variables.iter().any(|v| v.public && v.key == *k))
-        .collect();
-    let mut public = vars.clone();
-    public.vars.retain(|v| !secret.contains(&v.key.as_str()));
-    let mut env = public.env();
+/// The service containers' environment: the job's public and runner-internal definitions
+/// (a key with a public default and a secret project value gets the public one; secret-only
+/// keys stay out), then the service's own.
+pub fn service_env(vars: &VarList, def: &ServiceDefinition) -> Vec<String> {
+    let mut env = vars.public_or_internal().env();
     env.extend(def.variables.iter().map(|(k, v)| format!("{k}={v}")));
     env
 }

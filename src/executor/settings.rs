@@ -6,6 +6,20 @@
 
 use std::collections::BTreeMap;
 
+/// What the runner's connection to GitLab trusts, as the job gets it (`CI_SERVER_TLS_*` and git's
+/// `http.<host>.ssl*`): the CA file (`tls-ca-file` or `certs/<host>.crt`) and the client
+/// certificate and key (`tls-cert-file`/`tls-key-file` or `certs/<host>.auth.crt|key`), as PEM.
+/// Empty: not configured.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsData {
+    /// CA certificates (PEM).
+    pub ca_chain: String,
+    /// Client certificate (PEM).
+    pub auth_cert: String,
+    /// Client key (PEM).
+    pub auth_key: String,
+}
+
 /// Runner-level settings used to run one job.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunnerSettings {
@@ -29,6 +43,12 @@ pub struct RunnerSettings {
     pub cache_dir: Option<String>,
     /// `[runners.custom_build_dir] enabled` (default true for docker).
     pub custom_build_dir_enabled: Option<bool>,
+    /// `clean_git_config` (`None`: clean unless `GIT_STRATEGY=none`).
+    pub clean_git_config: Option<bool>,
+    /// `clone_url` (empty: the repository URL GitLab sends).
+    pub clone_url: String,
+    /// The TLS files of the connection to GitLab, for the job (set by the manager).
+    pub tls: TlsData,
     /// `pre_get_sources_script`.
     pub pre_get_sources_script: Option<String>,
     /// `post_get_sources_script`.
@@ -269,6 +289,9 @@ impl RunnerSettings {
             builds_dir: non_empty(&r.builds_dir),
             cache_dir: non_empty(&r.cache_dir),
             custom_build_dir_enabled: r.custom_build_dir.enabled,
+            clean_git_config: r.clean_git_config,
+            clone_url: r.clone_url.clone(),
+            tls: TlsData::default(),
             pre_get_sources_script: non_empty(&r.pre_get_sources_script),
             post_get_sources_script: non_empty(&r.post_get_sources_script),
             pre_build_script: non_empty(&r.pre_build_script),

@@ -120,6 +120,10 @@ impl JobSource for Gitlab {
                     opts,
                     payload: payload.clone(),
                     trace: None,
+                    tls: tls_data(&ClientSettings::for_runner(
+                        runner,
+                        self.certs_dir.as_deref(),
+                    )),
                 };
                 Requested::Job(payload, link)
             }
@@ -140,6 +144,34 @@ pub struct GitlabJob {
     opts: TraceOptions,
     payload: Box<JobPayload>,
     trace: Option<JobTrace>,
+    tls: crate::executor::settings::TlsData,
+}
+
+/// The biggest TLS file handed to a job.
+const MAX_TLS_FILE: u64 = 1024 * 1024;
+
+/// The contents of the runner's TLS files for the job (`CI_SERVER_TLS_*`); a file that cannot
+/// be read is left out with a warning (the connection to GitLab would have failed first).
+fn tls_data(settings: &ClientSettings) -> crate::executor::settings::TlsData {
+    let read = |p: &Option<std::path::PathBuf>| -> String {
+        let Some(path) = p else {
+            return String::new();
+        };
+        let result = std::fs::File::open(path).and_then(|f| {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::Read::take(f, MAX_TLS_FILE), &mut s)
+                .map(|_| s)
+        });
+        result.unwrap_or_else(|e| {
+            tracing::warn!(file = %path.display(), error = %e, "reading a TLS file for the job's CI_SERVER_TLS_* variables failed; the job gets none");
+            String::new()
+        })
+    };
+    crate::executor::settings::TlsData {
+        ca_chain: read(&settings.tls_ca_file),
+        auth_cert: read(&settings.tls_cert_file),
+        auth_key: read(&settings.tls_key_file),
+    }
 }
 
 /// The executor's sink over the job's trace buffer (never blocks on the network).
@@ -208,5 +240,9 @@ impl JobLink for GitlabJob {
         let id = trace.job_id();
         let report = trace.finish(out).await;
         tracing::info!(bytesize = report.bytesize, checksum = %report.checksum, job = id, "job-status" = ?report.state, "Updating job...");
+    }
+
+    fn tls(&self) -> crate::executor::settings::TlsData {
+        self.tls.clone()
     }
 }

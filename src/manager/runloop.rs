@@ -19,6 +19,7 @@ use super::pool::Pool;
 use super::source::{Ack, JobLink, JobOutcome, JobSource, Requested};
 use crate::config::model::{Config, RunnerConfig};
 use crate::engine::{AcquireResult, RunnerId};
+use crate::executor::Slot;
 use crate::executor::{
     self, DockerEndpoint, FailureReason, JobError, JobRequest, RunnerSettings, TraceSink,
 };
@@ -119,6 +120,43 @@ pub struct RunningJob {
     pub project: String,
     /// When it started.
     pub started: Instant,
+    /// The runner's token (slots are counted per runner).
+    token: String,
+    /// The project id (project slots are counted per runner and project).
+    project_id: i64,
+    /// The job's slot (`CI_CONCURRENT_ID`, `CI_CONCURRENT_PROJECT_ID`).
+    pub slot: Slot,
+}
+
+/// The slot of a job that starts while `running` jobs are held, as upstream counts: the
+/// lowest `CI_CONCURRENT_ID` no running job of the same runner (token) holds, and the lowest
+/// `CI_CONCURRENT_PROJECT_ID` no running job of the same runner and project holds. On
+/// docker+machine the project slot is always 0 (each job has a machine of its own).
+pub fn allocate_slot<'a>(
+    running: impl IntoIterator<Item = &'a RunningJob>,
+    token: &str,
+    project_id: i64,
+    machine: bool,
+) -> Slot {
+    let mut runner_taken = std::collections::BTreeSet::new();
+    let mut project_taken = std::collections::BTreeSet::new();
+    for j in running.into_iter().filter(|j| j.token == token) {
+        runner_taken.insert(j.slot.runner);
+        if j.project_id == project_id {
+            project_taken.insert(j.slot.project);
+        }
+    }
+    let lowest_free = |taken: &std::collections::BTreeSet<usize>| {
+        (0..).find(|n| !taken.contains(n)).unwrap_or_default()
+    };
+    Slot {
+        runner: lowest_free(&runner_taken),
+        project: if machine {
+            0
+        } else {
+            lowest_free(&project_taken)
+        },
+    }
 }
 
 /// The machine pools: a runner token maps to its pool and its index in that pool's engine.
@@ -559,15 +597,24 @@ impl<S: JobSource> Manager<S> {
     ) {
         let short = crate::executor::paths::short_token(&r.token);
         let id = payload.id;
-        lock(&self.jobs).insert(
-            id,
-            RunningJob {
+        let slot = {
+            let mut jobs = lock(&self.jobs);
+            let project_id = payload.job_info.project_id;
+            let slot = allocate_slot(jobs.values(), &r.token, project_id, machine.is_some());
+            jobs.insert(
                 id,
-                runner: short.clone(),
-                project: payload.job_info.project_full_path.clone(),
-                started: Instant::now(),
-            },
-        );
+                RunningJob {
+                    id,
+                    runner: short.clone(),
+                    project: payload.job_info.project_full_path.clone(),
+                    started: Instant::now(),
+                    token: r.token.clone(),
+                    project_id,
+                    slot,
+                },
+            );
+            slot
+        };
         lock(&self.state).entry(r.token.clone()).or_default().builds += 1;
         tracing::info!(
             builds = self.builds(),
@@ -608,6 +655,7 @@ impl<S: JobSource> Manager<S> {
                 &mut link,
                 machine.as_ref(),
                 acquired.as_deref(),
+                slot,
             )
             .await;
         let (outcome, used_machine) = used;
@@ -665,6 +713,7 @@ impl<S: JobSource> Manager<S> {
         link: &mut S::Link,
         machine: Option<&(Pool, RunnerId)>,
         acquired: Option<&str>,
+        slot: Slot,
     ) -> (Option<JobOutcome>, Option<crate::engine::UsedMachine>) {
         let started = Instant::now();
         let short = crate::executor::paths::short_token(&r.token);
@@ -742,12 +791,14 @@ impl<S: JobSource> Manager<S> {
                 }
             }
         };
-        let settings = RunnerSettings::from_config(r, &self.system_id);
+        let mut settings = RunnerSettings::from_config(r, &self.system_id);
+        settings.tls = link.tls();
         let req = JobRequest {
             payload,
             runner: &settings,
             endpoint: &endpoint,
             machine_name: machine_name.as_deref(),
+            slot,
         };
         let machine_line = |msg: &str, warn: bool| {
             let Some(name) = &machine_name else {
@@ -983,6 +1034,42 @@ mod tests {
             executor: "docker".into(),
             ..RunnerConfig::default()
         }
+    }
+
+    #[test]
+    fn slots_are_the_lowest_free_per_runner_and_per_project() {
+        let job =
+            |id: i64, token: &str, project_id: i64, runner: usize, project: usize| RunningJob {
+                id,
+                runner: String::new(),
+                project: String::new(),
+                started: Instant::now(),
+                token: token.into(),
+                project_id,
+                slot: Slot { runner, project },
+            };
+        let slot = |running: &[RunningJob], token: &str, project: i64, machine: bool| {
+            let s = allocate_slot(running, token, project, machine);
+            (s.runner, s.project)
+        };
+        assert_eq!(slot(&[], "a", 1, false), (0, 0));
+        // A second job of the same project: both numbers move on.
+        let one = [job(1, "a", 1, 0, 0)];
+        assert_eq!(slot(&one, "a", 1, false), (1, 1));
+        // Another project of the same runner: a new runner slot, project slot 0.
+        assert_eq!(slot(&one, "a", 2, false), (1, 0));
+        // Another runner's jobs do not count.
+        assert_eq!(slot(&one, "b", 1, false), (0, 0));
+        // A freed slot is reused: the lowest free number, not the count.
+        let gap = [
+            job(1, "a", 1, 0, 0),
+            job(3, "a", 1, 2, 2),
+            job(4, "a", 2, 3, 0),
+        ];
+        assert_eq!(slot(&gap, "a", 1, false), (1, 1));
+        assert_eq!(slot(&gap, "a", 2, false), (1, 1));
+        // docker+machine: one machine per job, project slot always 0.
+        assert_eq!(slot(&gap, "a", 1, true), (1, 0));
     }
 
     #[test]

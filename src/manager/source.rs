@@ -79,4 +79,8 @@ pub trait JobLink: Send + 'static {
     fn control(&self) -> JobControl;
     /// Flushes the trace and sends the final update (spec §6.4).
     fn finish(self, outcome: JobOutcome) -> impl Future<Output = ()> + Send;
+    /// The TLS files of the connection the job came through (`CI_SERVER_TLS_*`).
+    fn tls(&self) -> crate::executor::settings::TlsData {
+        crate::executor::settings::TlsData::default()
+    }
 }

@@ -98,6 +98,7 @@ pub async fn run_job_with(
         runner,
         endpoint: &endpoint,
         machine_name: Some("test-machine"),
+        slot: Default::default(),
     };
     let job = executor::run_job(req, &mut job_sink, control.clone());
     tokio::pin!(job);

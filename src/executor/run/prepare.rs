@@ -60,7 +60,7 @@ impl JobRun<'_> {
             }
             .into());
         }
-        let plan = plan::plan_job(payload, runner)?;
+        let plan = plan::plan_job(payload, runner, self.req.slot)?;
         for w in &plan.warnings {
             trace.warning(w);
         }
@@ -133,16 +133,15 @@ impl JobRun<'_> {
         let random_name = paths::random_name(&paths::project_unique_name(
             &short,
             payload.job_info.project_id,
+            self.req.slot.project,
         ));
         let real_unique = paths::project_real_unique_name(
             &runner.token,
             &runner.system_id,
             payload.job_info.project_id,
+            self.req.slot.project,
         );
-        let protected = payload
-            .git_info
-            .protected
-            .unwrap_or_else(|| vars.bool("CI_COMMIT_REF_PROTECTED").unwrap_or(false))
+        let protected = plan::ref_protected(payload, &vars)
             || payload
                 .cache
                 .iter()
@@ -243,10 +242,13 @@ impl JobRun<'_> {
         labels.extend(container_labels);
         let inputs = ContainerInputs {
             random_name,
-            hostname: ds
-                .hostname
-                .clone()
-                .unwrap_or_else(|| paths::project_unique_name(&short, payload.job_info.project_id)),
+            hostname: ds.hostname.clone().unwrap_or_else(|| {
+                paths::project_unique_name(
+                    &short,
+                    payload.job_info.project_id,
+                    self.req.slot.project,
+                )
+            }),
             env: vars.env(),
             binds: plan.binds(),
             labels,
@@ -323,7 +325,7 @@ impl JobRun<'_> {
                 trace.warning(&w);
             }
             let svc = services::ServiceToStart {
-                env: services::service_env(payload, job.vars, def),
+                env: services::service_env(job.vars, def),
                 def: def.clone(),
                 name,
                 image_ref: image.reference,
@@ -386,6 +388,7 @@ impl JobRun<'_> {
             pipeline_id: payload.job_info.pipeline_id,
             runner_id: short.to_string(),
             system_id: self.req.runner.system_id.clone(),
+            slot: self.req.slot,
         }
     }
 

@@ -96,17 +96,19 @@ pub fn upload(i: &ArtifactInputs<'_>, job_succeeded: bool) -> Option<ScriptBody>
             quote(&i.payload.token),
             i.payload.id
         );
+        // Paths, excludes and the name go as written: the helper expands them with the
+        // stage's environment (GITLAB_ENV values, `${VAR:-x}`), as upstream's does.
         for p in &a.paths {
-            cmd.push_str(&format!(" --path {}", quote(&i.vars.expand(p))));
+            cmd.push_str(&format!(" --path {}", quote(p)));
         }
         for p in &a.exclude {
-            cmd.push_str(&format!(" --exclude {}", quote(&i.vars.expand(p))));
+            cmd.push_str(&format!(" --exclude {}", quote(p)));
         }
         if a.untracked {
             cmd.push_str(" --untracked");
         }
         for (flag, value) in [
-            ("--name", i.vars.expand(&a.name)),
+            ("--name", a.name.clone()),
             ("--expire-in", a.expire_in.clone()),
             ("--artifact-format", a.artifact_format.clone()),
             ("--artifact-type", a.artifact_type.clone()),

@@ -215,12 +215,22 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
             }
         }
         if let Some(f) = i.vars.value("CACHE_FALLBACK_KEY").filter(|f| !f.is_empty()) {
-            if f.trim_end_matches(['.', ' ']).ends_with("-protected") {
-                b.warning(&format!(
-                    "CACHE_FALLBACK_KEY {f:?} not allowed to end in \"-protected\""
-                ));
-            } else if let Some(k) = key_of(&f, &mut b) {
-                chain.push(k);
+            // The guard looks at the key as it will be used: `main-protected/` or
+            // `main-protected%2f` sanitise to `main-protected` and are refused too.
+            match sanitize_key(&f) {
+                Some(k) if k.trim_end_matches(['.', ' ']).ends_with("-protected") => {
+                    b.warning(&format!(
+                        "CACHE_FALLBACK_KEY {k:?} not allowed to end in \"-protected\""
+                    ));
+                    if k != f {
+                        b.warning(&format!("cache key {f:?} sanitized to {k:?}"));
+                    }
+                }
+                _ => {
+                    if let Some(k) = key_of(&f, &mut b) {
+                        chain.push(k);
+                    }
+                }
             }
         }
         let mut seen = std::collections::HashSet::new();
@@ -290,7 +300,8 @@ pub fn archive(i: &CacheInputs<'_>, job_succeeded: bool) -> Option<ScriptBody> {
             i.timeout_minutes
         );
         for p in &entry.paths {
-            cmd.push_str(&format!(" --path {}", quote(&i.vars.expand(p))));
+            // Expanded by the helper with the stage's environment, as upstream's.
+            cmd.push_str(&format!(" --path {}", quote(p)));
         }
         if entry.untracked {
             cmd.push_str(" --untracked");
@@ -450,6 +461,57 @@ mod tests {
         // Nothing to restore: no stage.
         let none = payload(serde_json::json!([{"key": "k", "paths": []}]));
         assert!(restore(&inputs(&none, &vars, &paths, &LocalOnly)).is_none());
+    }
+
+    #[test]
+    fn protected_fallback_key_is_refused_after_sanitising() {
+        let p = payload(serde_json::json!([{"key": "k", "paths": ["a"]}]));
+        let paths = paths();
+        let restore_with = |fallback: &str| {
+            let vars = VarList {
+                vars: vec![crate::executor::script::variables::Var {
+                    key: "CACHE_FALLBACK_KEY".into(),
+                    value: fallback.into(),
+                    ..Default::default()
+                }],
+                tmp_dir: "/t".into(),
+            };
+            restore(&inputs(&p, &vars, &paths, &LocalOnly))
+                .unwrap()
+                .as_str()
+                .to_string()
+        };
+        // (CACHE_FALLBACK_KEY, refused as) — the raw value does not end in -protected.
+        for (raw, shown) in [
+            ("main-protected", "main-protected"),
+            ("main-protected/", "main-protected"),
+            ("main-protected\\", "main-protected"),
+            ("main-protected%2f", "main-protected"),
+            ("main-protected%2F.", "main-protected"),
+            ("main-protected/.", "main-protected"),
+            ("x/main-protected. .", "x/main-protected. ."),
+        ] {
+            let s = restore_with(raw);
+            assert!(
+                !s.contains("Checking cache for main-protected")
+                    && !s.contains("Checking cache for x/main-protected"),
+                "{raw:?} restored a protected cache:\n{s}"
+            );
+            assert!(
+                s.contains(&format!(
+                    "CACHE_FALLBACK_KEY {shown:?} not allowed to end in"
+                )),
+                "{raw:?}:\n{s}"
+            );
+        }
+        // Keys that only contain the word are allowed.
+        for ok in ["main-protected-x", "protected", "main-non_protected"] {
+            let s = restore_with(ok);
+            assert!(
+                s.contains(&format!("Checking cache for {ok}...")),
+                "{ok}:\n{s}"
+            );
+        }
     }
 
     #[test]

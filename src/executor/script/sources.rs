@@ -24,6 +24,200 @@ pub struct SourcesInputs<'a> {
     pub post_get_sources: Option<&'a str>,
     /// `http.userAgent` for git.
     pub user_agent: &'a str,
+    /// `[[runners]] clean_git_config` (`None`: upstream's default).
+    pub clean_git_config: Option<bool>,
+    /// Where git's job-token rewrites point (the GitLab host, `clone_url`, ssh forms).
+    pub auth: &'a GitAuth<'a>,
+}
+
+/// What the job-token `insteadOf` rewrites are made from: git fetches the repository and its
+/// submodules by their plain URLs and git adds the token, so a submodule on the same GitLab
+/// (`../other.git`, or an ssh URL with `GIT_SUBMODULE_FORCE_HTTPS`) authenticates too, and no
+/// token is written into `.git/config`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GitAuth<'a> {
+    /// `[[runners]] clone_url` (used instead of the runner `url` when it has a scheme).
+    pub clone_url: &'a str,
+    /// `[[runners]] url`.
+    pub credentials_url: &'a str,
+    /// `git_info.repo_url` (with GitLab's credentials).
+    pub repo_url: &'a str,
+    /// The job token.
+    pub token: &'a str,
+    /// `GIT_SUBMODULE_FORCE_HTTPS`: ssh URLs of the GitLab host go over HTTPS with the token.
+    pub force_https: bool,
+    /// `CI_SERVER_SHELL_SSH_HOST`, else `CI_SERVER_HOST`.
+    pub ssh_host: &'a str,
+    /// `CI_SERVER_SHELL_SSH_PORT`.
+    pub ssh_port: &'a str,
+    /// `CI_PROJECT_PATH` (for `clone_url`).
+    pub project_path: &'a str,
+}
+
+/// `scheme`, the authority without user info, and the rest (path, query) of a URL.
+fn split_url(url: &str) -> Option<(&str, &str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    if scheme.is_empty() {
+        return None;
+    }
+    let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    Some((scheme, host, path))
+}
+
+fn is_http(scheme: &str) -> bool {
+    scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")
+}
+
+/// Percent-encodes a password for a URL's user info (Go's rules for what stays as is).
+fn userinfo_escape(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl GitAuth<'_> {
+    fn with_token(&self, scheme: &str, host: &str, path: &str) -> String {
+        format!(
+            "{scheme}://gitlab-ci-token:{}@{host}{path}",
+            userinfo_escape(self.token)
+        )
+    }
+
+    fn clone_base(&self) -> Option<(&str, &str, &str)> {
+        split_url(self.clone_url)
+    }
+
+    /// The URL git fetches from, with the token: `clone_url` + `/<project path>.git` when
+    /// `clone_url` is set, else the payload's repository URL.
+    pub fn remote_url(&self) -> String {
+        match self.clone_base() {
+            Some((scheme, host, path)) => {
+                let path = format!(
+                    "{}/{}.git",
+                    path.trim_end_matches('/'),
+                    self.project_path.trim_matches('/')
+                );
+                self.with_token(scheme, host, &path)
+            }
+            None => self.repo_url.to_string(),
+        }
+    }
+
+    fn ssh_rewrites(&self, to: &str) -> Vec<(String, String)> {
+        if !self.force_https || self.ssh_host.is_empty() {
+            return Vec::new();
+        }
+        let host = self.ssh_host;
+        match self.ssh_port {
+            "" | "22" => vec![
+                (format!("{to}/"), format!("git@{host}:")),
+                (to.to_string(), format!("ssh://git@{host}")),
+            ],
+            port => vec![(to.to_string(), format!("ssh://git@{host}:{port}"))],
+        }
+    }
+
+    /// The `insteadOf` rewrites as `(with token, plain)`, de-duplicated, in upstream's order:
+    /// the remote URL; the GitLab base (`clone_url` or the runner `url`); its ssh forms
+    /// (`GIT_SUBMODULE_FORCE_HTTPS`); the repository's host.
+    pub fn instead_ofs(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let remote = self.remote_url();
+        let plain = crate::executor::paths::url_without_credentials(&remote);
+        if remote != plain {
+            out.push((remote, plain));
+        }
+        let base = self
+            .clone_base()
+            .or_else(|| split_url(self.credentials_url));
+        if let Some((scheme, host, path)) = base.filter(|(s, _, _)| is_http(s)) {
+            let path = path.trim_end_matches('/');
+            let authed = self.with_token(scheme, host, path);
+            out.push((authed.clone(), format!("{scheme}://{host}{path}")));
+            out.extend(self.ssh_rewrites(&authed));
+        }
+        if let Some((scheme, host, _)) = split_url(self.repo_url).filter(|(s, _, _)| is_http(s)) {
+            out.push((
+                self.with_token(scheme, host, ""),
+                format!("{scheme}://{host}"),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        out.retain(|r| seen.insert(r.clone()));
+        out
+    }
+}
+
+/// The git clean-up that runs before fetching and again in the clean-up stage: stale lock
+/// files (a job killed during a git command leaves them), and the configs and hooks a job
+/// could have planted for the next job on a reused builds volume — the main `.git`, the
+/// template dir and, with submodules, every `.git/modules/**`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GitCleanup {
+    /// A submodule strategy is set: `.git/modules` is cleaned too.
+    pub submodules: bool,
+    /// Configs and hooks are removed (`clean_git_config`, default: unless `GIT_STRATEGY=none`).
+    pub configs: bool,
+}
+
+impl GitCleanup {
+    /// The clean-up for these settings and `[[runners]] clean_git_config`.
+    pub fn new(s: &BuildSettings, clean_git_config: Option<bool>) -> Self {
+        GitCleanup {
+            submodules: matches!(
+                s.submodule_strategy,
+                SubmoduleStrategy::Normal | SubmoduleStrategy::Recursive
+            ),
+            configs: clean_git_config.unwrap_or(s.git_strategy != GitStrategy::None),
+        }
+    }
+
+    /// Writes the clean-up commands (each one tolerates missing files).
+    pub fn write(&self, b: &mut ScriptBody, paths: &JobPaths) {
+        let git = format!("{}/.git", paths.build_dir);
+        let modules = format!("{git}/modules");
+        let find = |b: &mut ScriptBody, dir: &str, name: &str, kind: &str| {
+            let remove = if kind == "d" { "rm -rf --" } else { "rm -f" };
+            let depth = if kind == "d" { " -depth" } else { "" };
+            b.line(format!(
+                "if [ -d {d} ]; then find {d} -name {n} -type {kind}{depth} -exec {remove} {{}} + ; fi",
+                d = quote(dir),
+                n = quote(name),
+            ));
+        };
+        for f in [
+            "index.lock",
+            "shallow.lock",
+            "HEAD.lock",
+            "hooks/post-checkout",
+            "config.lock",
+        ] {
+            b.line(format!("rm -f {}", quote(&format!("{git}/{f}"))));
+            if self.submodules {
+                let base = f.rsplit('/').next().unwrap_or(f);
+                find(b, &modules, base, "f");
+            }
+        }
+        find(b, &format!("{git}/refs"), "*.lock", "f");
+        if !self.configs {
+            return;
+        }
+        for dir in [format!("{}/git-template", paths.tmp_dir), git.clone()] {
+            b.line(format!("rm -f {}", quote(&format!("{dir}/config"))));
+            b.line(format!("rm -rf {}", quote(&format!("{dir}/hooks"))));
+        }
+        if self.submodules {
+            find(b, &modules, "config", "f");
+            find(b, &modules, "hooks", "d");
+        }
+    }
 }
 
 fn hook<'a>(payload: &'a JobPayload, name: &str) -> &'a [String] {
@@ -43,6 +237,7 @@ pub fn get_sources(payload: &JobPayload, i: &SourcesInputs<'_>) -> ScriptBody {
     write_exports(&mut b, i.vars, true);
     b.line("export GIT_TERMINAL_PROMPT=0");
     b.line("export GCM_INTERACTIVE=Never");
+    write_git_ssl_config(&mut b, i);
     let fetches = matches!(s.git_strategy, GitStrategy::Clone | GitStrategy::Fetch);
     if fetches {
         if let Some(pre) = i.pre_get_sources.filter(|p| !p.trim().is_empty()) {
@@ -57,11 +252,15 @@ pub fn get_sources(payload: &JobPayload, i: &SourcesInputs<'_>) -> ScriptBody {
         GitStrategy::None => {
             b.notice("Skipping Git repository setup");
             b.line(format!("mkdir -p {dir}"));
+            b.notice("Skipping Git checkout");
+            b.notice("Skipping Git submodules setup");
         }
         GitStrategy::Empty => {
             b.notice("Skipping Git repository setup and creating an empty build directory");
             b.line(format!("rm -rf {dir}"));
             b.line(format!("mkdir -p {dir}"));
+            b.notice("Skipping Git checkout");
+            b.notice("Skipping Git submodules setup");
         }
         GitStrategy::Clone | GitStrategy::Fetch => {
             write_fetch(&mut b, payload, i);
@@ -96,28 +295,8 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
     let tconf = quote(&format!("{template}/config"));
     let ext = format!("{}/.gitlab-runner.ext.conf", i.paths.tmp_dir);
     let eq = quote(&ext);
-    // a. Clean-up of stale locks and (clean_git_config) of the old config and hooks.
-    for lock in [
-        "index.lock",
-        "shallow.lock",
-        "HEAD.lock",
-        "config.lock",
-        "hooks/post-checkout",
-    ] {
-        b.line(format!(
-            "rm -f {}",
-            quote(&format!("{build_dir}/.git/{lock}"))
-        ));
-    }
-    b.line(format!(
-        "if [ -d {r} ]; then find {r} -type f -name '*.lock' -exec rm -f {{}} + ; fi",
-        r = quote(&format!("{build_dir}/.git/refs"))
-    ));
-    b.line(format!(
-        "rm -rf {} {}",
-        quote(&format!("{build_dir}/.git/config")),
-        quote(&format!("{build_dir}/.git/hooks"))
-    ));
+    // a. Clean-up of stale locks and (clean_git_config) of the old configs and hooks.
+    GitCleanup::new(s, i.clean_git_config).write(b, i.paths);
     // b. Template dir and safe.directory.
     b.line(format!("rm -rf {tq}"));
     b.line(format!("mkdir -p {tq}"));
@@ -133,18 +312,18 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
     // c. External config: credentials only through insteadOf, never in .git/config.
     b.line(format!("rm -f {eq}"));
     b.line(format!("touch {eq}"));
-    if i.vars.bool("FF_USE_GIT_BUNDLE_URIS").unwrap_or(true) {
+    if i.vars.flag("FF_USE_GIT_BUNDLE_URIS") {
         b.line(format!("git config -f {eq} transfer.bundleURI true"));
     }
-    let with_creds = &git.repo_url;
-    let without = url_without_credentials(with_creds);
-    if with_creds != &without {
+    for (with_token, plain) in i.auth.instead_ofs() {
         b.line(format!(
-            "git config -f {eq} --replace-all {} {}",
-            quote(&format!("url.{with_creds}.insteadOf")),
-            quote(&without)
+            "git config -f {eq} --replace-all {} {} {}",
+            quote(&format!("url.{with_token}.insteadOf")),
+            quote(&plain),
+            quote(&format!("^{}$", regex_quote(&plain)))
         ));
     }
+    let without = url_without_credentials(&i.auth.remote_url());
     b.line(format!("git config -f {tconf} include.path {eq}"));
     b.line(format!("export GLR_EXT_GIT_CONFIG_PATH={eq}"));
     // d. clone: start from an empty project dir.
@@ -203,6 +382,39 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
     }
 }
 
+/// git trusts what the runner trusts for GitLab: `http.<scheme://host>.sslCAInfo`, `sslCert` and
+/// `sslKey` (global config of the helper container) point at the `CI_SERVER_TLS_*` files.
+fn write_git_ssl_config(b: &mut ScriptBody, i: &SourcesInputs<'_>) {
+    let remote = url_without_credentials(&i.auth.remote_url());
+    let Some((scheme, host, _)) = split_url(&remote) else {
+        return;
+    };
+    for (var, key) in [
+        ("CI_SERVER_TLS_CA_FILE", "sslCAInfo"),
+        ("CI_SERVER_TLS_CERT_FILE", "sslCert"),
+        ("CI_SERVER_TLS_KEY_FILE", "sslKey"),
+    ] {
+        if i.vars.get(var).is_some() {
+            b.line(format!(
+                "git config --global {} \"${var}\"",
+                quote(&format!("http.{scheme}://{host}.{key}"))
+            ));
+        }
+    }
+}
+
+/// Escapes a string for a POSIX extended regular expression (git's value patterns).
+fn regex_quote(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 fn write_checkout(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) {
     let s = i.settings;
     let git = &payload.git_info;
@@ -237,6 +449,14 @@ fn write_submodules(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<
         }
         SubmoduleStrategy::Normal => false,
         SubmoduleStrategy::Recursive => true,
+        SubmoduleStrategy::Invalid => {
+            b.error(
+                "unknown GIT_SUBMODULE_STRATEGY: set it to none, normal or recursive \
+                 (or remove it) in the job's variables",
+            );
+            b.line("exit 1");
+            return;
+        }
     };
     b.notice(if recursive {
         "Updating/initializing submodules recursively..."
@@ -244,10 +464,18 @@ fn write_submodules(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<
         "Updating/initializing submodules..."
     });
     let rec = if recursive { " --recursive" } else { "" };
-    let paths = if s.submodule_paths.is_empty() {
+    let pathspec = match s.submodule_pathspec() {
+        Ok(p) => p,
+        Err(e) => {
+            b.error(&e);
+            b.line("exit 1");
+            return;
+        }
+    };
+    let paths = if pathspec.is_empty() {
         String::new()
     } else {
-        let p: Vec<String> = s.submodule_paths.iter().map(|p| quote(p)).collect();
+        let p: Vec<String> = pathspec.iter().map(|p| quote(p)).collect();
         format!(" -- {}", p.join(" "))
     };
     let depth = s.submodule_depth.unwrap_or(payload.git_info.depth);
@@ -261,12 +489,13 @@ fn write_submodules(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<
         .iter()
         .map(|f| format!(" {}", quote(f)))
         .collect();
-    let clean_flags: Vec<String> = s.git_clean_flags.iter().map(|f| quote(f)).collect();
-    let foreach_clean = if clean_flags.is_empty() {
-        "git reset --hard".to_string()
+    // Submodules are always cleaned: `GIT_CLEAN_FLAGS=none` means `-ffdx` here, as upstream.
+    let clean_flags: Vec<String> = if s.git_clean_flags.is_empty() {
+        vec!["-ffdx".to_string()]
     } else {
-        format!("git clean {} && git reset --hard", clean_flags.join(" "))
+        s.git_clean_flags.iter().map(|f| quote(f)).collect()
     };
+    let foreach_clean = format!("git clean {} && git reset --hard", clean_flags.join(" "));
     let update = format!(
         "git -c include.path=\"$GLR_EXT_GIT_CONFIG_PATH\" submodule update --init{rec}{depth}{flags}{paths}"
     );
@@ -296,6 +525,302 @@ mod tests {
     use super::*;
     use crate::executor::script::variables::VarList;
 
+    /// A variable list from `(key, value)` pairs.
+    fn var_list(vars: &[(&str, &str)], tmp_dir: &str) -> VarList {
+        VarList {
+            vars: vars
+                .iter()
+                .map(|(k, v)| crate::executor::script::variables::Var {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+            tmp_dir: tmp_dir.into(),
+        }
+    }
+
+    fn test_paths() -> JobPaths {
+        JobPaths {
+            root_dir: "/b".into(),
+            build_dir: "/b/p".into(),
+            tmp_dir: "/b/p.tmp".into(),
+            cache_dir: "/c".into(),
+        }
+    }
+
+    fn cleanup_text(vars: &[(&str, &str)], clean_git_config: Option<bool>) -> String {
+        let (settings, _) = BuildSettings::from_variables(&var_list(vars, "/b/p.tmp"), true);
+        let mut b = ScriptBody::new();
+        GitCleanup::new(&settings, clean_git_config).write(&mut b, &test_paths());
+        b.as_str().to_string()
+    }
+
+    #[test]
+    fn git_cleanup_as_upstream() {
+        let modules = "find /b/p/.git/modules";
+        // Submodules: locks, configs and hooks under .git/modules too.
+        let t = cleanup_text(&[("GIT_SUBMODULE_STRATEGY", "recursive")], None);
+        for (file, lock) in [
+            ("index.lock", "index.lock"),
+            ("shallow.lock", "shallow.lock"),
+            ("HEAD.lock", "HEAD.lock"),
+            ("hooks/post-checkout", "post-checkout"),
+            ("config.lock", "config.lock"),
+        ] {
+            assert!(
+                t.contains(&format!("rm -f /b/p/.git/{file}\n")),
+                "{file}:\n{t}"
+            );
+            assert!(
+                t.contains(&format!("{modules} -name {lock} -type f -exec rm -f")),
+                "{lock}:\n{t}"
+            );
+        }
+        assert!(
+            t.contains(&format!("{modules} -name config -type f -exec rm -f")),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!(
+                "{modules} -name hooks -type d -depth -exec rm -rf --"
+            )),
+            "{t}"
+        );
+        assert!(
+            t.contains("rm -f /b/p.tmp/git-template/config\nrm -rf /b/p.tmp/git-template/hooks"),
+            "{t}"
+        );
+        assert!(
+            t.contains("rm -f /b/p/.git/config\nrm -rf /b/p/.git/hooks"),
+            "{t}"
+        );
+        assert!(
+            t.contains("find /b/p/.git/refs -name $'*.lock' -type f"),
+            "{t}"
+        );
+        // No submodules: .git/modules is left alone.
+        let t = cleanup_text(&[], None);
+        assert!(!t.contains("modules"), "{t}");
+        assert!(t.contains("rm -f /b/p/.git/config"), "{t}");
+        // clean_git_config = false: locks only.
+        let t = cleanup_text(&[("GIT_SUBMODULE_STRATEGY", "normal")], Some(false));
+        assert!(t.contains(&format!("{modules} -name index.lock")), "{t}");
+        assert!(
+            !t.contains("/config\n") && !t.contains("hooks\n") && !t.contains("-type d"),
+            "{t}"
+        );
+        // GIT_STRATEGY=none: no config clean-up unless clean_git_config says so.
+        let t = cleanup_text(&[("GIT_STRATEGY", "none")], None);
+        assert!(!t.contains(".git/config\n"), "{t}");
+        let t = cleanup_text(&[("GIT_STRATEGY", "none")], Some(true));
+        assert!(t.contains("rm -f /b/p/.git/config\n"), "{t}");
+    }
+
+    #[test]
+    fn job_token_rewrites_as_upstream() {
+        // (name, force https, ssh port, expected rewrites) — upstream's GetInsteadOfs table,
+        // with the runner url https://test.local, token job-token, ssh host test.local and
+        // no repository URL.
+        type Rewrites<'a> = &'a [(&'a str, &'a str)];
+        let cases: [(&str, bool, &str, Rewrites); 3] = [
+            (
+                "authenticated basic rewrite",
+                false,
+                "",
+                &[(
+                    "https://gitlab-ci-token:job-token@test.local",
+                    "https://test.local",
+                )],
+            ),
+            (
+                "authenticated with force HTTPS",
+                true,
+                "",
+                &[
+                    (
+                        "https://gitlab-ci-token:job-token@test.local",
+                        "https://test.local",
+                    ),
+                    (
+                        "https://gitlab-ci-token:job-token@test.local/",
+                        "git@test.local:",
+                    ),
+                    (
+                        "https://gitlab-ci-token:job-token@test.local",
+                        "ssh://git@test.local",
+                    ),
+                ],
+            ),
+            (
+                "server port wiring",
+                true,
+                "8022",
+                &[
+                    (
+                        "https://gitlab-ci-token:job-token@test.local",
+                        "https://test.local",
+                    ),
+                    (
+                        "https://gitlab-ci-token:job-token@test.local",
+                        "ssh://git@test.local:8022",
+                    ),
+                ],
+            ),
+        ];
+        for (name, force_https, ssh_port, want) in cases {
+            let auth = GitAuth {
+                credentials_url: "https://test.local",
+                token: "job-token",
+                force_https,
+                ssh_host: "test.local",
+                ssh_port,
+                ..Default::default()
+            };
+            let got = auth.instead_ofs();
+            let want: Vec<(String, String)> = want
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect();
+            assert_eq!(got, want, "{name}");
+        }
+        // A repository on another host (or port) of the same GitLab: its base is rewritten
+        // too, so `../other.git` submodules authenticate.
+        let auth = GitAuth {
+            credentials_url: "https://gitlab.example.com/",
+            repo_url: "http://gitlab-ci-token:tok@10.0.0.5:8080/g/p.git",
+            token: "tok",
+            ..Default::default()
+        };
+        assert_eq!(
+            auth.instead_ofs(),
+            vec![
+                (
+                    "http://gitlab-ci-token:tok@10.0.0.5:8080/g/p.git".to_string(),
+                    "http://10.0.0.5:8080/g/p.git".to_string()
+                ),
+                (
+                    "https://gitlab-ci-token:tok@gitlab.example.com".to_string(),
+                    "https://gitlab.example.com".to_string()
+                ),
+                (
+                    "http://gitlab-ci-token:tok@10.0.0.5:8080".to_string(),
+                    "http://10.0.0.5:8080".to_string()
+                ),
+            ]
+        );
+        // clone_url: the remote is <clone_url>/<project path>.git, and its base is rewritten.
+        let auth = GitAuth {
+            clone_url: "https://clone.example.com/gl/",
+            credentials_url: "https://gitlab.example.com",
+            repo_url: "https://gitlab-ci-token:tok@gitlab.example.com/g/p.git",
+            token: "tok",
+            project_path: "g/p",
+            ..Default::default()
+        };
+        assert_eq!(
+            auth.remote_url(),
+            "https://gitlab-ci-token:tok@clone.example.com/gl/g/p.git"
+        );
+        let got = auth.instead_ofs();
+        assert!(
+            got.contains(&(
+                "https://gitlab-ci-token:tok@clone.example.com/gl".to_string(),
+                "https://clone.example.com/gl".to_string()
+            )),
+            "{got:?}"
+        );
+        // A token with URL-special characters is escaped.
+        let auth = GitAuth {
+            credentials_url: "https://h",
+            token: "a@b/c",
+            ..Default::default()
+        };
+        assert_eq!(
+            auth.instead_ofs()[0].0,
+            "https://gitlab-ci-token:a%40b%2Fc@h"
+        );
+    }
+
+    /// The `get_sources` text for `vars` (settings read from them) with no hooks.
+    fn sources_text(
+        payload: &JobPayload,
+        vars: &[(&str, &str)],
+        paths: &JobPaths,
+        auth: &GitAuth<'_>,
+    ) -> String {
+        let vars = var_list(vars, &paths.tmp_dir);
+        let (settings, _) = BuildSettings::from_variables(&vars, false);
+        get_sources(
+            payload,
+            &SourcesInputs {
+                vars: &vars,
+                paths,
+                settings: &settings,
+                pre_get_sources: None,
+                post_get_sources: None,
+                user_agent: "drover",
+                clean_git_config: None,
+                auth,
+            },
+        )
+        .as_str()
+        .to_string()
+    }
+
+    #[test]
+    fn none_and_empty_say_what_they_skip() {
+        let payload = JobPayload::from_json(r#"{"id": 1}"#).unwrap();
+        let paths = test_paths();
+        for strategy in ["none", "empty"] {
+            let t = sources_text(
+                &payload,
+                &[("GIT_STRATEGY", strategy)],
+                &paths,
+                &GitAuth::default(),
+            );
+            let setup = t.find("Skipping Git repository setup").expect(strategy);
+            let checkout = t.find("Skipping Git checkout").expect(strategy);
+            let submodules = t.find("Skipping Git submodules setup").expect(strategy);
+            assert!(setup < checkout && checkout < submodules, "{t}");
+        }
+    }
+
+    #[test]
+    fn submodules_are_cleaned_even_with_git_clean_flags_none() {
+        let payload = JobPayload::from_json(
+            r#"{"id": 1, "git_info": {"repo_url": "https://h/g/p.git", "sha": "0123456789", "ref": "main"}}"#,
+        )
+        .unwrap();
+        let paths = test_paths();
+        let vars = [
+            ("GIT_CLEAN_FLAGS", "none"),
+            ("GIT_SUBMODULE_STRATEGY", "normal"),
+        ];
+        let t = sources_text(&payload, &vars, &paths, &GitAuth::default());
+        // An unknown submodule strategy fails get_sources, as upstream.
+        let f = sources_text(
+            &payload,
+            &[
+                ("GIT_CLEAN_FLAGS", "none"),
+                ("GIT_SUBMODULE_STRATEGY", "bogus"),
+            ],
+            &paths,
+            &GitAuth::default(),
+        );
+        let at = f
+            .find("unknown GIT_SUBMODULE_STRATEGY")
+            .expect("error line");
+        assert!(f[at..].contains("\nexit 1\n"), "{f}");
+        assert!(!f.contains("submodule update"), "{f}");
+        // No clean of the main checkout, but submodules are still cleaned.
+        assert!(!t.contains("\ngit clean"), "{t}");
+        assert!(
+            t.contains("git submodule foreach $'git clean -ffdx && git reset --hard'"),
+            "{t}"
+        );
+    }
+
     #[test]
     fn token_stays_out_of_git_config() {
         let payload = JobPayload::from_json(
@@ -321,9 +846,28 @@ mod tests {
                 pre_get_sources: None,
                 post_get_sources: None,
                 user_agent: "drover",
+                clean_git_config: None,
+                auth: &GitAuth {
+                    repo_url: &payload.git_info.repo_url,
+                    token: "SECRET",
+                    ..Default::default()
+                },
             },
         );
         let t = body.as_str();
+        assert!(!t.contains("sslCAInfo"), "{t}");
+        let auth = GitAuth {
+            repo_url: &payload.git_info.repo_url,
+            token: "SECRET",
+            ..Default::default()
+        };
+        let tls = sources_text(&payload, &[("CI_SERVER_TLS_CA_FILE", "PEM")], &paths, &auth);
+        assert!(
+            tls.contains(
+                "git config --global $'http.https://h.example.sslCAInfo' \"$CI_SERVER_TLS_CA_FILE\""
+            ),
+            "{tls}"
+        );
         assert!(t.contains("git remote add origin $'https://h.example/g/p.git'"));
         assert!(t.contains("insteadOf' $'https://h.example/g/p.git'"));
         assert!(!t.contains("remote add origin $'https://gitlab-ci-token"));

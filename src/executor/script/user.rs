@@ -77,8 +77,9 @@ pub fn prepare_script(
 pub fn clear_worktree(paths: &JobPaths) -> ScriptBody {
     let mut b = ScriptBody::new();
     let dir = quote(&paths.build_dir);
+    b.notice("Deleting tracked and untracked files...");
     b.line(format!(
-        "if [ -d {dir}/.git ]; then cd {dir} && {{ git rm -rf -q --ignore-unmatch . || true; git clean -ffdx || true; }}; fi"
+        "if [ -d {dir}/.git ]; then cd {dir} && {{ git rm -rf -q --ignore-unmatch . || true; git clean -ffdx -q || true; }}; fi"
     ));
     b
 }
@@ -118,11 +119,13 @@ pub fn after_script(vars: &VarList, paths: &JobPaths, script: &[String]) -> Scri
 
 /// `cleanup_file_variables` (helper container): drops the job token from credential stores
 /// and deletes the dotenv file, the masking db, the external git config and every file
-/// variable's file. Errors are ignored.
+/// variable's file, then repeats the git clean-up of `get_sources` (locks, and configs and
+/// hooks a job may have planted). Errors are ignored.
 pub fn cleanup_file_variables(
     vars: &VarList,
     paths: &JobPaths,
     repo_base: Option<&str>,
+    git: super::sources::GitCleanup,
 ) -> ScriptBody {
     let mut b = ScriptBody::new();
     write_exports(&mut b, vars, false);
@@ -148,6 +151,7 @@ pub fn cleanup_file_variables(
     );
     let quoted: Vec<String> = files.iter().map(|f| quote(f)).collect();
     b.line(format!("rm -f {} || true", quoted.join(" ")));
+    git.write(&mut b, paths);
     b.line(format!(
         "rm -f {} || true",
         quote(&format!("{}/.gitlab-build-uid-gid", paths.root_dir))
@@ -377,7 +381,15 @@ mod containment_tests {
         );
         assert!(!victim_dir.join("y").exists());
         assert!(tmp.join("GOOD").exists());
-        let cleanup = cleanup_file_variables(&vars, &paths, None);
+        let cleanup = cleanup_file_variables(
+            &vars,
+            &paths,
+            None,
+            crate::executor::script::sources::GitCleanup {
+                submodules: true,
+                configs: true,
+            },
+        );
         let err = run(cleanup.finish(false));
         assert!(
             victim.exists(),
