@@ -262,6 +262,7 @@ impl<'r> JobRun<'r> {
                     self.req.runner.pre_build_script.as_deref(),
                     &step.script,
                     self.req.runner.post_build_script.as_deref(),
+                    self.script_sections(&p.vars),
                 );
                 let stage_name = format!("step_{}", step.name);
                 let remaining =
@@ -393,7 +394,7 @@ impl<'r> JobRun<'r> {
             value: job_status.into(),
             ..Default::default()
         });
-        let body = user::after_script(&vars, &p.paths, &step.script);
+        let body = user::after_script(&vars, &p.paths, &step.script, self.script_sections(&vars));
         let outcome = self
             .stage(
                 trace,
@@ -525,6 +526,12 @@ impl<'r> JobRun<'r> {
     }
 
     /// Logs how far into the job a step is (`RUST_LOG=drover=debug`).
+    /// Whether multi-line user commands get their own collapsed sections
+    /// (`FF_SCRIPT_SECTIONS` with `features.trace_sections`, as upstream).
+    fn script_sections(&self, vars: &VarList) -> bool {
+        self.req.payload.features.trace_sections && vars.bool("FF_SCRIPT_SECTIONS").unwrap_or(false)
+    }
+
     fn mark(&self, what: &str) {
         tracing::debug!(
             job = self.req.payload.id,
