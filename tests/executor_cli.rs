@@ -106,7 +106,7 @@ async fn success_and_script_failure_exit_codes() {
         ])
         .output()
         .unwrap();
-    let trace = String::from_utf8_lossy(&out.stdout);
+    let trace = plain(&out.stdout);
     assert_eq!(
         out.status.code(),
         Some(0),

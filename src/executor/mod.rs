@@ -78,49 +78,26 @@ pub fn job_secrets(payload: &JobPayload, runner: &RunnerSettings) -> Vec<String>
     out
 }
 
-/// The phrases masked in the job log, as upstream: the values of the masked variables after
-/// expansion (`s3cr3t-$CI_JOB_ID` is masked as it is printed), and the job token. The raw
-/// values are kept too when the variables cannot be listed (an unusable builds_dir: the job
-/// fails at preparation anyway).
+/// The phrases masked in the job log, as upstream: the values of the masked variables of the
+/// job's final, expanded variable list (`s3cr3t-$CI_JOB_ID` is masked as it is printed), and
+/// the job token. When the job cannot be planned (it then fails at preparation) the payload's
+/// raw values are used.
 pub fn mask_phrases(payload: &JobPayload, runner: &RunnerSettings) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let short = paths::short_token(&runner.token);
-    let listed = paths::JobPaths::new(&paths::PathInputs {
-        root_dir: runner.builds_dir(),
-        cache_root: runner.cache_root(),
-        repo_url: &payload.git_info.repo_url,
-        project_id: payload.job_info.project_id,
-        short_token: &short,
-        ..Default::default()
-    })
-    .map(|p| {
-        script::variables::job_variables(
-            payload,
-            runner,
-            &p,
-            &script::variables::VarInputs {
-                job_image: None,
-                short_token: &short,
-                network_name: None,
-            },
-        )
-        .expanded()
-    });
-    match listed {
-        Ok(vars) => out.extend(
-            vars.vars
-                .into_iter()
-                .filter(|v| v.masked && !v.value.is_empty())
-                .map(|v| v.value),
-        ),
-        Err(_) => out.extend(
-            payload
-                .variables
-                .iter()
-                .filter(|v| v.masked && !v.value.is_empty())
-                .map(|v| v.value.clone()),
-        ),
-    }
+    let mut out: Vec<String> = match plan::plan_job(payload, runner) {
+        Ok(plan) => plan
+            .vars
+            .vars
+            .into_iter()
+            .filter(|v| v.masked && !v.value.is_empty())
+            .map(|v| v.value)
+            .collect(),
+        Err(_) => payload
+            .variables
+            .iter()
+            .filter(|v| v.masked && !v.value.is_empty())
+            .map(|v| v.value.clone())
+            .collect(),
+    };
     if !payload.token.is_empty() {
         out.push(payload.token.clone());
     }
@@ -185,4 +162,32 @@ pub async fn run_job(
     }
     trace.finish();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Masked values are matched as the job prints them: expanded and trimmed (upstream masks
+    /// its expanded variable list).
+    #[test]
+    fn masked_values_are_expanded() {
+        let payload = JobPayload::from_json(
+            r#"{"id": 42, "token": "job-token-value", "variables": [
+                {"key": "CI_JOB_ID", "value": "42"},
+                {"key": "SECRET", "value": "s3cr3t-$CI_JOB_ID-tail", "masked": true},
+                {"key": "RAW", "value": "raw-$CI_JOB_ID", "masked": true, "raw": true}
+            ]}"#,
+        )
+        .expect("a valid payload");
+        let mut runner = RunnerSettings::default();
+        runner.docker.image = "alpine:3".into();
+        let phrases = mask_phrases(&payload, &runner);
+        assert!(phrases.iter().any(|p| p == "s3cr3t-42-tail"), "{phrases:?}");
+        assert!(phrases.iter().any(|p| p == "raw-$CI_JOB_ID"), "{phrases:?}");
+        assert!(
+            phrases.iter().any(|p| p == "job-token-value"),
+            "{phrases:?}"
+        );
+    }
 }

@@ -167,3 +167,76 @@ impl Timestamper {
         }
     }
 }
+
+/// Whether `p` starts with a header with its time part.
+fn is_header(p: &[u8]) -> bool {
+    const DIGITS: [usize; 20] = [
+        0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22, 23, 24, 25,
+    ];
+    p.len() >= TIME_LEN + 4
+        && DIGITS.iter().all(|&i| p[i].is_ascii_digit())
+        && p[4] == b'-'
+        && p[7] == b'-'
+        && p[10] == b'T'
+        && p[13] == b':'
+        && p[16] == b':'
+        && p[19] == b'.'
+        && p[26] == b'Z'
+        && p[27] == b' '
+        && p[28..30].iter().all(|b| b.is_ascii_hexdigit())
+        && matches!(p[30], b'O' | b'E')
+        && matches!(p[31], b' ' | b'+')
+}
+
+/// The log as GitLab shows it: each line's header removed, and a `+` entry joined to the one
+/// before it (the `\n` that ended that one was added by the timestamper). Text without
+/// headers comes back unchanged.
+pub fn strip(log: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(log.len());
+    let mut at = 0;
+    while at < log.len() {
+        let end = memchr::memchr(b'\n', &log[at..]).map_or(log.len(), |i| at + i + 1);
+        let line = &log[at..end];
+        if is_header(line) {
+            if line[31] == b'+' && out.last() == Some(&b'\n') {
+                out.pop();
+            }
+            out.extend_from_slice(&line[TIME_LEN + 4..]);
+        } else {
+            out.extend_from_slice(line);
+        }
+        at = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn strip_gives_the_plain_log_back() {
+        let t = Utc
+            .with_ymd_and_hms(2021, 1, 1, 0, 0, 0)
+            .single()
+            .expect("a valid date");
+        let mut clock: Clock = Box::new(move || t);
+        let mut ts = Timestamper::new(
+            StreamId {
+                number: 1,
+                kind: b'O',
+            },
+            true,
+        );
+        let mut out = Vec::new();
+        let text: [&[u8]; 5] = [b"a\nb", b"c\n", b"progress\r", b"done\n", b"tail"];
+        for p in text {
+            ts.write(p, &mut clock, &mut out);
+        }
+        ts.close(&mut out);
+        assert_eq!(out.iter().filter(|b| **b == b'Z').count(), 5);
+        assert_eq!(strip(&out), b"a\nbc\nprogress\rdone\ntail\n");
+        assert_eq!(strip(b"plain\nlog"), b"plain\nlog");
+    }
+}
