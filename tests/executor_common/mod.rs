@@ -451,7 +451,8 @@ pub fn read_until_line(reader: &mut impl std::io::BufRead, wanted: &str) -> Stri
             panic!("the output ended before {wanted:?}:\n{seen}");
         }
         seen.push_str(&line);
-        if line == wanted {
+        // Lines carry `FF_TIMESTAMPS` headers; compare what GitLab would show.
+        if plain(line.as_bytes()) == wanted {
             return seen;
         }
     }
