@@ -200,7 +200,8 @@ async fn second_ctrl_c_aborts() {
         }
         trace.push_str(&line);
         // First Ctrl-C in the script (graceful), the second in after_script (abort).
-        if line == "script-started\n" || line == "after-started\n" {
+        let shown = plain(line.as_bytes());
+        if shown == "script-started\n" || shown == "after-started\n" {
             interrupts += 1;
             Command::new("kill")
                 .args(["-INT", &child.id().to_string()])
