@@ -327,7 +327,7 @@ fn hourly_clock() -> Clock {
         + Duration::microseconds(20010);
     Box::new(move || {
         t += Duration::hours(1);
-        t
+        t.into()
     })
 }
 
@@ -487,7 +487,7 @@ fn timestamper_cases(out: &mut Vec<Outcome>) {
     let mut clock: Clock = Box::new(move || {
         let t = base + Duration::microseconds(offsets[i.min(offsets.len() - 1)]);
         i += 1;
-        t
+        t.into()
     });
     let five: Vec<&[u8]> = vec![b"line\n"; 5];
     out.push(Outcome {

@@ -173,8 +173,9 @@ impl Literal {
 
     /// Whether the literal, or the start of it cut by the end of `p`, begins at `at`.
     fn starts_at(&self, p: &[u8], at: usize) -> bool {
-        let r = self.text.len().min(p.len() - at);
-        p[at..at + r] == self.text[..r]
+        // A byte loop: literals are short, and a library compare call per candidate costs
+        // more than the compare.
+        p[at..].iter().zip(&self.text).all(|(a, b)| a == b)
     }
 
     /// The next place at or after `from` where the literal, or the start of it cut by the end

@@ -396,7 +396,7 @@ impl<'a> Trace<'a> {
     /// A section marker on the runner stream (if the job supports sections).
     fn marker(&mut self, kind: &str, name: &str, options: &str) {
         if self.sections {
-            let now = (self.clock)().timestamp();
+            let (now, _) = timestamp::unix_micros((self.clock)());
             let s = format!(
                 "{kind}:{now}:{}{options}\r{}",
                 Self::marker_name(name),
@@ -440,7 +440,7 @@ mod tests {
             .with_ymd_and_hms(2026, 11, 28, 3, 15, 33)
             .single()
             .expect("a valid date");
-        Box::new(move || t)
+        Box::new(move || t.into())
     }
 
     use chrono::Utc;

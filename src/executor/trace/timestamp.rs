@@ -20,6 +20,8 @@
 //!
 //! The clock is given by the caller, so tests are deterministic. No I/O.
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use chrono::{DateTime, Datelike, Timelike, Utc};
 
 /// Bytes of an unfinished line held back before it is written out as a partial entry.
@@ -38,11 +40,21 @@ pub struct StreamId {
 }
 
 /// A source of the current time.
-pub type Clock = Box<dyn FnMut() -> DateTime<Utc> + Send>;
+pub type Clock = Box<dyn FnMut() -> SystemTime + Send>;
 
 /// The system clock.
 pub fn system_clock() -> Clock {
-    Box::new(Utc::now)
+    Box::new(SystemTime::now)
+}
+
+/// Seconds since the Unix epoch and the microseconds past that second (times before the epoch
+/// count as the epoch).
+pub fn unix_micros(t: SystemTime) -> (i64, u32) {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    (
+        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        d.subsec_micros(),
+    )
 }
 
 /// Adds the line headers to one stream.
@@ -70,11 +82,12 @@ impl Timestamper {
 
     fn header(&mut self, clock: &mut Clock, into: &mut Vec<u8>) {
         if self.with_time {
-            let t = clock();
-            let sec = t.timestamp();
+            let (sec, micros) = unix_micros(clock());
             let mut h = match self.cached {
                 Some((s, h)) if s == sec => h,
                 _ => {
+                    // The date and time of day are worked out once per second.
+                    let t = DateTime::<Utc>::from_timestamp(sec, 0).unwrap_or_default();
                     let mut h = [0u8; TIME_LEN];
                     let text = format!(
                         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.000000Z ",
@@ -89,7 +102,7 @@ impl Timestamper {
                     h
                 }
             };
-            let mut micros = (t.timestamp_subsec_nanos() % 1_000_000_000) / 1000;
+            let mut micros = micros;
             for i in (20..26).rev() {
                 h[i] = b'0' + (micros % 10) as u8;
                 micros /= 10;
@@ -221,7 +234,7 @@ mod tests {
             .with_ymd_and_hms(2021, 1, 1, 0, 0, 0)
             .single()
             .expect("a valid date");
-        let mut clock: Clock = Box::new(move || t);
+        let mut clock: Clock = Box::new(move || t.into());
         let mut ts = Timestamper::new(
             StreamId {
                 number: 1,
