@@ -118,6 +118,7 @@ fn emit(next: &mut Next<'_>, data: &[u8]) {
 struct Literal {
     text: Vec<u8>,
     held: usize,
+    finder: memchr::memmem::Finder<'static>,
 }
 
 /// What [`Literal::resume`] decided about the bytes held from the previous write.
@@ -132,7 +133,11 @@ enum Resumed {
 
 impl Literal {
     fn new(text: Vec<u8>) -> Self {
-        Literal { text, held: 0 }
+        Literal {
+            finder: memchr::memmem::Finder::new(&text).into_owned(),
+            text,
+            held: 0,
+        }
     }
 
     /// Continues a match held over from the previous write. On a mismatch the held bytes go
@@ -179,17 +184,14 @@ impl Literal {
     }
 
     /// The next place at or after `from` where the literal, or the start of it cut by the end
-    /// of `p`, begins.
-    fn find(&self, p: &[u8], mut from: usize) -> Option<usize> {
-        let first = self.text[0];
-        while from < p.len() {
-            let at = from + memchr::memchr(first, &p[from..])?;
-            if self.starts_at(p, at) {
-                return Some(at);
-            }
-            from = at + 1;
+    /// of `p`, begins: a whole occurrence always comes before a cut one, which can only be in
+    /// the last `len - 1` bytes.
+    fn find(&self, p: &[u8], from: usize) -> Option<usize> {
+        if let Some(at) = self.finder.find(&p[from..]) {
+            return Some(from + at);
         }
-        None
+        let tail = from.max(p.len().saturating_sub(self.text.len() - 1));
+        (tail..p.len()).find(|&at| self.starts_at(p, at))
     }
 }
 
