@@ -1,7 +1,8 @@
-//! Trace pipeline throughput: job output masked (the executor's `Masker`), buffered and sent
-//! by the GitLab side's per-job `JobTrace` as ≤ 1 MiB `PATCH /jobs/:id/trace` calls to the
-//! local GitLab simulator, then the final update. Prints MB/s of job output (1 MB = 10^6 bytes)
-//! for three stages: masking alone, buffer + PATCH alone, and the whole pipeline.
+//! Trace pipeline throughput: job output masked and timestamped (the executor's `Trace`, with
+//! `FF_TIMESTAMPS` on as by default), buffered and sent by the GitLab side's per-job
+//! `JobTrace` as ≤ 1 MiB `PATCH /jobs/:id/trace` calls to the local GitLab simulator, then the
+//! final update. Prints MB/s of job output (1 MB = 10^6 bytes) for four stages: masking alone,
+//! masking + timestamps, buffer + PATCH alone, and the whole pipeline.
 //!
 //! Run: `cargo bench --bench trace_pipeline` (loopback only; no Docker needed). Each figure is
 //! the median of 5 runs over 32 MiB of log lines holding a masked variable and job tokens.
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use drover::executor::trace::mask::Masker;
+use drover::executor::trace::{timestamp, Trace, TraceSink};
 use drover::gitlab::{
     Client, ClientSettings, FinalState, Info, JobOutcome, JobRequest, JobRequestOutcome, JobTrace,
     TraceOptions,
@@ -37,6 +39,34 @@ fn log_bytes() -> Vec<u8> {
     }
     out.truncate(TOTAL);
     out
+}
+
+/// The executor's sink over the job's trace buffer (as `drover run`'s).
+struct Upload(drover::gitlab::TraceWriter);
+
+impl TraceSink for Upload {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.0.write_bytes(data);
+        Ok(())
+    }
+    fn limits_output(&self) -> bool {
+        true
+    }
+}
+
+/// A sink that only counts.
+struct Count(usize);
+
+impl TraceSink for Count {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.0 += data.len();
+        Ok(())
+    }
+}
+
+fn job_trace<'a>(sink: &'a mut dyn TraceSink) -> Trace<'a> {
+    Trace::new(sink, Masker::new(&["hunter2hunter2"], &[]), 2 * TOTAL, true)
+        .with_timestamps(true, timestamp::system_clock())
 }
 
 fn mb_per_s(bytes: usize, d: Duration) -> f64 {
@@ -75,18 +105,19 @@ async fn one_upload(
     };
     let started = Instant::now();
     let trace = JobTrace::start(client.clone(), info.clone(), &job, opts).await;
-    let w = trace.writer();
-    let mut masker = Masker::new(&["hunter2hunter2"], &[]);
-    for chunk in data.chunks(WRITE) {
-        if mask {
-            w.write_bytes(&masker.push(chunk));
-        } else {
-            w.write_bytes(chunk);
-        }
-        tokio::task::yield_now().await;
-    }
+    let mut sink = Upload(trace.writer());
     if mask {
-        w.write_bytes(&masker.finish());
+        let mut t = job_trace(&mut sink);
+        for chunk in data.chunks(WRITE) {
+            t.write(chunk);
+            tokio::task::yield_now().await;
+        }
+        t.finish();
+    } else {
+        for chunk in data.chunks(WRITE) {
+            sink.0.write_bytes(chunk);
+            tokio::task::yield_now().await;
+        }
     }
     let report = trace.finish(JobOutcome::success()).await;
     let elapsed = started.elapsed();
@@ -117,6 +148,22 @@ fn main() {
             }
             n += m.finish().len();
             assert!(n > 0);
+            mb_per_s(data.len(), t.elapsed())
+        })
+        .collect();
+
+    let stamped: Vec<f64> = (0..RUNS)
+        .map(|_| {
+            let mut sink = Count(0);
+            let t = Instant::now();
+            {
+                let mut trace = job_trace(&mut sink);
+                for chunk in data.chunks(WRITE) {
+                    trace.write(chunk);
+                }
+                trace.finish();
+            }
+            assert!(sink.0 > data.len());
             mb_per_s(data.len(), t.elapsed())
         })
         .collect();
@@ -155,6 +202,7 @@ fn main() {
         TOTAL / (1024 * 1024)
     );
     println!("  mask only                 {:8.1} MB/s", median(mask_only));
+    println!("  mask + timestamps         {:8.1} MB/s", median(stamped));
     println!("  buffer + PATCH + final    {:8.1} MB/s", median(upload));
-    println!("  mask + buffer + PATCH     {:8.1} MB/s", median(pipeline));
+    println!("  mask + timestamps + PATCH {:8.1} MB/s", median(pipeline));
 }

@@ -7,7 +7,8 @@
 //! debug level) and its error messages. Whoever learns a secret registers it for as long as it
 //! is in use ([`register`]; the executor does so for each job); the log writer passes every
 //! line through [`redact`], which replaces each registered secret (also in its JSON- and
-//! Debug-escaped forms) and every token-prefixed word (`glpat-…`, `glrt-…`) with `[MASKED]`.
+//! Debug-escaped forms) with `[MASKED]`, and masks every token after a known prefix
+//! (`glpat-[MASKED]`) and sensitive URL parameter value, as the job log does.
 //! Values shorter than [`MIN_PHRASE_CHARS`] are not registered (see there).
 
 use std::sync::Mutex;
@@ -95,7 +96,7 @@ where
     Registration(id)
 }
 
-/// `text` with every registered secret and token-prefixed word replaced by `[MASKED]`.
+/// `text` with every registered secret, token and sensitive URL parameter value masked.
 pub fn redact(text: &str) -> String {
     let mut r = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
     if r.masker.is_none() {

@@ -106,7 +106,7 @@ async fn success_and_script_failure_exit_codes() {
         ])
         .output()
         .unwrap();
-    let trace = String::from_utf8_lossy(&out.stdout);
+    let trace = plain(&out.stdout);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -200,7 +200,8 @@ async fn second_ctrl_c_aborts() {
         }
         trace.push_str(&line);
         // First Ctrl-C in the script (graceful), the second in after_script (abort).
-        if line == "script-started\n" || line == "after-started\n" {
+        let shown = plain(line.as_bytes());
+        if shown == "script-started\n" || shown == "after-started\n" {
             interrupts += 1;
             Command::new("kill")
                 .args(["-INT", &child.id().to_string()])

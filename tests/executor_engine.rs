@@ -65,6 +65,17 @@ async fn clone_then_fetch_at_a_sha() {
         &first[..8]
     )));
     assert!(ran.trace.contains("\nfirst\n"), "{}", ran.trace);
+    // FF_TIMESTAMPS is on by default: every line of the log as written has its header, the
+    // runner's on stream 00, the job's output on 01.
+    let header = regex::Regex::new(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z 0[01][OE][ +]")
+        .expect("a valid pattern");
+    assert!(ran.raw.lines().all(|l| header.is_match(l)), "{}", ran.raw);
+    assert!(ran.raw.contains(" 01O first\n"), "{}", ran.raw);
+    assert!(
+        ran.raw.contains(" 00O \x1b[0KRunning with drover"),
+        "{}",
+        ran.raw
+    );
     assert!(ran.trace.contains(&first));
     assert!(!ran.trace.contains("LEAKED-2"), "{}", ran.trace);
     assert!(

@@ -188,8 +188,8 @@ proptest! {
         let bodies = [
             user::prepare_script(&plan.paths, Some("machine"), &[]),
             get_sources(&p, &sources),
-            user::step_script(&plan.vars, &plan.paths, None, &script, None),
-            user::after_script(&plan.vars, &plan.paths, &script),
+            user::step_script(&plan.vars, &plan.paths, None, &script, None, false),
+            user::after_script(&plan.vars, &plan.paths, &script, false),
             user::cleanup_file_variables(
                 &plan.vars,
                 &plan.paths,

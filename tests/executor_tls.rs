@@ -125,7 +125,11 @@ async fn job_runs_over_tls_and_only_ca_pem_is_trusted() {
     .await
     .expect("the job hung: stdin EOF did not reach the daemon over TLS");
     assert!(result.is_ok(), "{result:?}\n{}", sink.text());
-    assert!(sink.text().contains("\nover-tls-42\n"), "{}", sink.text());
+    assert!(
+        plain_text(&sink).contains("\nover-tls-42\n"),
+        "{}",
+        sink.text()
+    );
     assert_clean_and_remove_reusable(&short_token(&runner));
 
     // A directory whose ca.pem is another CA: the daemon's certificate is not trusted, even

@@ -23,8 +23,9 @@ async fn setup(token: &str) -> Option<(Sim, tokio::sync::MutexGuard<'static, ()>
     Some((sim, guard))
 }
 
+/// A stored log as GitLab shows it (line timestamps removed).
 fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    String::from_utf8_lossy(&drover::executor::trace::timestamp::strip(bytes)).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -503,7 +503,8 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
     let mut job_machine = BTreeMap::new();
     for id in &ids {
         let j = &jobs[id];
-        let trace = String::from_utf8_lossy(&j.trace).into_owned();
+        let trace = String::from_utf8_lossy(&drover::executor::trace::timestamp::strip(&j.trace))
+            .into_owned();
         if let Some(m) = machine_of(&trace) {
             job_machine.insert(*id, m);
         }

@@ -83,6 +83,32 @@ pub fn job_secrets(payload: &JobPayload, runner: &RunnerSettings) -> Vec<String>
     out
 }
 
+/// The phrases masked in the job log, as upstream: the values of the masked variables of the
+/// job's final, expanded variable list (`s3cr3t-$CI_JOB_ID` is masked as it is printed), and
+/// the job token. When the job cannot be planned (it then fails at preparation) the payload's
+/// raw values are used.
+pub fn mask_phrases(payload: &JobPayload, runner: &RunnerSettings, slot: Slot) -> Vec<String> {
+    let mut out: Vec<String> = match plan::plan_job(payload, runner, slot) {
+        Ok(plan) => plan
+            .vars
+            .vars
+            .into_iter()
+            .filter(|v| v.masked && !v.value.is_empty())
+            .map(|v| v.value)
+            .collect(),
+        Err(_) => payload
+            .variables
+            .iter()
+            .filter(|v| v.masked && !v.value.is_empty())
+            .map(|v| v.value.clone())
+            .collect(),
+    };
+    if !payload.token.is_empty() {
+        out.push(payload.token.clone());
+    }
+    out
+}
+
 /// Runs one job to its end, streaming the masked trace into `sink`, and cleans up every
 /// container and temporary volume it made. The trace ends with "Job succeeded" or
 /// "ERROR: Job failed: …".
@@ -93,46 +119,33 @@ pub async fn run_job(
 ) -> Result<(), JobError> {
     let payload = req.payload;
     let _secrets = crate::secrets::register(job_secrets(payload, req.runner));
-    let mut phrases: Vec<String> = payload
-        .variables
-        .iter()
-        .filter(|v| v.masked && !v.value.is_empty())
-        .map(|v| v.value.clone())
-        .collect();
-    let too_short: Vec<&str> = payload
-        .variables
-        .iter()
-        .filter(|v| v.masked && !v.value.is_empty() && trace::mask::too_short_to_mask(&v.value))
-        .map(|v| v.key.as_str())
-        .chain(
-            (!payload.token.is_empty() && trace::mask::too_short_to_mask(&payload.token))
-                .then_some("the job token"),
-        )
-        .collect();
-    if !payload.token.is_empty() {
-        phrases.push(payload.token.clone());
-    }
-    let all_default_tokens = req
-        .runner
-        .feature_flags
-        .get("FF_MASK_ALL_DEFAULT_TOKENS")
-        .copied()
-        .or_else(|| {
-            payload
-                .variable("FF_MASK_ALL_DEFAULT_TOKENS")
-                .and_then(script::variables::parse_bool)
-        })
-        .unwrap_or(true);
+    let phrases = mask_phrases(payload, req.runner, req.slot);
+    let flag = |name: &str, default: bool| {
+        req.runner
+            .feature_flags
+            .get(name)
+            .copied()
+            .or_else(|| {
+                payload
+                    .variable(name)
+                    .and_then(script::variables::parse_bool)
+            })
+            .unwrap_or(default)
+    };
     let masker = trace::mask::Masker::with_default_tokens(
         &phrases,
         &payload.features.token_mask_prefixes,
-        all_default_tokens,
+        flag("FF_MASK_ALL_DEFAULT_TOKENS", true),
     );
     let mut trace = trace::Trace::new(
         sink,
         masker,
         req.runner.output_limit_bytes(),
         payload.features.trace_sections,
+    )
+    .with_timestamps(
+        flag("FF_TIMESTAMPS", true),
+        trace::timestamp::system_clock(),
     );
     let short = paths::short_token(&req.runner.token);
     trace.info(&format!(
@@ -146,19 +159,40 @@ pub async fn run_job(
         format!(", system ID: {}", req.runner.system_id)
     };
     trace.info(&format!("  on {} {short}{system_id}", req.runner.name));
-    for key in too_short {
-        trace.warning(&format!(
-            "{key} is masked but shorter than {} characters, so it is not masked in this log (GitLab requires masked values of at least {} characters)",
-            trace::mask::MIN_PHRASE_CHARS,
-            trace::mask::MIN_PHRASE_CHARS
-        ));
-    }
     let result = run::JobRun::new(&req, &control).run(&mut trace).await;
     match &result {
         Ok(()) => trace.notice("Job succeeded"),
         Err(JobError::Failed(f)) => trace.error(&format!("Job failed: {}", f.message)),
         Err(JobError::System(e)) => trace.error(&format!("Job failed (system failure): {e}")),
     }
-    trace.flush();
+    trace.finish();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Masked values are matched as the job prints them: expanded and trimmed (upstream masks
+    /// its expanded variable list).
+    #[test]
+    fn masked_values_are_expanded() {
+        let payload = JobPayload::from_json(
+            r#"{"id": 42, "token": "job-token-value", "variables": [
+                {"key": "CI_JOB_ID", "value": "42"},
+                {"key": "SECRET", "value": "s3cr3t-$CI_JOB_ID-tail", "masked": true},
+                {"key": "RAW", "value": "raw-$CI_JOB_ID", "masked": true, "raw": true}
+            ]}"#,
+        )
+        .expect("a valid payload");
+        let mut runner = RunnerSettings::default();
+        runner.docker.image = "alpine:3".into();
+        let phrases = mask_phrases(&payload, &runner, Slot::default());
+        assert!(phrases.iter().any(|p| p == "s3cr3t-42-tail"), "{phrases:?}");
+        assert!(phrases.iter().any(|p| p == "raw-$CI_JOB_ID"), "{phrases:?}");
+        assert!(
+            phrases.iter().any(|p| p == "job-token-value"),
+            "{phrases:?}"
+        );
+    }
 }

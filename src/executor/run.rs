@@ -344,6 +344,7 @@ impl<'r> JobRun<'r> {
                     self.req.runner.pre_build_script.as_deref(),
                     &step.script,
                     self.req.runner.post_build_script.as_deref(),
+                    self.script_sections(&p.vars),
                 );
                 let stage_name = format!("step_{}", step.name);
                 let remaining =
@@ -477,7 +478,12 @@ impl<'r> JobRun<'r> {
         if step.script.iter().all(|l| l.trim().is_empty()) {
             return Ok(());
         }
-        let body = user::after_script(&p.vars, &p.paths, &step.script);
+        let body = user::after_script(
+            &p.vars,
+            &p.paths,
+            &step.script,
+            self.script_sections(&p.vars),
+        );
         let outcome = self
             .stage(
                 trace,
@@ -609,6 +615,12 @@ impl<'r> JobRun<'r> {
     }
 
     /// Logs how far into the job a step is (`RUST_LOG=drover=debug`).
+    /// Whether multi-line user commands get their own collapsed sections
+    /// (`FF_SCRIPT_SECTIONS` with `features.trace_sections`, as upstream).
+    fn script_sections(&self, vars: &VarList) -> bool {
+        self.req.payload.features.trace_sections && vars.bool("FF_SCRIPT_SECTIONS").unwrap_or(false)
+    }
+
     fn mark(&self, what: &str) {
         tracing::debug!(
             job = self.req.payload.id,

@@ -17,7 +17,7 @@ use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 
 use crate::executor::error::{not_found, SystemError};
-use crate::executor::trace::Trace;
+use crate::executor::trace::{Stream, Trace};
 
 /// Why a stage was stopped from outside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,8 +121,12 @@ pub async fn run_stage(
             }
             item = output.next() => match item {
                 Some(Ok(LogOutput::StdOut { message }))
-                | Some(Ok(LogOutput::StdErr { message }))
-                | Some(Ok(LogOutput::Console { message })) => trace.write(&message),
+                | Some(Ok(LogOutput::Console { message })) => {
+                    trace.write_stream(Stream::Stdout, &message)
+                }
+                Some(Ok(LogOutput::StdErr { message })) => {
+                    trace.write_stream(Stream::Stderr, &message)
+                }
                 Some(Ok(LogOutput::StdIn { .. })) => {}
                 Some(Err(e)) => {
                     tracing::debug!(container = id, error = %e, "attach stream ended with an error");

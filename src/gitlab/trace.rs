@@ -201,20 +201,19 @@ struct LogBuffer {
 
 impl LogBuffer {
     fn push_raw(&mut self, data: &[u8]) {
-        if self.full {
+        if self.full || data.is_empty() {
             return;
         }
         let room = self.limit.saturating_sub(self.bytes.len());
-        let take = data.len().min(room);
-        self.append(&data[..take]);
-        if take < data.len() {
-            self.full = true;
-            let notice = format!(
-                "\n\x1b[31;1mJob's log exceeded limit of {} bytes.\nJob execution will continue but no more output will be collected.\x1b[0;m\n",
-                self.limit
-            );
-            self.append(notice.as_bytes());
+        if data.len() < room {
+            return self.append(data);
         }
+        // Reaching the limit, even exactly, ends the log with the notice; the cut never
+        // splits a UTF-8 character.
+        let cut = crate::executor::trace::limit_cut(data, room);
+        self.append(&data[..cut]);
+        self.full = true;
+        self.append(crate::executor::trace::limit_notice(self.limit).as_bytes());
     }
 
     fn append(&mut self, data: &[u8]) {
@@ -749,5 +748,40 @@ mod tests {
         assert!(text.contains("exceeded limit of 10 bytes"));
         assert_eq!(text.matches("exceeded").count(), 1);
         assert!(!text.contains("ABC") && !text.ends_with("more"));
+    }
+
+    /// Upstream's buffer_test.go limit cases: the notice is bold yellow, comes as soon as a
+    /// write reaches the limit, and the cut keeps the log valid UTF-8.
+    #[test]
+    fn output_limit_as_upstream() {
+        let notice = |n: usize| {
+            format!(
+                "\n\x1b[33;1mJob's log exceeded limit of {n} bytes.\nJob execution will continue but no more output will be collected.\x1b[0;m\n"
+            )
+        };
+        for (message, limit, kept, crc) in [
+            ("0123456789", 10, "0123456789", "crc32:d4b99d81"),
+            ("ǲ", 5, "ǲǲ", "crc32:318d2180"),
+            ("─", 20, "──────", "crc32:f187099c"),
+            ("─", 1, "", "crc32:9e261b5f"),
+            ("🐤", 23, "🐤🐤🐤🐤🐤", "crc32:10e32ecd"),
+        ] {
+            let mut b = buffer(limit);
+            for _ in 0..100 {
+                b.write(message.as_bytes());
+            }
+            b.close();
+            let want = format!("{kept}{}", notice(limit));
+            assert_eq!(
+                String::from_utf8_lossy(&b.bytes),
+                want,
+                "{message} at {limit}"
+            );
+            assert_eq!(b.output().checksum, crc, "{message} at {limit}");
+        }
+        // A log of exactly the limit ends with the notice too.
+        let mut b = buffer(4);
+        b.write(b"abcd");
+        assert!(b.bytes.ends_with(notice(4).as_bytes()));
     }
 }

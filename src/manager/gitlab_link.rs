@@ -184,6 +184,11 @@ impl TraceSink for GitlabSink {
             None => Ok(()),
         }
     }
+
+    fn limits_output(&self) -> bool {
+        // The job's trace buffer applies `output_limit` (gitlab::trace), as upstream's.
+        true
+    }
 }
 
 impl JobLink for GitlabJob {

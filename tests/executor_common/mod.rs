@@ -80,7 +80,20 @@ pub fn short_token(s: &RunnerSettings) -> String {
 /// A job's outcome and trace.
 pub struct Ran {
     pub result: Result<(), JobError>,
+    /// The log as GitLab shows it (line timestamps removed).
     pub trace: String,
+    /// The log as written, with `FF_TIMESTAMPS` headers.
+    pub raw: String,
+}
+
+/// A log as GitLab shows it: the `FF_TIMESTAMPS` line headers removed.
+pub fn plain(log: &[u8]) -> String {
+    String::from_utf8_lossy(&drover::executor::trace::timestamp::strip(log)).into_owned()
+}
+
+/// The log in `sink` as GitLab shows it.
+pub fn plain_text(sink: &MemorySink) -> String {
+    plain(sink.text().as_bytes())
 }
 
 /// Runs a job; `watch` sees the trace as it grows and may cancel or abort.
@@ -105,12 +118,13 @@ pub async fn run_job_with(
     let result = loop {
         tokio::select! {
             r = &mut job => break r,
-            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => watch(&sink.text(), &control),
+            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => watch(&plain_text(&sink), &control),
         }
     };
     Ran {
         result,
-        trace: sink.text(),
+        trace: plain_text(&sink),
+        raw: sink.text(),
     }
 }
 
@@ -438,7 +452,8 @@ pub fn read_until_line(reader: &mut impl std::io::BufRead, wanted: &str) -> Stri
             panic!("the output ended before {wanted:?}:\n{seen}");
         }
         seen.push_str(&line);
-        if line == wanted {
+        // Lines carry `FF_TIMESTAMPS` headers; compare what GitLab would show.
+        if plain(line.as_bytes()) == wanted {
             return seen;
         }
     }

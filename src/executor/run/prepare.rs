@@ -357,7 +357,10 @@ impl JobRun<'_> {
             .await;
             for block in blocks {
                 for line in block.lines() {
-                    trace.write(format!("\x1b[0;33m{line}\x1b[0;m\n").as_bytes());
+                    trace.write_stream(
+                        crate::executor::trace::Stream::RunnerStderr,
+                        format!("\x1b[0;33m{line}\x1b[0;m\n").as_bytes(),
+                    );
                 }
             }
         }

@@ -48,12 +48,22 @@ pub fn quote(s: &str) -> String {
 #[derive(Debug, Default, Clone)]
 pub struct ScriptBody {
     text: String,
+    script_sections: bool,
 }
 
 impl ScriptBody {
     /// An empty body.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty body whose multi-line user commands are each shown in a collapsed section
+    /// when `on` (`FF_SCRIPT_SECTIONS` with `features.trace_sections`).
+    pub fn with_script_sections(on: bool) -> Self {
+        ScriptBody {
+            text: String::new(),
+            script_sections: on,
+        }
     }
 
     /// Appends a raw shell line.
@@ -91,20 +101,36 @@ impl ScriptBody {
     }
 
     /// Writes user commands as upstream does: each entry trimmed, echoed as `$ cmd` in bold
-    /// green (multi-line entries as `$ first line # collapsed multi-line command`), then run.
-    pub fn user_commands(&mut self, commands: &[String]) -> &mut Self {
-        for c in commands {
+    /// green, then run. A multi-line entry is echoed as `$ first line # collapsed multi-line
+    /// command`, or, with script sections, whole inside a collapsed section
+    /// `section_<prefix>_<index>` that the shell opens and closes before the command runs.
+    pub fn user_commands(&mut self, prefix: &str, commands: &[String]) -> &mut Self {
+        for (i, c) in commands.iter().enumerate() {
             let c = c.trim();
             if c.is_empty() {
                 self.line("echo");
                 continue;
             }
-            let mut lines = c.lines();
-            let first = lines.next().unwrap_or_default();
-            if lines.next().is_some() {
-                self.notice(&format!("$ {first} # collapsed multi-line command"));
-            } else {
-                self.notice(&format!("$ {c}"));
+            match c.split_once('\n') {
+                None => {
+                    self.notice(&format!("$ {c}"));
+                }
+                Some(_) if self.script_sections => {
+                    let name = format!("section_{prefix}_{i}");
+                    let now = "$(awk 'BEGIN{srand(); print srand()}')";
+                    self.line(format!(
+                        "printf '%b\\n' section_start:{now}:{name}[hide_duration=true,collapsed=true]\r{}{}",
+                        ansi::CLEAR_LINE,
+                        quote(&format!("{}$ {c}{}", ansi::BOLD_GREEN, ansi::RESET))
+                    ));
+                    self.line(format!(
+                        "printf '%b\\n' section_end:{now}:{name}\r{}",
+                        ansi::CLEAR_LINE
+                    ));
+                }
+                Some((first, _)) => {
+                    self.notice(&format!("$ {first} # collapsed multi-line command"));
+                }
             }
             self.line(c);
         }
@@ -172,12 +198,34 @@ mod tests {
     #[test]
     fn user_commands_echo_then_run() {
         let mut b = ScriptBody::new();
-        b.user_commands(&["  echo hi ".into(), "".into(), "a\nb".into()]);
+        b.user_commands(
+            "script_step",
+            &["  echo hi ".into(), "".into(), "a\nb".into()],
+        );
         let t = b.as_str();
         assert!(t.contains("echo $'\\x1b[32;1m$ echo hi\\x1b[0;m'\necho hi\n"));
         assert!(t.contains("\necho\n"));
         assert!(t.contains("$ a # collapsed multi-line command"));
         assert!(t.contains("\na\nb\n"));
+    }
+
+    #[test]
+    fn script_sections_wrap_multi_line_commands() {
+        let mut b = ScriptBody::with_script_sections(true);
+        b.user_commands("script_step", &["echo one".into(), "a\nb".into()]);
+        let t = b.as_str();
+        assert!(
+            t.contains("echo $'\\x1b[32;1m$ echo one\\x1b[0;m'\necho one\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                ":section_script_step_1[hide_duration=true,collapsed=true]\r\x1b[0K$'\\x1b[32;1m$ a\\nb\\x1b[0;m'\n"
+            ),
+            "{t}"
+        );
+        assert!(t.contains(":section_script_step_1\r\x1b[0K\na\nb\n"), "{t}");
+        assert!(!t.contains("collapsed multi-line command"), "{t}");
     }
 
     #[test]

@@ -231,7 +231,9 @@ fn hook<'a>(payload: &'a JobPayload, name: &str) -> &'a [String] {
 
 /// Builds the `get_sources` body.
 pub fn get_sources(payload: &JobPayload, i: &SourcesInputs<'_>) -> ScriptBody {
-    let mut b = ScriptBody::new();
+    let mut b = ScriptBody::with_script_sections(
+        payload.features.trace_sections && i.vars.bool("FF_SCRIPT_SECTIONS").unwrap_or(false),
+    );
     let s = i.settings;
     let dir = quote(&i.paths.build_dir);
     write_exports(&mut b, i.vars, true);
@@ -241,9 +243,12 @@ pub fn get_sources(payload: &JobPayload, i: &SourcesInputs<'_>) -> ScriptBody {
     let fetches = matches!(s.git_strategy, GitStrategy::Clone | GitStrategy::Fetch);
     if fetches {
         if let Some(pre) = i.pre_get_sources.filter(|p| !p.trim().is_empty()) {
-            b.user_commands(&[pre.to_string()]);
+            b.user_commands("pre_get_sources_script", &[pre.to_string()]);
         }
-        b.user_commands(hook(payload, "pre_get_sources_script"));
+        b.user_commands(
+            "pre_get_sources_script",
+            hook(payload, "pre_get_sources_script"),
+        );
     }
     if !s.lfs_skip_smudge_set {
         b.line("export GIT_LFS_SKIP_SMUDGE=1");
@@ -269,9 +274,12 @@ pub fn get_sources(payload: &JobPayload, i: &SourcesInputs<'_>) -> ScriptBody {
         }
     }
     if fetches {
-        b.user_commands(hook(payload, "post_get_sources_script"));
+        b.user_commands(
+            "post_get_sources_script",
+            hook(payload, "post_get_sources_script"),
+        );
         if let Some(post) = i.post_get_sources.filter(|p| !p.trim().is_empty()) {
-            b.user_commands(&[post.to_string()]);
+            b.user_commands("post_get_sources_script", &[post.to_string()]);
         }
     }
     if let Some(base) = url_base(&payload.git_info.repo_url) {

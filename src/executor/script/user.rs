@@ -92,28 +92,34 @@ pub fn step_script(
     pre_build: Option<&str>,
     script: &[String],
     post_build: Option<&str>,
+    script_sections: bool,
 ) -> ScriptBody {
-    let mut b = ScriptBody::new();
+    let mut b = ScriptBody::with_script_sections(script_sections);
     write_exports(&mut b, vars, true);
     b.line(format!("cd {}", quote(&paths.build_dir)));
     if let Some(pre) = pre_build.filter(|s| !s.trim().is_empty()) {
-        b.user_commands(&[pre.to_string()]);
+        b.user_commands("pre_build_script", &[pre.to_string()]);
     }
-    b.user_commands(script);
+    b.user_commands("script_step", script);
     if let Some(post) = post_build.filter(|s| !s.trim().is_empty()) {
-        b.user_commands(&[post.to_string()]);
+        b.user_commands("post_build_script", &[post.to_string()]);
     }
     b
 }
 
 /// `after_script` (build container): exports (with `CI_JOB_STATUS` already overwritten by
 /// the caller), `cd`, "Running after script...", the lines.
-pub fn after_script(vars: &VarList, paths: &JobPaths, script: &[String]) -> ScriptBody {
-    let mut b = ScriptBody::new();
+pub fn after_script(
+    vars: &VarList,
+    paths: &JobPaths,
+    script: &[String],
+    script_sections: bool,
+) -> ScriptBody {
+    let mut b = ScriptBody::with_script_sections(script_sections);
     write_exports(&mut b, vars, true);
     b.line(format!("cd {}", quote(&paths.build_dir)));
     b.notice("Running after script...");
-    b.user_commands(script);
+    b.user_commands("after_script_step", script);
     b
 }
 
@@ -297,6 +303,7 @@ mod tests {
             Some("echo pre"),
             &["echo main".into()],
             Some("echo post"),
+            false,
         );
         let t = b.as_str();
         let (pre, main, post) = (
@@ -371,7 +378,7 @@ mod containment_tests {
                 .unwrap();
             String::from_utf8_lossy(&out.stderr).into_owned()
         };
-        let step = step_script(&vars, &paths, None, &["cat \"$GOOD\"".into()], None);
+        let step = step_script(&vars, &paths, None, &["cat \"$GOOD\"".into()], None, false);
         std::fs::create_dir_all(&paths.build_dir).unwrap();
         let err = run(step.finish(false));
         assert_eq!(

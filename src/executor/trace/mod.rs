@@ -1,16 +1,21 @@
 //! The job log as the executor writes it: a [`TraceSink`] receives the bytes, after masking
-//! ([`mask::Masker`]) and the `output_limit` cap.
+//! ([`mask::Masker`]), per-line timestamps ([`timestamp::Timestamper`], `FF_TIMESTAMPS`) and
+//! the `output_limit` cap.
 //!
+//! As upstream, the log is made of streams, each masked and timestamped on its own: the
+//! runner's lines (stream 0, stdout), and the job's output (stream 1, stdout and stderr).
 //! The executor never knows where the log goes: `drover exec-job` prints it, tests collect it,
-//! and the GitLab client (its own issue) will upload it. Sinks receive bytes incrementally, in
-//! order, already masked. This module also holds the log's colour and section conventions.
+//! and the GitLab client uploads it. Sinks receive bytes incrementally, in order, already
+//! masked. This module also holds the log's colour and section conventions.
 
 pub mod mask;
+pub mod timestamp;
 
 use std::io;
 use std::sync::{Arc, Mutex};
 
 use mask::Masker;
+use timestamp::{Clock, StreamId, Timestamper};
 
 /// Where masked trace bytes go (ripgrep's `Sink`, for the job log).
 pub trait TraceSink: Send {
@@ -20,8 +25,12 @@ pub trait TraceSink: Send {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+    /// Whether the sink applies `output_limit` itself (the GitLab log buffer does, as
+    /// upstream's); the trace then does not cut the log.
+    fn limits_output(&self) -> bool {
+        false
+    }
 }
-
 /// A sink that collects the log in memory, shareable so that a caller can watch it while the
 /// job runs (tests, benchmarks).
 #[derive(Debug, Clone, Default)]
@@ -64,6 +73,8 @@ impl<W: io::Write + Send> TraceSink for WriterSink<W> {
 pub mod ansi {
     /// Bold green (notices, `$ cmd` lines).
     pub const BOLD_GREEN: &str = "\x1b[32;1m";
+    /// Bold yellow (the output-limit notice).
+    pub const BOLD_YELLOW: &str = "\x1b[33;1m";
     /// Bold cyan (stage descriptions).
     pub const BOLD_CYAN: &str = "\x1b[36;1m";
     /// Bold red (errors).
@@ -76,50 +87,220 @@ pub mod ansi {
     pub const CLEAR_LINE: &str = "\x1b[0K";
 }
 
-/// The masked, size-limited job log.
+/// The notice written once the log reaches `output_limit` bytes (bold yellow, as upstream).
+pub fn limit_notice(limit: usize) -> String {
+    format!(
+        "\n{}Job's log exceeded limit of {limit} bytes.\nJob execution will continue but no more output will be collected.{}\n",
+        ansi::BOLD_YELLOW,
+        ansi::RESET
+    )
+}
+
+/// How many bytes of `data` fit in `room` bytes of log without cutting a UTF-8 character:
+/// `room`, less up to 4 bytes while the kept part ends in an incomplete or invalid sequence.
+pub fn limit_cut(data: &[u8], room: usize) -> usize {
+    let mut cut = room.min(data.len());
+    for _ in 0..4 {
+        if cut == 0 || !ends_badly(&data[..cut]) {
+            break;
+        }
+        cut -= 1;
+    }
+    cut
+}
+
+/// Whether the last character of `p` is not a whole, valid UTF-8 character.
+fn ends_badly(p: &[u8]) -> bool {
+    let last = p.len() - 1;
+    if p[last] < 0x80 {
+        return false;
+    }
+    let mut start = last;
+    while start > 0 && last - start < 3 && (p[start] & 0xc0) == 0x80 {
+        start -= 1;
+    }
+    match std::str::from_utf8(&p[start..]) {
+        Ok(s) => s.chars().count() != 1,
+        Err(_) => true,
+    }
+}
+
+/// A stream of the job log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// The runner's own lines, section markers (stream 0, stdout).
+    Runner,
+    /// The runner's error output: service health-check reports (stream 0, stderr).
+    RunnerStderr,
+    /// The job's standard output (stream 1).
+    Stdout,
+    /// The job's standard error (stream 1).
+    Stderr,
+}
+
+impl Stream {
+    fn id(self) -> StreamId {
+        match self {
+            Stream::Runner => StreamId {
+                number: 0,
+                kind: b'O',
+            },
+            Stream::RunnerStderr => StreamId {
+                number: 0,
+                kind: b'E',
+            },
+            Stream::Stdout => StreamId {
+                number: 1,
+                kind: b'O',
+            },
+            Stream::Stderr => StreamId {
+                number: 1,
+                kind: b'E',
+            },
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Stream::Runner => 0,
+            Stream::RunnerStderr => 1,
+            Stream::Stdout => 2,
+            Stream::Stderr => 3,
+        }
+    }
+
+    const ALL: [Stream; 4] = [
+        Stream::Runner,
+        Stream::RunnerStderr,
+        Stream::Stdout,
+        Stream::Stderr,
+    ];
+}
+
+/// One stream's filters.
+struct Channel {
+    masker: Masker,
+    stamper: Option<Timestamper>,
+}
+
+/// The masked, timestamped, size-limited job log.
 pub struct Trace<'a> {
     sink: &'a mut dyn TraceSink,
-    masker: Masker,
-    limit: usize,
+    template: Masker,
+    channels: Vec<Channel>,
+    timestamps: bool,
+    clock: Clock,
+    limit: Option<usize>,
     written: usize,
     truncated: bool,
     sections: bool,
     sink_failed: bool,
+    scratch: Vec<u8>,
 }
 
 impl<'a> Trace<'a> {
-    /// A trace writing into `sink`, masking with `masker`, capped at `limit` bytes; `sections`
-    /// turns on `section_start`/`section_end` markers (`features.trace_sections`).
+    /// A trace writing into `sink`, masking each stream with a copy of `masker`, capped at
+    /// `limit` bytes (unless the sink applies the limit itself); `sections` turns on
+    /// `section_start`/`section_end` markers (`features.trace_sections`). Timestamps are off
+    /// until [`Trace::with_timestamps`].
     pub fn new(sink: &'a mut dyn TraceSink, masker: Masker, limit: usize, sections: bool) -> Self {
+        let limit = (!sink.limits_output()).then_some(limit);
+        let channels = Stream::ALL
+            .iter()
+            .map(|_| Channel {
+                masker: masker.clone(),
+                stamper: None,
+            })
+            .collect();
         Trace {
             sink,
-            masker,
+            template: masker,
+            channels,
+            timestamps: false,
+            clock: timestamp::system_clock(),
             limit,
             written: 0,
             truncated: false,
             sections,
             sink_failed: false,
+            scratch: Vec::new(),
         }
     }
 
-    /// Writes raw log bytes (container output, runner messages).
+    /// Turns per-line timestamps on or off (`FF_TIMESTAMPS`), reading the time from `clock`
+    /// (also used for section markers).
+    pub fn with_timestamps(mut self, on: bool, clock: Clock) -> Self {
+        self.timestamps = on;
+        self.clock = clock;
+        for (ch, s) in self.channels.iter_mut().zip(Stream::ALL) {
+            ch.stamper = on.then(|| Timestamper::new(s.id(), true));
+        }
+        self
+    }
+
+    /// Writes the job's standard output.
     pub fn write(&mut self, data: &[u8]) {
-        let masked = self.masker.push(data);
-        self.emit(&masked);
+        self.write_stream(Stream::Stdout, data);
     }
 
-    /// Writes the runner's own control bytes (section markers, colour codes, line ends) past
-    /// the masker, after what it holds: no masked value can corrupt them.
-    fn control(&mut self, data: &[u8]) {
-        let rest = self.masker.finish();
-        self.emit(&rest);
-        self.emit(data);
+    /// Writes one write of a stream.
+    pub fn write_stream(&mut self, stream: Stream, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let mut out = std::mem::take(&mut self.scratch);
+        out.clear();
+        let ch = &mut self.channels[stream.index()];
+        let clock = &mut self.clock;
+        match &mut ch.stamper {
+            Some(st) => ch.masker.write(data, &mut |p| st.write(p, clock, &mut out)),
+            None => ch.masker.write(data, &mut |p| out.extend_from_slice(p)),
+        }
+        self.emit(&out);
+        self.scratch = out;
     }
 
-    /// Emits whatever the masker still holds (end of a stage or of the job) and flushes.
+    /// Ends a stream: what its filters hold goes out; the next write starts it afresh.
+    fn close_stream(&mut self, stream: Stream) {
+        let mut out = std::mem::take(&mut self.scratch);
+        out.clear();
+        let ch = &mut self.channels[stream.index()];
+        let clock = &mut self.clock;
+        match &mut ch.stamper {
+            Some(st) => {
+                ch.masker.close(&mut |p| st.write(p, clock, &mut out));
+                st.close(&mut out);
+            }
+            None => ch.masker.close(&mut |p| out.extend_from_slice(p)),
+        }
+        if matches!(stream, Stream::Stdout | Stream::Stderr) {
+            // The job's streams are made anew for each stage, as upstream's.
+            ch.masker = self.template.clone();
+            if self.timestamps {
+                ch.stamper = Some(Timestamper::new(stream.id(), true));
+            }
+        }
+        self.emit(&out);
+        self.scratch = out;
+    }
+
+    /// Ends the job's output streams (end of a stage) and flushes the sink.
     pub fn flush(&mut self) {
-        let rest = self.masker.finish();
-        self.emit(&rest);
+        self.close_stream(Stream::Stdout);
+        self.close_stream(Stream::Stderr);
+        self.flush_sink();
+    }
+
+    /// Ends every stream (end of the job) and flushes the sink.
+    pub fn finish(&mut self) {
+        self.close_stream(Stream::Stdout);
+        self.close_stream(Stream::Stderr);
+        self.close_stream(Stream::RunnerStderr);
+        self.close_stream(Stream::Runner);
+        self.flush_sink();
+    }
+
+    fn flush_sink(&mut self) {
         if !self.sink_failed {
             if let Err(e) = self.sink.flush() {
                 self.sink_failed(e);
@@ -141,24 +322,23 @@ impl<'a> Trace<'a> {
         if self.truncated || data.is_empty() {
             return;
         }
-        let room = self.limit.saturating_sub(self.written);
-        let (part, over) = if data.len() > room {
-            (&data[..room], true)
-        } else {
-            (data, false)
+        let Some(limit) = self.limit else {
+            self.written += data.len();
+            return self.send(data);
         };
-        self.send(part);
-        self.written += part.len();
-        if over {
-            self.truncated = true;
-            let notice = format!(
-                "\n{}Job's log exceeded limit of {} bytes.\nJob execution will continue but no more output will be collected.{}\n",
-                ansi::YELLOW,
-                self.limit,
-                ansi::RESET
-            );
-            self.send(notice.as_bytes());
+        let room = limit.saturating_sub(self.written);
+        if data.len() < room {
+            self.written += data.len();
+            return self.send(data);
         }
+        // A write that reaches the limit, even exactly, ends the log with the notice.
+        let cut = limit_cut(data, room);
+        self.send(&data[..cut]);
+        self.written += cut;
+        self.truncated = true;
+        let notice = limit_notice(limit);
+        self.send(notice.as_bytes());
+        self.written += notice.len();
     }
 
     fn send(&mut self, data: &[u8]) {
@@ -175,78 +355,95 @@ impl<'a> Trace<'a> {
         tracing::warn!(error = %e, "trace sink failed; further job output is dropped");
     }
 
-    /// A runner line in bold green.
+    /// A runner line in bold green (upstream's `Infoln`).
     pub fn notice(&mut self, text: &str) {
+        tracing::info!(target: "drover::job_log", "{text}");
         self.line(ansi::BOLD_GREEN, text);
     }
 
-    /// A runner line (`WARNING: …`) in yellow.
+    /// A runner line `WARNING: …` in yellow (upstream's `Warningln`).
     pub fn warning(&mut self, text: &str) {
-        self.line(ansi::YELLOW, &format!("WARNING: {text}"));
+        tracing::warn!(target: "drover::job_log", "{text}");
+        self.line(&format!("{}WARNING: ", ansi::YELLOW), text);
     }
 
-    /// A runner line (`ERROR: …`) in bold red.
+    /// A runner line `ERROR: …` in bold red (upstream's `Errorln`).
     pub fn error(&mut self, text: &str) {
-        self.line(ansi::BOLD_RED, &format!("ERROR: {text}"));
+        tracing::error!(target: "drover::job_log", "{text}");
+        self.line(&format!("{}ERROR: ", ansi::BOLD_RED), text);
     }
 
-    /// A plain runner line.
+    /// A plain runner line, after a clear-line code (upstream's `Println`).
     pub fn info(&mut self, text: &str) {
-        self.line("", text);
+        tracing::debug!(target: "drover::job_log", "{text}");
+        self.line(ansi::CLEAR_LINE, text);
     }
 
-    fn line(&mut self, colour: &str, text: &str) {
-        self.control(colour.as_bytes());
-        self.write(text.as_bytes());
-        self.control(format!("{}\n", ansi::RESET).as_bytes());
+    /// One runner line, one write of the runner stream: `lead`, the text, a colour reset.
+    fn line(&mut self, lead: &str, text: &str) {
+        let line = format!("{lead}{text}{}\n", ansi::RESET);
+        self.write_stream(Stream::Runner, line.as_bytes());
     }
 
-    /// A section name as it appears in a marker: only `[A-Za-z0-9_.-]` (step names come from
-    /// the payload; a `\r` or an escape sequence in one must not forge markers).
+    /// A section name as it appears in a marker: the name as is, but with control characters
+    /// (a `\r`, an escape sequence) replaced by `_`, so that a name cannot forge markers.
     fn marker_name(name: &str) -> String {
         name.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "_.-".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
+            .map(|c| if c.is_control() { '_' } else { c })
             .collect()
     }
 
-    /// Opens a section (if the job supports sections) and prints its description in bold cyan.
-    pub fn section_start(&mut self, name: &str, description: &str) {
+    /// A section marker on the runner stream (if the job supports sections).
+    fn marker(&mut self, kind: &str, name: &str, options: &str) {
         if self.sections {
+            let (now, _) = timestamp::unix_micros((self.clock)());
             let s = format!(
-                "section_start:{}:{}\r{}",
-                chrono::Utc::now().timestamp(),
+                "{kind}:{now}:{}{options}\r{}",
                 Self::marker_name(name),
                 ansi::CLEAR_LINE
             );
-            self.control(s.as_bytes());
+            self.write_stream(Stream::Runner, s.as_bytes());
         }
-        self.line(ansi::BOLD_CYAN, description);
+    }
+
+    /// Opens a section and prints its description in bold cyan.
+    pub fn section_start(&mut self, name: &str, description: &str) {
+        self.marker("section_start", name, "");
+        self.info(&format!("{}{description}{}", ansi::BOLD_CYAN, ansi::RESET));
+    }
+
+    /// Opens a section with options (`[hide_duration=true,collapsed=true]`), no description.
+    pub fn section_start_with(&mut self, name: &str, options: &str) {
+        self.marker("section_start", name, options);
+    }
+
+    /// Closes a section without ending the job's streams.
+    pub fn section_mark_end(&mut self, name: &str) {
+        self.marker("section_end", name, "");
     }
 
     /// Closes a section.
     pub fn section_end(&mut self, name: &str) {
-        if self.sections {
-            let s = format!(
-                "section_end:{}:{}\r{}",
-                chrono::Utc::now().timestamp(),
-                Self::marker_name(name),
-                ansi::CLEAR_LINE
-            );
-            self.control(s.as_bytes());
-        }
         self.flush();
+        self.marker("section_end", name, "");
+        self.flush_sink();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::TimeZone;
+
+    fn fixed_clock() -> Clock {
+        let t = Utc
+            .with_ymd_and_hms(2026, 11, 28, 3, 15, 33)
+            .single()
+            .expect("a valid date");
+        Box::new(move || t.into())
+    }
+
+    use chrono::Utc;
 
     #[test]
     fn output_limit_truncates_once() {
@@ -256,9 +453,48 @@ mod tests {
         t.write(b"more\n");
         t.flush();
         let text = sink.text();
-        assert!(text.starts_with("0123456789\n"), "{text:?}");
+        assert!(text.starts_with("0123456789\n\x1b[33;1m"), "{text:?}");
         assert_eq!(text.matches("exceeded limit of 10 bytes").count(), 1);
         assert!(!text.contains("more\n"));
+    }
+
+    #[test]
+    fn reaching_the_limit_exactly_writes_the_notice() {
+        let mut sink = MemorySink::default();
+        let mut t = Trace::new(&mut sink, Masker::new::<&str>(&[], &[]), 10, false);
+        t.write(b"01234");
+        t.write(b"56789");
+        t.finish();
+        assert!(sink
+            .text()
+            .starts_with("0123456789\n\x1b[33;1mJob's log exceeded limit of 10 bytes."));
+    }
+
+    #[test]
+    fn the_cut_never_splits_a_character() {
+        assert_eq!(limit_cut("ǲǲǲ".as_bytes(), 5), 4);
+        assert_eq!(limit_cut("─".as_bytes(), 2), 0);
+        assert_eq!(limit_cut("🐤🐤".as_bytes(), 7), 4);
+        assert_eq!(limit_cut(b"abc", 2), 2);
+    }
+
+    #[test]
+    fn a_sink_that_limits_itself_gets_everything() {
+        struct Limiting(Vec<u8>);
+        impl TraceSink for Limiting {
+            fn write(&mut self, data: &[u8]) -> io::Result<()> {
+                self.0.extend_from_slice(data);
+                Ok(())
+            }
+            fn limits_output(&self) -> bool {
+                true
+            }
+        }
+        let mut sink = Limiting(Vec::new());
+        let mut t = Trace::new(&mut sink, Masker::new::<&str>(&[], &[]), 4, false);
+        t.write(b"0123456789\n");
+        t.finish();
+        assert_eq!(sink.0, b"0123456789\n");
     }
 
     #[test]
@@ -273,57 +509,47 @@ mod tests {
         assert!(text.starts_with("pw=[MASKED]\n"), "{text:?}");
         assert!(text.contains("section_start:"));
         assert!(text.contains(":step_script\r\x1b[0K"));
+        assert!(
+            text.contains("\x1b[0K\x1b[36;1mExecuting\x1b[0;m\x1b[0;m\n"),
+            "{text:?}"
+        );
     }
-}
 
-#[cfg(test)]
-mod control_line_tests {
-    use super::*;
-
-    /// Masking never touches the runner's section markers or the colour codes of its own
-    /// lines, whatever is masked; values too short to mask safely are left alone.
+    /// Runner lines, section markers and the job's output each carry their stream's header;
+    /// the job's unfinished last line is ended at the end of the stage.
     #[test]
-    fn masking_never_corrupts_markers_or_control_sequences() {
-        let hostile = [
-            "t",
-            "0",
-            ";",
-            "m",
-            "ection_st",
-            "ection_end:",
-            "[0;m",
-            "\u{1b}[36;1m",
-        ];
+    fn timestamps_per_stream() {
         let mut sink = MemorySink::default();
-        let mut t = Trace::new(&mut sink, Masker::new(&hostile, &[]), 100_000, true);
-        t.section_start("step_script", "Executing step_script");
-        t.section_start("x\rsection_end:1:forged\x1b[0K", "forged");
-        t.section_end("x\rsection_end:1:forged\x1b[0K");
-        t.write(b"user output: ection_st and ection_end: here\n");
-        t.notice("Job succeeded");
+        let mut t = Trace::new(&mut sink, Masker::new::<&str>(&[], &[]), 1 << 20, true)
+            .with_timestamps(true, fixed_clock());
+        t.info("Running with drover");
+        t.section_start("step_script", "Executing");
+        t.write_stream(Stream::Stdout, b"out glpat-abc\npartial");
+        t.write_stream(Stream::Stderr, b"err\n");
         t.section_end("step_script");
-        t.flush();
-        let text = sink.text();
-        let start = text
-            .find("section_start:")
-            .unwrap_or_else(|| panic!("{text:?}"));
-        let end = text
-            .find("section_end:")
-            .unwrap_or_else(|| panic!("{text:?}"));
-        assert!(text[start..].contains(":step_script\r\x1b[0K"), "{text:?}");
-        assert!(text[end..].contains(":step_script\r\x1b[0K"), "{text:?}");
-        assert!(
-            text.contains("\x1b[36;1mExecuting step_script\x1b[0;m\n"),
-            "{text:?}"
+        t.notice("Job succeeded");
+        t.finish();
+        let ts = "2026-11-28T03:15:33.000000Z";
+        let want = format!(
+            "{ts} 00O \x1b[0KRunning with drover\x1b[0;m\n\
+             {ts} 00O section_start:1795835733:step_script\r\x1b[0K\n\
+             {ts} 00O+\x1b[0K\x1b[36;1mExecuting\x1b[0;m\x1b[0;m\n\
+             {ts} 01O out glpat-[MASKED]\n\
+             {ts} 01E err\n\
+             {ts} 01O partial\n\
+             {ts} 00O section_end:1795835733:step_script\r\x1b[0K\n\
+             {ts} 00O+\x1b[32;1mJob succeeded\x1b[0;m\n"
         );
-        assert!(
-            text.contains("\x1b[32;1mJob succeeded\x1b[0;m\n"),
-            "{text:?}"
-        );
-        assert!(!text.contains(":forged"), "{text:?}");
-        assert!(
-            text.contains("user output: [MASKED] and [MASKED] here\n"),
-            "{text:?}"
-        );
+        assert_eq!(sink.text(), want);
+    }
+
+    #[test]
+    fn timestamps_off_leave_lines_alone() {
+        let mut sink = MemorySink::default();
+        let mut t = Trace::new(&mut sink, Masker::new::<&str>(&[], &[]), 1 << 20, false)
+            .with_timestamps(false, fixed_clock());
+        t.write(b"a\nb");
+        t.finish();
+        assert_eq!(sink.text(), "a\nb");
     }
 }
