@@ -13,7 +13,7 @@ use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use bollard::Docker;
 
 use crate::executor::error::{not_found, FailureReason, JobFailure, SystemError};
-use crate::executor::image::glob_match;
+use crate::executor::glob;
 use crate::executor::settings::DockerSettings;
 
 /// Which container a stage runs in.
@@ -129,9 +129,7 @@ pub fn host_config(s: &DockerSettings, binds: &[String], image_name: &str) -> Ho
     let none_if_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
     let privileged = s.privileged
         && (s.allowed_privileged_images.is_empty()
-            || s.allowed_privileged_images
-                .iter()
-                .any(|p| glob_match(p, image_name)));
+            || glob::any_matches(&s.allowed_privileged_images, image_name));
     HostConfig {
         binds: Some(binds.to_vec()),
         network_mode: s.network_mode.clone(),

@@ -17,6 +17,7 @@ pub mod build_settings;
 pub mod connect;
 pub mod containers;
 pub mod error;
+pub mod glob;
 pub mod image;
 pub mod labels;
 pub mod paths;

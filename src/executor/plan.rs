@@ -25,10 +25,13 @@ pub struct JobPlan {
     pub settings: BuildSettings,
     /// Warnings about those settings, for the job log.
     pub warnings: Vec<String>,
-    /// `[runners.docker] volumes`, expanded.
-    pub expanded_volumes: Vec<String>,
+    /// `[runners.docker] volumes`, parsed; only their destinations are expanded.
+    pub volumes: Vec<volumes::VolumeSpec>,
     /// The image to run (normalised, checked against `allowed_images`).
     pub image_name: String,
+    /// The image's name as written (the job's `image:` expanded, else the config `image`):
+    /// what `allowed_privileged_images` is matched against, as upstream does.
+    pub image_as_written: String,
     /// The per-build network (`FF_NETWORK_PER_BUILD` without a `network_mode`), if any.
     pub network_name: Option<String>,
 }
@@ -65,8 +68,10 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
     )
     .expanded();
     let (settings, warnings) = BuildSettings::from_variables(&first, payload.allow_git_fetch);
-    let expanded_volumes: Vec<String> = ds.volumes.iter().map(|v| first.expand(v)).collect();
-    let shared = volumes::builds_dir_host_mounted(&expanded_volumes, runner.builds_dir());
+    // Each entry is parsed first and only its destination expanded: a job variable can never
+    // change an entry's structure (a `:` in a value cannot make a bind of a host path).
+    let parsed_volumes = volumes::parse_volumes(&ds.volumes, &|d: &str| first.expand(d))?;
+    let shared = volumes::builds_dir_host_mounted(&parsed_volumes, runner.builds_dir());
     let clone_path = if runner.custom_build_dir_enabled.unwrap_or(true) {
         settings.clone_path.as_deref()
     } else {
@@ -102,19 +107,24 @@ pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan
     )
     .expanded();
 
-    let image_name = image::resolve_job_image(
-        job_image.as_deref(),
-        &first.expand(&ds.image),
-        &ds.allowed_images,
-    )?;
+    let config_image = first.expand(&ds.image);
+    let image_name =
+        image::resolve_job_image(job_image.as_deref(), &config_image, &ds.allowed_images)?;
+    let image_as_written = job_image
+        .as_deref()
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .unwrap_or(config_image.trim())
+        .to_string();
     Ok(JobPlan {
         short,
         paths,
         vars,
         settings,
         warnings,
-        expanded_volumes,
+        volumes: parsed_volumes,
         image_name,
+        image_as_written,
         network_name,
     })
 }

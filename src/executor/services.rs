@@ -30,7 +30,8 @@ use tokio::time::Instant;
 
 use crate::executor::containers::{force_remove, json_file_logging, nano_cpus, no_restart};
 use crate::executor::error::{not_found, FailureReason, JobFailure, SystemError};
-use crate::executor::image::{glob_match, split_reference};
+use crate::executor::glob;
+use crate::executor::image::split_reference;
 use crate::executor::script::variables::VarList;
 use crate::executor::settings::{DockerSettings, ServiceSettings};
 use crate::job::{Image, JobPayload};
@@ -80,8 +81,12 @@ pub fn definitions(
     vars: &VarList,
 ) -> Result<Vec<ServiceDefinition>, JobFailure> {
     let mut out = Vec::new();
+    // The config's own services are "internal": a job service with the same name is allowed
+    // whatever `allowed_services` says, as upstream does.
+    let mut internal: Vec<String> = Vec::new();
     for s in &settings.services {
         let image = vars.expand(&s.name);
+        internal.push(image.clone());
         if image.is_empty() {
             continue;
         }
@@ -107,7 +112,10 @@ pub fn definitions(
         if image.is_empty() {
             continue;
         }
-        if !settings.allowed.is_empty() && !settings.allowed.iter().any(|p| glob_match(p, &image)) {
+        if !settings.allowed.is_empty()
+            && !glob::any_matches(&settings.allowed, &image)
+            && !internal.contains(&image)
+        {
             return Err(JobFailure::new(
                 FailureReason::RunnerConfigurationError,
                 format!(
@@ -358,7 +366,7 @@ pub fn host_config(
     let none_if_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
     let privileged = s.privileged.unwrap_or(ds.privileged)
         && (s.allowed_privileged.is_empty()
-            || s.allowed_privileged.iter().any(|p| glob_match(p, image)));
+            || glob::any_matches(&s.allowed_privileged, image));
     HostConfig {
         binds: Some(binds.to_vec()),
         network_mode: network_mode.map(str::to_string),

@@ -63,8 +63,9 @@ impl JobRun<'_> {
             paths,
             vars,
             settings,
-            expanded_volumes,
+            volumes: volume_specs,
             image_name,
+            image_as_written,
             network_name,
             ..
         } = plan;
@@ -142,7 +143,7 @@ impl JobRun<'_> {
                 .iter()
                 .any(|c| c.key.ends_with("-protected") && !c.key.ends_with("-non_protected"));
         let plan = volumes::plan(&volumes::PlanInputs {
-            volumes: &expanded_volumes,
+            volumes: &volume_specs,
             build_dir: &paths.build_dir,
             root_dir: &paths.root_dir,
             random_name: &random_name,
@@ -246,7 +247,7 @@ impl JobRun<'_> {
             labels,
             helper_image: helper.id.clone(),
             build_image: build_image.reference.clone(),
-            build_image_name: image_name.clone(),
+            build_image_name: image_as_written,
             build_entrypoint: image_opts
                 .and_then(|i| i.entrypoint.clone())
                 .filter(|e| !e.is_empty()),
