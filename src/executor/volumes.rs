@@ -9,11 +9,15 @@
 //!
 //! **Deliberate difference:** upstream runs the permission fix in one short-lived helper
 //! container per volume. When nothing but the helper container mounts the volumes before
-//! `prepare_script` (no services), drover defers the fix of every read-write volume to the top
-//! of `prepare_script`, which runs in that helper container as the same user with the same
-//! binds: the same `cache-init` on the same volume roots, before any build container exists,
-//! without starting one container per volume (about half a second per job). Read-only volumes
-//! cannot be fixed through their own mount and keep the container.
+//! `prepare_script` (no services), drover defers the fix of every volume (all are mounted
+//! read-write) to the top of `prepare_script`, which runs in that helper container as the same
+//! user with the same binds: the same `cache-init` on the same volume roots, before any build
+//! container exists, without starting one container per volume (about half a second per job).
+//!
+//! Entries are parsed as upstream's Linux parser does
+//! (`[source:]/destination[:ro|rw|O][(:|,)z|Z][(:|,)propagation]`) **before** the job's
+//! variables are expanded, and only in the destination, so a variable's value can never change
+//! the structure of an entry.
 
 use std::collections::HashMap;
 
@@ -377,7 +381,7 @@ pub struct Volumes {
 pub enum PermissionFix {
     /// One `cache-init` container per volume, as upstream does.
     Containers,
-    /// In the helper container's first stage, for every volume mounted read-write there.
+    /// In the helper container's first stage, for every volume.
     DeferToHelper,
 }
 
