@@ -10,7 +10,9 @@ mod doublestar;
 
 use drover::executor::containers;
 use drover::executor::glob;
+use drover::executor::image::auth::{self, AuthSources, Helpers, RegistryAuth};
 use drover::executor::image::{self, AllowList};
+use drover::job::Credentials;
 use drover::executor::services;
 use drover::executor::settings::DockerSettings;
 use drover::executor::volumes::{self, VolumeSpec};
@@ -386,6 +388,457 @@ fn expanding_volume_destination(t: &mut Tally) {
     }
 }
 
+/// helpers/docker/auth/auth_test.go TestConvertToRegistryPath.
+const REGISTRY_PATHS: &[(&str, &str)] = &[
+    ("my.hostname", "my.hostname"),
+    ("my.hostname/with/path", "my.hostname/with/path"),
+    ("my.HOSTNAME/With/Path/CASE", "my.hostname/With/Path/CASE"),
+    ("my.hostname/with/tag/image:latest", "my.hostname/with/tag/image"),
+    ("my.hostname:5000/with/tag/image:latest", "my.hostname:5000/with/tag/image"),
+    ("http://index.docker.io/v1/", "docker.io"),
+    ("https://index.docker.io/v1/", "docker.io"),
+    ("HTTP://INDEX.DOCKER.IO/V1/", "docker.io"),
+    ("HTTPS://INDEX.DOCKER.IO/V1/", "docker.io"),
+    ("HTTPS://INDEX.DOCKER.IO/V1/blibb", "docker.io"),
+    ("https://my.hostname/v1/something", "my.hostname"),
+];
+
+/// helpers/docker/auth/auth_test.go TestDockerImagePathNormalization.
+const IMAGE_PATHS: &[(&str, &str)] = &[
+    ("tutum.co/user/ubuntu", "tutum.co/user/ubuntu"),
+    ("tutum.co/user/ubuntu:latest", "tutum.co/user/ubuntu"),
+    ("cr.internal:5000/user/ubuntu", "cr.internal:5000/user/ubuntu"),
+    ("user/ubuntu", "docker.io/user/ubuntu"),
+    ("index.docker.io/user/ubuntu", "docker.io/user/ubuntu"),
+    ("docker.io/user/ubuntu", "docker.io/user/ubuntu"),
+    ("foo.bar:123/asdf/baz:latest", "foo.bar:123/asdf/baz"),
+    ("foo.bar/asdf/baz:latest", "foo.bar/asdf/baz"),
+    ("foo.bar/asdf/baz", "foo.bar/asdf/baz"),
+    ("registry.local/ns/image", "registry.local/ns/image"),
+    ("foo.bar:123/asdf/baz", "foo.bar:123/asdf/baz"),
+    ("FOO.BAR:123/With/Case", "foo.bar:123/With/Case"),
+    ("DOCKER.io/user/ubuntu", "docker.io/user/ubuntu"),
+    ("index.DOCKER.io/user/ubuntu", "docker.io/user/ubuntu"),
+    ("InDex.DOCKER.io/user/ubuntu", "docker.io/user/ubuntu"),
+    ("localhost/test:xxx", "localhost/test"),
+    ("LOCALHOST/test:xxx", "localhost/test"),
+    ("notLocalhost/test", "docker.io/notLocalhost/test"),
+    ("localhost:1234/test", "localhost:1234/test"),
+];
+
+/// A docker config with `auths` entries (registry, user, password).
+fn docker_config(entries: &[(&str, &str, &str)]) -> String {
+    use base64::Engine as _;
+    let auths: serde_json::Map<String, serde_json::Value> = entries
+        .iter()
+        .map(|(r, u, p)| {
+            let auth = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+            (r.to_string(), serde_json::json!({ "auth": auth }))
+        })
+        .collect();
+    serde_json::json!({ "auths": auths }).to_string()
+}
+
+fn registry_creds(url: &str, user: &str, pass: &str) -> Credentials {
+    Credentials {
+        r#type: "registry".into(),
+        url: url.into(),
+        username: user.into(),
+        password: pass.into(),
+    }
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
+/// A directory with the test credential helper `docker-credential-bin.sh`: `get` answers
+/// script_user_1 / script_password_1, `list` names https://registry2.domain.tld:5005/v1/.
+fn helper_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("docker-credential-bin.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n\
+         if [ \"$1\" = get ]; then\n\
+           printf '{\"username\":\"script_user_1\",\"secret\":\"script_password_1\"}'\n\
+         elif [ \"$1\" = list ]; then\n\
+           printf '{\"https://registry2.domain.tld:5005/v1/\":\"script_user_1\"}'\n\
+         else echo \"unknown action $1\" >&2; exit 1; fi\n",
+    )
+    .expect("write helper");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    dir
+}
+
+/// What one resolution gave: Ok(Some((path, source, user, password, server))) / Ok(None) /
+/// Err(()), and how many warnings.
+type Resolved = (Result<Option<(String, String, String, String, String)>, ()>, Vec<String>);
+
+fn resolve(sources: &AuthSources, image: &str) -> Resolved {
+    let mut warnings = Vec::new();
+    let got = block_on(sources.for_image(image, &mut warnings));
+    let got = got
+        .map(|o| {
+            o.map(|a: RegistryAuth| {
+                (a.path, a.source, a.username, a.password, a.server_address)
+            })
+        })
+        .map_err(|_| ());
+    (got, warnings)
+}
+
+fn auth_tables(t: &mut Tally) {
+    for (input, want) in REGISTRY_PATHS {
+        let got = auth::registry_path(input);
+        t.check(
+            "helpers/docker/auth/auth_test.go TestConvertToRegistryPath",
+            input,
+            got == *want,
+            || format!("{got:?}, want {want:?}"),
+        );
+    }
+    for (input, want) in IMAGE_PATHS {
+        let got = auth::image_path(input);
+        t.check(
+            "helpers/docker/auth/auth_test.go TestDockerImagePathNormalization",
+            input,
+            got == *want,
+            || format!("{got:?}, want {want:?}"),
+        );
+    }
+
+    // TestCredsForImagesWithDifferentPaths.
+    let paths_config = docker_config(&[
+        ("registry.local", "test_user_1", "test_password_1"),
+        ("registry.local/ns", "test_user_2", "test_password_2"),
+        ("registry.local/ns/some/image", "test_user_3", "test_password_3"),
+    ]);
+    let cases: &[(&str, Option<Credentials>, Option<(&str, &str, &str)>)] = &[
+        ("registry.local/foo/image:3", None, Some(("$DOCKER_AUTH_CONFIG", "test_user_1", "test_password_1"))),
+        ("registry.local/ns/image:5", None, Some(("$DOCKER_AUTH_CONFIG", "test_user_2", "test_password_2"))),
+        ("registry.local/ns/some/image:l", None, Some(("$DOCKER_AUTH_CONFIG", "test_user_3", "test_password_3"))),
+        ("no_auth_configured/image:l", None, None),
+        (
+            "registry.local/ns/blipp/image:foo",
+            Some(registry_creds("registry.local/ns", "job-cred-user", "job-cred-pass")),
+            Some(("$DOCKER_AUTH_CONFIG", "test_user_2", "test_password_2")),
+        ),
+        (
+            "registry.local/ns/blipp/image:bar",
+            Some(registry_creds("registry.local/ns/blipp", "job-cred-user", "job-cred-pass")),
+            Some(("job payload (GitLab Registry)", "job-cred-user", "job-cred-pass")),
+        ),
+    ];
+    for (image, job, want) in cases {
+        let sources = AuthSources {
+            docker_auth_config: Some(paths_config.clone()),
+            home: None,
+            payload: job.iter().cloned().collect(),
+            helpers: Helpers::default(),
+        };
+        let (got, _) = resolve(&sources, image);
+        let got = got.map(|o| o.map(|(_, src, u, p, _)| (src, u, p)));
+        let want = Ok(want.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string())));
+        t.check(
+            "helpers/docker/auth/auth_test.go TestCredsForImagesWithDifferentPaths",
+            image,
+            got == want,
+            || format!("{got:?}, want {want:?}"),
+        );
+    }
+
+    // TestGetConfigForImage: a home dir with `.dockercfg`, DOCKER_AUTH_CONFIG, the payload,
+    // and the test helper on the search path.
+    let helpers = helper_dir();
+    let search = std::env::join_paths(
+        std::iter::once(helpers.path().to_path_buf())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("PATH");
+    let file_config = docker_config(&[
+        ("https://registry.domain.tld:5005/v1/", "test_user_1", "test_password_1"),
+        ("registry2.domain.tld:5005", "test_user_2", "test_password_2"),
+    ]);
+    let auth_config = docker_config(&[(
+        "https://registry.domain.tld:5005/v1/",
+        "test_user_1",
+        "test_password_1",
+    )]);
+    let traversal = "../../../../../../usr/bin/sudo";
+    let with_traversal = |extra: &str| {
+        format!(
+            "{{\"auths\":{{\"https://registry.domain.tld:5005/v1/\":{{\"auth\":\"dGVzdF91c2VyXzE6dGVzdF9wYXNzd29yZF8x\"}},\
+             \"registry2.domain.tld:5005\":{{\"auth\":\"dGVzdF91c2VyXzI6dGVzdF9wYXNzd29yZF8y\"}}}},{extra}}}"
+        )
+    };
+    let gitlab = vec![registry_creds("registry.gitlab.tld:1234", "test_user_3", "test_password_3")];
+    let img1 = "registry.domain.tld:5005/image/name:version";
+    let img2 = "registry2.domain.tld:5005/image/name:version";
+    let img_gitlab = "registry.gitlab.tld:1234/image/name:version";
+    struct Case {
+        name: &'static str,
+        file: Option<String>,
+        variable: Option<String>,
+        payload: Vec<Credentials>,
+        image: &'static str,
+        /// Ok(Some((path, source ("FILE" for the home file), user, password, server))),
+        /// Ok(None), or Err (the pull is refused).
+        want: Result<Option<(&'static str, &'static str, &'static str, &'static str, String)>, ()>,
+        /// Expected warnings naming this text (one warning), if any.
+        warning: Option<&'static str>,
+    }
+    let cases = vec![
+        Case {
+            name: "registry1 from file only",
+            file: Some(file_config.clone()),
+            variable: None,
+            payload: vec![],
+            image: img1,
+            want: Ok(Some(("registry.domain.tld:5005", "FILE", "test_user_1", "test_password_1", "https://registry.domain.tld:5005/v1/".into()))),
+            warning: None,
+        },
+        Case {
+            name: "registry2 from file only",
+            file: Some(file_config.clone()),
+            variable: None,
+            payload: vec![],
+            image: img2,
+            want: Ok(Some(("registry2.domain.tld:5005", "FILE", "test_user_2", "test_password_2", "registry2.domain.tld:5005".into()))),
+            warning: None,
+        },
+        Case {
+            name: "registry2 from file only overrides credential store with path traversal attempt",
+            file: Some(with_traversal(&format!("\"credsStore\" : \"{traversal}\""))),
+            variable: None,
+            payload: vec![],
+            image: img2,
+            want: Err(()),
+            warning: None,
+        },
+        Case {
+            name: "registry2 from file only overrides credential helper with path traversal attempt",
+            file: Some(with_traversal(&format!("\"credHelpers\" : {{\"{img2}\" : \"{traversal}\"}}"))),
+            variable: None,
+            payload: vec![],
+            image: img2,
+            want: Err(()),
+            warning: None,
+        },
+        Case {
+            name: "missing credentials, file only",
+            file: Some(file_config.clone()),
+            variable: None,
+            payload: vec![],
+            image: img_gitlab,
+            want: Ok(None),
+            warning: None,
+        },
+        Case {
+            name: "no file and gitlab credentials, image in gitlab credentials",
+            file: None,
+            variable: None,
+            payload: gitlab.clone(),
+            image: img_gitlab,
+            want: Ok(Some(("registry.gitlab.tld:1234", "job payload (GitLab Registry)", "test_user_3", "test_password_3", "registry.gitlab.tld:1234".into()))),
+            warning: None,
+        },
+        Case {
+            name: "both file and gitlab credentials, image in gitlab credentials",
+            file: Some(file_config.clone()),
+            variable: None,
+            payload: gitlab.clone(),
+            image: img_gitlab,
+            want: Ok(Some(("registry.gitlab.tld:1234", "job payload (GitLab Registry)", "test_user_3", "test_password_3", "registry.gitlab.tld:1234".into()))),
+            warning: None,
+        },
+        Case {
+            name: "DOCKER_AUTH_CONFIG only",
+            file: None,
+            variable: Some(auth_config.clone()),
+            payload: vec![],
+            image: img1,
+            want: Ok(Some(("registry.domain.tld:5005", "$DOCKER_AUTH_CONFIG", "test_user_1", "test_password_1", "https://registry.domain.tld:5005/v1/".into()))),
+            warning: None,
+        },
+        Case {
+            name: "DOCKER_AUTH_CONFIG overrides home dir",
+            file: Some(file_config.clone()),
+            variable: Some(auth_config.clone()),
+            payload: vec![],
+            image: img1,
+            want: Ok(Some(("registry.domain.tld:5005", "$DOCKER_AUTH_CONFIG", "test_user_1", "test_password_1", "https://registry.domain.tld:5005/v1/".into()))),
+            warning: None,
+        },
+        Case {
+            name: "DOCKER_AUTH_CONFIG overrides credential store",
+            file: None,
+            variable: Some("{\"credsStore\" : \"bin.sh\"}".into()),
+            payload: vec![],
+            image: img2,
+            want: Ok(Some(("registry2.domain.tld:5005", "$DOCKER_AUTH_CONFIG", "script_user_1", "script_password_1", "https://registry2.domain.tld:5005/v1/".into()))),
+            warning: None,
+        },
+        Case {
+            name: "DOCKER_AUTH_CONFIG overrides credential helper path",
+            file: None,
+            variable: Some(format!("{{\"credHelpers\" : {{\"{img2}\" : \"bin.sh\"}}}}")),
+            payload: vec![],
+            image: img2,
+            want: Ok(Some(("registry2.domain.tld:5005/image/name", "$DOCKER_AUTH_CONFIG", "script_user_1", "script_password_1", img2.to_string()))),
+            warning: None,
+        },
+        Case {
+            name: "DOCKER_AUTH_CONFIG overrides credential store with path traversal",
+            file: None,
+            variable: Some(format!("{{\"credsStore\" : \"{traversal}\"}}")),
+            payload: vec![],
+            image: img2,
+            want: Err(()),
+            warning: None,
+        },
+        Case {
+            name: "DOCKER_AUTH_CONFIG overrides credentials helper with path traversal entry",
+            file: None,
+            variable: Some(format!("{{\"credHelpers\" : {{\"registry2.domain.tld:5005\" : \"{traversal}\"}}}}")),
+            payload: vec![],
+            image: img2,
+            want: Err(()),
+            warning: None,
+        },
+        Case {
+            name: "DOCKER_AUTH_CONFIG overrides credentials helper with path traversal entry and falls back to config file",
+            file: Some(file_config.clone()),
+            variable: Some(format!("{{\"credHelpers\" : {{\"registry.domain.tld:5005\" : \"{traversal}\"}}}}")),
+            payload: vec![],
+            image: img1,
+            want: Err(()),
+            warning: None,
+        },
+        Case {
+            name: "DOCKER_AUTH_CONFIG overrides credentials helper with path traversal entry and another valid entry",
+            file: None,
+            variable: Some(format!(
+                "{{\"credHelpers\" : {{\"registry.domain.tld:5006\" : \"{traversal}\", \"registry2.domain.tld:5005\" : \"bin.sh\"}}}}"
+            )),
+            payload: vec![],
+            image: img2,
+            want: Err(()),
+            warning: None,
+        },
+        Case {
+            name: "DOCKER_AUTH_CONFIG with missing credsStore binary logs warning and continues",
+            file: None,
+            variable: Some("{\"credsStore\": \"nonexistent-helper\"}".into()),
+            payload: vec![],
+            image: img1,
+            want: Ok(None),
+            warning: Some("nonexistent-helper"),
+        },
+        Case {
+            name: "DOCKER_AUTH_CONFIG with missing credHelpers binary logs warning and continues",
+            file: None,
+            variable: Some("{\"credHelpers\": {\"https://registry.domain.tld:5005/v1/\": \"nonexistent-helper\"}}".into()),
+            payload: vec![],
+            image: img1,
+            want: Ok(None),
+            warning: Some("nonexistent-helper"),
+        },
+    ];
+    for case in cases {
+        let home = tempfile::tempdir().expect("home");
+        let file = home.path().join(".dockercfg");
+        if let Some(text) = &case.file {
+            std::fs::write(&file, text).expect("write .dockercfg");
+        }
+        let sources = AuthSources {
+            docker_auth_config: case.variable.clone(),
+            home: Some(home.path().to_path_buf()),
+            payload: case.payload.clone(),
+            helpers: Helpers {
+                path: Some(search.clone()),
+                ..Helpers::default()
+            },
+        };
+        let (got, warnings) = resolve(&sources, case.image);
+        let file_name = file.display().to_string();
+        let want = case.want.clone().map(|o| {
+            o.map(|(p, src, u, pw, server)| {
+                let src = if src == "FILE" { file_name.clone() } else { src.to_string() };
+                (p.to_string(), src, u.to_string(), pw.to_string(), server)
+            })
+        });
+        let warned = match case.warning {
+            None => warnings.is_empty(),
+            Some(text) => {
+                warnings.len() == 1
+                    && warnings[0].contains(text)
+                    && warnings[0].contains("$DOCKER_AUTH_CONFIG")
+            }
+        };
+        t.check(
+            "helpers/docker/auth/auth_test.go TestGetConfigForImage",
+            case.name,
+            got == want && warned,
+            || format!("{got:?} (warnings {warnings:?}), want {want:?}"),
+        );
+    }
+
+    // TestResolver_AllConfigs and TestGetConfigs_DuplicatedRegistryCredentials.
+    let home = tempfile::tempdir().expect("home");
+    let file = home.path().join(".dockercfg");
+    std::fs::write(&file, &file_config).expect("write .dockercfg");
+    let f = file.display().to_string();
+    let all = |variable: Option<String>, payload: Vec<Credentials>| {
+        let sources = AuthSources {
+            docker_auth_config: variable,
+            home: Some(home.path().to_path_buf()),
+            payload,
+            helpers: Helpers::default(),
+        };
+        let mut w = Vec::new();
+        block_on(sources.all(&mut w)).map(|list| {
+            list.into_iter()
+                .map(|a| (a.path, a.source, a.username, a.password, a.server_address))
+                .collect::<Vec<_>>()
+        })
+    };
+    let row = |p: &str, s: &str, u: &str, pw: &str, server: &str| {
+        (p.to_string(), s.to_string(), u.to_string(), pw.to_string(), server.to_string())
+    };
+    let got = all(Some(auth_config.clone()), gitlab.clone());
+    let want = Ok(vec![
+        row("registry.domain.tld:5005", "$DOCKER_AUTH_CONFIG", "test_user_1", "test_password_1", "https://registry.domain.tld:5005/v1/"),
+        row("registry2.domain.tld:5005", &f, "test_user_2", "test_password_2", "registry2.domain.tld:5005"),
+        row("registry.gitlab.tld:1234", "job payload (GitLab Registry)", "test_user_3", "test_password_3", "registry.gitlab.tld:1234"),
+    ]);
+    t.check(
+        "helpers/docker/auth/auth_test.go TestResolver_AllConfigs",
+        "all sources",
+        got == want,
+        || format!("{got:?}, want {want:?}"),
+    );
+    let got = all(
+        None,
+        vec![registry_creds("registry.domain.tld:5005", "test_user_1", "test_password_1")],
+    );
+    let want = Ok(vec![
+        row("registry.domain.tld:5005", &f, "test_user_1", "test_password_1", "https://registry.domain.tld:5005/v1/"),
+        row("registry2.domain.tld:5005", &f, "test_user_2", "test_password_2", "registry2.domain.tld:5005"),
+    ]);
+    t.check(
+        "helpers/docker/auth/auth_test.go TestGetConfigs_DuplicatedRegistryCredentials",
+        "payload duplicate ignored",
+        got == want,
+        || format!("{got:?}, want {want:?}"),
+    );
+}
+
 #[test]
 fn docker_conformance() {
     let mut t = Tally::default();
@@ -395,6 +848,7 @@ fn docker_conformance() {
     privileged_services_table(&mut t);
     linux_parser_tables(&mut t);
     expanding_volume_destination(&mut t);
+    auth_tables(&mut t);
     for (table, cases, agree) in &t.tables {
         println!("  {table}: {cases} cases, {agree} agree");
     }

@@ -7,12 +7,11 @@
 //! the Engine. It never decides job flow: it returns an image or a typed failure.
 
 use base64::Engine as _;
-use bollard::auth::DockerCredentials;
 
 use crate::executor::error::{FailureReason, JobFailure};
 use crate::executor::glob;
-use crate::job::Credentials;
 
+pub mod auth;
 mod pull;
 pub mod reference;
 
@@ -246,17 +245,6 @@ pub fn split_reference(image: &str) -> (String, String) {
     }
 }
 
-fn registry_key(url: &str) -> String {
-    let u = url
-        .trim_start_matches("https://")
-        .trim_start_matches("http://");
-    let u = u.trim_end_matches('/');
-    match u {
-        "index.docker.io/v1" | "index.docker.io" | "registry-1.docker.io" => "docker.io".into(),
-        other => other.to_string(),
-    }
-}
-
 /// The secrets in a docker `config.json` text (`DOCKER_AUTH_CONFIG`): every `auth` value,
 /// the password decoded from it, and the `password`, `identitytoken` and `registrytoken`
 /// fields. Text that is not JSON yields nothing (it is not used for auth either).
@@ -283,87 +271,6 @@ pub fn auth_config_secrets(text: &str) -> Vec<String> {
     }
     out.retain(|s| !s.is_empty());
     out
-}
-
-/// Credentials for `image`: the docker `config.json` texts in order (the `DOCKER_AUTH_CONFIG`
-/// variable, then the runner user's `~/.docker/config.json` or `~/.dockercfg`), then the
-/// payload's `registry` credentials; the first source with a match wins, and within a source
-/// the longest matching registry path.
-pub fn credentials_for(
-    image: &str,
-    docker_auth_configs: &[String],
-    payload: &[Credentials],
-) -> Option<DockerCredentials> {
-    let registry = registry_of(image);
-    let full = if registry == "docker.io" && !image.starts_with("docker.io/") {
-        format!("docker.io/{image}")
-    } else {
-        image.to_string()
-    };
-    let best = |entries: Vec<(String, String, String)>| {
-        entries
-            .into_iter()
-            .filter(|(key, _, _)| {
-                full == *key || full.starts_with(&format!("{key}/")) || registry == key
-            })
-            .max_by_key(|(key, _, _)| key.len())
-    };
-    for text in docker_auth_configs.iter().filter(|t| !t.trim().is_empty()) {
-        if let Ok(json) = serde_json::from_str::<serde_json::Value>(text) {
-            let mut entries = Vec::new();
-            // config.json has an "auths" map; the legacy ~/.dockercfg is the map itself.
-            let auths = json
-                .get("auths")
-                .or(Some(&json))
-                .and_then(|a| a.as_object());
-            if let Some(auths) = auths {
-                for (url, entry) in auths {
-                    let decoded = entry
-                        .get("auth")
-                        .and_then(|a| a.as_str())
-                        .and_then(|a| base64::engine::general_purpose::STANDARD.decode(a).ok())
-                        .and_then(|b| String::from_utf8(b).ok());
-                    let (user, pass) = match decoded.as_deref().and_then(|d| d.split_once(':')) {
-                        Some((u, p)) => (u.to_string(), p.to_string()),
-                        None => (
-                            entry
-                                .get("username")
-                                .and_then(|u| u.as_str())
-                                .unwrap_or_default()
-                                .to_string(),
-                            entry
-                                .get("password")
-                                .and_then(|u| u.as_str())
-                                .unwrap_or_default()
-                                .to_string(),
-                        ),
-                    };
-                    if !user.is_empty() {
-                        entries.push((registry_key(url), user, pass));
-                    }
-                }
-            }
-            if let Some((key, user, pass)) = best(entries) {
-                return Some(DockerCredentials {
-                    username: Some(user),
-                    password: Some(pass),
-                    serveraddress: Some(key),
-                    ..Default::default()
-                });
-            }
-        }
-    }
-    let entries = payload
-        .iter()
-        .filter(|c| c.r#type == "registry")
-        .map(|c| (registry_key(&c.url), c.username.clone(), c.password.clone()))
-        .collect();
-    best(entries).map(|(key, user, pass)| DockerCredentials {
-        username: Some(user),
-        password: Some(pass),
-        serveraddress: Some(key),
-        ..Default::default()
-    })
 }
 
 #[cfg(test)]
@@ -454,25 +361,6 @@ mod tests {
             "registry.gitlab.example.com"
         );
         assert_eq!(registry_of("ruby:3"), "docker.io");
-        let payload = vec![Credentials {
-            r#type: "registry".into(),
-            url: "registry.gitlab.example.com".into(),
-            username: "gitlab-ci-token".into(),
-            password: "tok".into(),
-        }];
-        let c = credentials_for("registry.gitlab.example.com/g/p:1", &[], &payload).unwrap();
-        assert_eq!(c.password.as_deref(), Some("tok"));
-        assert!(credentials_for("ruby:3", &[], &payload).is_none());
-        let auth = base64::engine::general_purpose::STANDARD.encode("u:p");
-        let cfg =
-            format!(r#"{{"auths": {{"registry.gitlab.example.com": {{"auth": "{auth}"}}}}}}"#);
-        let c = credentials_for("registry.gitlab.example.com/g/p:1", &[cfg], &payload).unwrap();
-        assert_eq!(c.username.as_deref(), Some("u"));
-        let wrong_type = vec![Credentials {
-            r#type: "Registry".into(),
-            ..payload[0].clone()
-        }];
-        assert!(credentials_for("registry.gitlab.example.com/g/p", &[], &wrong_type).is_none());
     }
 }
 

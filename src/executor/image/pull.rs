@@ -4,11 +4,11 @@
 
 use std::collections::HashMap;
 
-use bollard::auth::DockerCredentials;
 use bollard::query_parameters::CreateImageOptions;
 use bollard::Docker;
 use futures_util::StreamExt;
 
+use super::auth::AuthSources;
 use super::{split_reference, PullPolicy};
 use crate::executor::error::{not_found, FailureReason, JobFailure, SystemError};
 use crate::executor::trace::Trace;
@@ -72,7 +72,7 @@ impl<'d> Puller<'d> {
         &mut self,
         name: &str,
         policies: &[PullPolicy],
-        credentials: Option<DockerCredentials>,
+        auth: &AuthSources,
         platform: Option<&str>,
         trace: &mut Trace<'_>,
     ) -> Result<ResolvedImage, ImageError> {
@@ -82,7 +82,7 @@ impl<'d> Puller<'d> {
         let mut last_error = None;
         for policy in policies {
             match self
-                .try_policy(name, *policy, credentials.clone(), platform, trace)
+                .try_policy(name, *policy, auth, platform, trace)
                 .await
             {
                 Ok(image) => {
@@ -118,7 +118,7 @@ impl<'d> Puller<'d> {
         &mut self,
         name: &str,
         policy: PullPolicy,
-        credentials: Option<DockerCredentials>,
+        auth: &AuthSources,
         platform: Option<&str>,
         trace: &mut Trace<'_>,
     ) -> Result<ResolvedImage, ImageError> {
@@ -140,6 +140,26 @@ impl<'d> Puller<'d> {
             }
             _ => {}
         }
+        // Credentials are resolved only now that a pull is needed (credential helpers run
+        // then, as upstream does).
+        let mut warnings = Vec::new();
+        let resolved = auth.for_image(name, &mut warnings).await;
+        for w in warnings {
+            trace.warning(&w);
+        }
+        let credentials = match resolved {
+            Ok(Some(a)) => {
+                trace.info(&format!("Authenticating with credentials from {}", a.source));
+                Some(a.docker_credentials())
+            }
+            Ok(None) => None,
+            Err(e) => {
+                return Err(ImageError::Job(JobFailure::new(
+                    FailureReason::RunnerConfigurationError,
+                    format!("pulling {name}: {e}"),
+                )))
+            }
+        };
         self.pull(name, credentials, platform, trace).await?;
         self.inspect(name)
             .await
@@ -155,7 +175,7 @@ impl<'d> Puller<'d> {
     async fn pull(
         &self,
         name: &str,
-        credentials: Option<DockerCredentials>,
+        credentials: Option<bollard::auth::DockerCredentials>,
         platform: Option<&str>,
         trace: &mut Trace<'_>,
     ) -> Result<(), ImageError> {

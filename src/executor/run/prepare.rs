@@ -95,7 +95,12 @@ impl JobRun<'_> {
         self.mark("connected");
         let docker = engine.docker.clone();
         let mut puller = Puller::new(&docker);
-        let auth_configs = docker_auth_configs(&vars);
+        let auth = image::auth::AuthSources {
+            docker_auth_config: vars.get("DOCKER_AUTH_CONFIG").map(|v| v.value.clone()),
+            home: std::env::var_os("HOME").map(std::path::PathBuf::from),
+            payload: payload.credentials.clone(),
+            helpers: image::auth::Helpers::default(),
+        };
 
         // Helper image: helper_image with the config policies, else the pinned upstream one.
         let config_policies =
@@ -116,10 +121,8 @@ impl JobRun<'_> {
         } else {
             vec![image::PullPolicy::IfNotPresent]
         };
-        let helper_creds =
-            image::credentials_for(&helper_name, &auth_configs, &payload.credentials);
         let helper = puller
-            .get(&helper_name, &helper_policies, helper_creds, None, trace)
+            .get(&helper_name, &helper_policies, &auth, None, trace)
             .await
             .map_err(map_image_error)?;
 
@@ -195,7 +198,7 @@ impl JobRun<'_> {
                 &service_defs,
                 &ServiceJob {
                     vars: &vars,
-                    auth_configs: &auth_configs,
+                    auth: &auth,
                     helper_image: &helper.id,
                     random_name: &random_name,
                     labels: &facts.labels("", &[]),
@@ -224,9 +227,8 @@ impl JobRun<'_> {
         let platform = image_opts
             .map(|i| i.executor_opts.docker.platform.clone())
             .filter(|p| !p.is_empty());
-        let creds = image::credentials_for(&image_name, &auth_configs, &payload.credentials);
         let build_image = puller
-            .get(&image_name, &policies, creds, platform.as_deref(), trace)
+            .get(&image_name, &policies, &auth, platform.as_deref(), trace)
             .await
             .map_err(map_image_error)?;
 
@@ -308,9 +310,8 @@ impl JobRun<'_> {
                 &ds.pull_policy,
                 &ds.allowed_pull_policies,
             )?;
-            let creds = image::credentials_for(&name.image, job.auth_configs, &payload.credentials);
             let image = puller
-                .get(&name.image, &policies, creds, None, trace)
+                .get(&name.image, &policies, job.auth, None, trace)
                 .await
                 .map_err(map_image_error)?;
             let (aliases, warnings) = taken.claim(&name, def);
@@ -408,29 +409,11 @@ impl JobRun<'_> {
 /// The job facts the services need.
 struct ServiceJob<'a> {
     vars: &'a VarList,
-    auth_configs: &'a [String],
+    auth: &'a image::auth::AuthSources,
     helper_image: &'a str,
     random_name: &'a str,
     labels: &'a HashMap<String, String>,
     container_labels: &'a HashMap<String, String>,
     binds: &'a [String],
     network: &'a services::JobNetwork,
-}
-
-/// Registry auth sources in upstream's precedence: the `DOCKER_AUTH_CONFIG` variable, then
-/// the runner user's `~/.docker/config.json`, else `~/.dockercfg`.
-fn docker_auth_configs(vars: &VarList) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(v) = vars.get("DOCKER_AUTH_CONFIG") {
-        out.push(v.value.clone());
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        let home = std::path::PathBuf::from(home);
-        let file = std::fs::read_to_string(home.join(".docker/config.json"))
-            .or_else(|_| std::fs::read_to_string(home.join(".dockercfg")));
-        if let Ok(text) = file {
-            out.push(text);
-        }
-    }
-    out
 }
