@@ -143,6 +143,36 @@ async fn service_reached_by_every_alias_on_a_per_build_network() {
     assert_clean_and_remove_reusable(&short);
 }
 
+/// Removes a network made for a test when dropped.
+struct Network(String);
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["network", "rm", &self.0]).output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_reached_by_every_alias_on_a_user_defined_network_mode() {
+    let _guard = engine_test!();
+    let name = format!("drover-test-usernet-{}", std::process::id());
+    output_of(Command::new("docker").args(["network", "create", &name]));
+    let _network = Network(name.clone());
+    let mut runner = service_settings("svcuser");
+    runner.docker.network_mode = Some(name.clone());
+    let mut job = alias_job(45, json!([]));
+    if let Some(step) = job.steps.first_mut() {
+        step.script
+            .push("grep -c ' db' /etc/hosts || true".into());
+    }
+    let ran = run_job(&job, &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert_reached_every_alias(&ran.trace);
+    // Reached through the network's DNS (endpoint aliases), not through /etc/hosts links.
+    assert!(ran.trace.contains("\n0\n"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unhealthy_service_warns_and_the_job_still_runs() {
     let _guard = engine_test!();

@@ -16,6 +16,7 @@
 pub mod build_settings;
 pub mod connect;
 pub mod containers;
+pub mod docker_options;
 pub mod error;
 pub mod glob;
 pub mod image;

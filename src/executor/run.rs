@@ -39,6 +39,8 @@ pub(crate) fn deadline_in(d: Duration) -> Instant {
 
 /// Everything prepared for the stages.
 struct Prepared {
+    /// `[runners.docker]` as the job applies it (seccomp files inlined, options checked).
+    docker_settings: crate::executor::settings::DockerSettings,
     engine: Engine,
     vars: VarList,
     paths: JobPaths,
@@ -571,7 +573,7 @@ impl<'r> JobRun<'r> {
             let result = async {
                 let id = self
                     .containers
-                    .get(&docker, role, &p.inputs, &self.req.runner.docker)
+                    .get(&docker, role, &p.inputs, &p.docker_settings)
                     .await?;
                 let stop = stop_signal(
                     self.control.clone(),
@@ -653,7 +655,8 @@ impl<'r> JobRun<'r> {
         };
         let docker = engine.docker;
         let work = async {
-            let mut problems = self.containers.remove_all(&docker).await;
+            let keep = self.req.runner.docker.volume_keep;
+            let mut problems = self.containers.remove_all(&docker, keep).await;
             let init: Vec<String> = match self.volumes.init_containers.lock() {
                 Ok(mut v) => std::mem::take(&mut *v),
                 Err(p) => std::mem::take(&mut *p.into_inner()),

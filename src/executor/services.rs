@@ -10,8 +10,10 @@
 //! containers are recorded in the job's container list as soon as they exist, so cleanup
 //! removes them on every path.
 //!
-//! Not handled: `CI_DEBUG_SERVICES` log streaming, `services_devices`, `service_gpus` (the
-//! spec's deferred list).
+//! Service containers get `services_devices` (by image glob) and `service_gpus`; on a
+//! user-defined network (the per-build one or a named `network_mode`) they get their aliases.
+//!
+//! Not handled: `CI_DEBUG_SERVICES` log streaming (the spec's deferred list).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -387,7 +389,21 @@ pub fn host_config(
         runtime: ds.runtime.clone(),
         userns_mode: ds.userns_mode.clone(),
         restart_policy: Some(no_restart()),
-        log_config: Some(json_file_logging()),
+        log_config: Some(json_file_logging(&ds.log_options)),
+        devices: {
+            let devices: Vec<_> = s
+                .devices
+                .iter()
+                .filter(|(pattern, _)| glob::matches(pattern, image))
+                .flat_map(|(_, list)| list.iter().map(|d| crate::executor::containers::device(d)))
+                .collect();
+            (!devices.is_empty()).then_some(devices)
+        },
+        device_requests: s
+            .gpus
+            .as_deref()
+            .and_then(|g| crate::executor::docker_options::parse_gpus(g).ok())
+            .map(|r| vec![r]),
         ..Default::default()
     }
 }
@@ -397,22 +413,49 @@ pub fn host_config(
 pub struct JobNetwork {
     /// The network mode for every container (`None`: the default bridge).
     pub mode: Option<String>,
-    /// Whether it is the per-build network (containers get aliases on it).
+    /// Whether it is the per-build network.
     pub per_build: bool,
+    /// `mac_address`, set on the endpoint on Engine API 1.44 and later.
+    pub mac_address: Option<String>,
+    /// Whether the Engine's API is older than 1.44 (the legacy endpoint form, no MAC).
+    pub legacy_api: bool,
 }
 
 impl JobNetwork {
-    /// The networking config giving `aliases` on the per-build network.
+    /// Whether the network mode names a user-defined network (not the default bridge,
+    /// `host`, `none` or another container's network): containers get aliases there.
+    pub fn user_defined(&self) -> bool {
+        match self.mode.as_deref() {
+            None | Some("") | Some("default") | Some("bridge") | Some("host") | Some("none") => {
+                false
+            }
+            Some(m) => !m.starts_with("container:"),
+        }
+    }
+
+    /// The networking config, as upstream builds it: on a user-defined network the endpoint
+    /// carries `aliases`; on API 1.44 and later the endpoint (keyed `default` on the default
+    /// bridge) carries `mac_address`.
     pub fn endpoint(&self, aliases: Vec<String>) -> Option<NetworkingConfig> {
-        let mode = self.mode.as_ref().filter(|_| self.per_build)?;
+        let user_defined = self.user_defined();
+        let key = match self.mode.as_deref() {
+            None | Some("") => "default".to_string(),
+            Some(m) => m.to_string(),
+        };
+        if self.legacy_api && !user_defined {
+            return None;
+        }
+        let settings = EndpointSettings {
+            aliases: user_defined.then_some(aliases),
+            mac_address: if self.legacy_api {
+                None
+            } else {
+                self.mac_address.clone()
+            },
+            ..Default::default()
+        };
         Some(NetworkingConfig {
-            endpoints_config: Some(HashMap::from([(
-                mode.clone(),
-                EndpointSettings {
-                    aliases: Some(aliases),
-                    ..Default::default()
-                },
-            )])),
+            endpoints_config: Some(HashMap::from([(key, settings)])),
         })
     }
 
@@ -725,7 +768,7 @@ async fn health_check(
             restart_policy: Some(no_restart()),
             extra_hosts: Some(vec![format!("{short}:{ip}")]),
             network_mode: network.mode.clone(),
-            log_config: Some(json_file_logging()),
+            log_config: Some(json_file_logging(&Default::default())),
             ..Default::default()
         }),
         ..Default::default()

@@ -397,6 +397,7 @@ impl Volumes {
         plan: &VolumePlan,
         facts: &LabelFacts,
         driver: Option<&str>,
+        driver_opts: &std::collections::BTreeMap<String, String>,
         helper_image: &str,
         fix: PermissionFix,
     ) -> Result<Vec<String>, SystemError> {
@@ -414,6 +415,8 @@ impl Volumes {
             let options = VolumeCreateOptions {
                 name: Some(v.name.clone()),
                 driver: driver.map(str::to_string),
+                driver_opts: (!driver_opts.is_empty())
+                    .then(|| driver_opts.clone().into_iter().collect()),
                 labels: Some(labels),
                 ..Default::default()
             };

@@ -54,6 +54,8 @@ impl JobRun<'_> {
                 .into());
             }
         }
+        // Options upstream checks (and seccomp files it reads) when it builds a host config.
+        let effective = crate::executor::docker_options::resolve(ds)?;
         let plan = plan::plan_job(payload, runner)?;
         for w in &plan.warnings {
             trace.warning(w);
@@ -73,6 +75,12 @@ impl JobRun<'_> {
         trace.info(&format!(
             "Using Docker executor with image {image_name} ..."
         ));
+        if ds.volume_keep {
+            trace.warning(
+                "volume_keep is enabled: the containers' anonymous volumes are kept when they \
+                 are removed and may fill the disk",
+            );
+        }
         let (cache_remote, cache_warnings) = if payload
             .cache
             .iter()
@@ -171,15 +179,25 @@ impl JobRun<'_> {
                 &plan,
                 &facts,
                 ds.volume_driver.as_deref(),
+                &ds.volume_driver_ops,
                 &helper.id,
                 fix,
             )
             .await?;
 
         self.mark("volumes ready");
+        let legacy_api = api_older_than_1_44(&engine.api_version);
+        if legacy_api && ds.mac_address.is_some() {
+            trace.warning(
+                "mac_address is configured, but the Docker Engine's API is older than 1.44: it \
+                 cannot be applied to the job's containers",
+            );
+        }
         let network = services::JobNetwork {
             mode: network_name.clone().or_else(|| ds.network_mode.clone()),
             per_build: network_name.is_some(),
+            mac_address: ds.mac_address.clone(),
+            legacy_api,
         };
         if let Some(name) = &network_name {
             let mut labels = facts.labels("", &[]);
@@ -205,6 +223,7 @@ impl JobRun<'_> {
                     container_labels: &container_labels,
                     binds: &plan.binds(),
                     network: &network,
+                    settings: &effective,
                 },
             )
             .await?;
@@ -262,8 +281,10 @@ impl JobRun<'_> {
                 Vec::new()
             },
             network,
+            use_init: vars.bool("FF_USE_INIT_WITH_DOCKER_EXECUTOR").unwrap_or(false),
         };
         Ok(Prepared {
+            docker_settings: effective,
             engine,
             vars,
             paths,
@@ -283,7 +304,7 @@ impl JobRun<'_> {
         defs: &[ServiceDefinition],
         job: &ServiceJob<'_>,
     ) -> Result<Vec<StartedService>, JobOrSystem> {
-        let ds = &self.req.runner.docker;
+        let ds = job.settings;
         let payload = self.req.payload;
         let wait = services::wait_timeout(ds.services.wait_timeout);
         let start_inputs = services::StartInputs {
@@ -416,4 +437,14 @@ struct ServiceJob<'a> {
     container_labels: &'a HashMap<String, String>,
     binds: &'a [String],
     network: &'a services::JobNetwork,
+    settings: &'a crate::executor::settings::DockerSettings,
+}
+
+/// Whether an API version (`1.41`) is older than 1.44 (unparsable counts as older).
+fn api_older_than_1_44(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) < (1, 44),
+        _ => true,
+    }
 }
