@@ -9,6 +9,7 @@
 mod doublestar;
 
 use drover::executor::containers;
+use drover::executor::docker_options;
 use drover::executor::glob;
 use drover::executor::image::auth::{self, AuthSources, Helpers, RegistryAuth};
 use drover::executor::image::{self, AllowList};
@@ -839,6 +840,260 @@ fn auth_tables(t: &mut Tally) {
     );
 }
 
+fn inputs() -> containers::ContainerInputs {
+    containers::ContainerInputs {
+        random_name: "runner-x-project-1-concurrent-0-0123456789abcdef".into(),
+        hostname: "h".into(),
+        env: vec![],
+        binds: vec![],
+        labels: Default::default(),
+        helper_image: "sha256:helper".into(),
+        build_image: "sha256:build".into(),
+        build_image_name: "alpine".into(),
+        build_entrypoint: None,
+        build_user: None,
+        build_platform: None,
+        build_cmd: vec!["sh".into()],
+        service_links: vec![],
+        network: Default::default(),
+        use_init: false,
+    }
+}
+
+/// executors/docker/docker_test.go TestDockerPIDMode, TestDockerCPUSSetting,
+/// TestBindDeviceRequests, TestDockerConfigGetLogConfig, TestParseMACAddress,
+/// TestDNSServerAddrs, TestProcessSecurityOpt and the services' cpus cases of
+/// TestDockerServiceSettings.
+fn host_config_tables(t: &mut Tally) {
+    use containers::{container_body, Role};
+    let pid_cases = [
+        ("unset", "", false),
+        ("host", "host", false),
+        ("container reference", "container:some-other-container", false),
+        ("host with privileged", "host", true),
+        ("container ref with privileged", "container:some-other-container", true),
+        ("unset with privileged", "", true),
+    ];
+    for (name, pid, privileged) in pid_cases {
+        let s = DockerSettings {
+            pid_mode: (!pid.is_empty()).then(|| pid.to_string()),
+            privileged,
+            ..Default::default()
+        };
+        let want_pid = (!pid.is_empty()).then(|| pid.to_string());
+        for (role, want) in [(Role::Build, want_pid.clone()), (Role::Helper, None)] {
+            let hc = container_body(role, &inputs(), &s).host_config.unwrap_or_default();
+            let ok = hc.pid_mode == want && hc.privileged == Some(privileged);
+            t.check(
+                "executors/docker/docker_test.go TestDockerPIDMode",
+                &format!("{name} ({})", role.kind()),
+                ok,
+                || format!("pid_mode {:?} privileged {:?}", hc.pid_mode, hc.privileged),
+            );
+        }
+        let hc = services::host_config(&s, "alpine", &[], None);
+        t.check(
+            "executors/docker/docker_test.go TestDockerPIDMode",
+            &format!("{name} (service)"),
+            hc.pid_mode.is_none() && hc.privileged == Some(privileged),
+            || format!("pid_mode {:?} privileged {:?}", hc.pid_mode, hc.privileged),
+        );
+    }
+    for (cpus, nanos) in [
+        ("0.5", 500000000),
+        ("0.25", 250000000),
+        ("1/3", 333333333),
+        ("1/8", 125000000),
+        ("0.0001", 100000),
+    ] {
+        let s = DockerSettings {
+            cpus: Some(cpus.into()),
+            ..Default::default()
+        };
+        let got = containers::host_config(&s, &[], "alpine").nano_cpus;
+        t.check(
+            "executors/docker/docker_test.go TestDockerCPUSSetting",
+            cpus,
+            got == Some(nanos),
+            || format!("{got:?}, want {nanos}"),
+        );
+        let mut s = DockerSettings::default();
+        s.services.cpus = Some(cpus.into());
+        let got = services::host_config(&s, "alpine", &[], None).nano_cpus;
+        t.check(
+            "executors/docker/docker_test.go TestDockerServiceSettings (service_cpus)",
+            cpus,
+            got == Some(nanos),
+            || format!("{got:?}, want {nanos}"),
+        );
+    }
+    // TestBindDeviceRequests.
+    let all = docker_options::parse_gpus("all");
+    let ok = all.as_ref().is_ok_and(|r| {
+        r.count == Some(-1)
+            && r.driver.is_none()
+            && r.device_ids.is_none()
+            && r.capabilities == Some(vec![vec!["gpu".to_string()]])
+            && r.options.as_ref().is_some_and(|o| o.is_empty())
+    });
+    t.check("executors/docker/docker_test.go TestBindDeviceRequests", "all", ok, || {
+        format!("{all:?}")
+    });
+    let none = containers::host_config(&DockerSettings::default(), &[], "alpine").device_requests;
+    t.check(
+        "executors/docker/docker_test.go TestBindDeviceRequests",
+        "(empty)",
+        none.is_none(),
+        || format!("{none:?}"),
+    );
+    let bad = docker_options::resolve(&DockerSettings {
+        gpus: Some("somestring=thatshouldtriggeranerror".into()),
+        ..Default::default()
+    });
+    t.check(
+        "executors/docker/docker_test.go TestBindDeviceRequests",
+        "somestring=thatshouldtriggeranerror",
+        bad.is_err(),
+        || "accepted".into(),
+    );
+    // TestDockerConfigGetLogConfig.
+    let log_cases: &[(&str, &[(&str, &str)], bool)] = &[
+        ("empty log options", &[], true),
+        ("with env option", &[("env", "CI_JOB_ID,CI_JOB_NAME,CI_PROJECT_ID")], true),
+        (
+            "with labels and env options",
+            &[
+                ("labels", "com.gitlab.gitlab-runner.job.id,com.gitlab.gitlab-runner.project.id"),
+                ("env", "CI_JOB_ID,CI_JOB_NAME,CI_PROJECT_ID"),
+            ],
+            true,
+        ),
+        ("invalid key", &[("foo", "bar")], false),
+    ];
+    for (name, options, valid) in log_cases {
+        let s = DockerSettings {
+            log_options: options
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        let resolved = docker_options::resolve(&s);
+        let ok = match (resolved, valid) {
+            (Ok(s), true) => {
+                let want: std::collections::HashMap<String, String> = options
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                let build = containers::host_config(&s, &[], "alpine").log_config;
+                let svc = services::host_config(&s, "alpine", &[], None).log_config;
+                [build, svc].iter().all(|l| {
+                    l.as_ref().is_some_and(|l| {
+                        l.typ.as_deref() == Some("json-file") && l.config.as_ref() == Some(&want)
+                    })
+                })
+            }
+            (Err(e), false) => e.reason == drover::executor::FailureReason::RunnerConfigurationError,
+            _ => false,
+        };
+        t.check(
+            "executors/docker/docker_test.go TestDockerConfigGetLogConfig",
+            name,
+            ok,
+            || "differs".into(),
+        );
+    }
+    // TestParseMACAddress and TestDNSServerAddrs, through the job's option check.
+    let mac = |m: &str| {
+        docker_options::resolve(&DockerSettings {
+            mac_address: (!m.is_empty()).then(|| m.to_string()),
+            ..Default::default()
+        })
+        .is_ok()
+    };
+    for (name, value, valid) in [
+        ("valid", "92:d0:c6:0a:29:33", true),
+        ("empty", "", true),
+        ("invalid", "not-a-mac", false),
+    ] {
+        t.check(
+            "executors/docker/docker_test.go TestParseMACAddress",
+            name,
+            mac(value) == valid,
+            || format!("{value:?}"),
+        );
+    }
+    let dns = |d: &[&str]| {
+        docker_options::resolve(&DockerSettings {
+            dns: strings(d),
+            ..Default::default()
+        })
+        .is_ok()
+    };
+    for (name, value, valid) in [
+        ("valid", &["2001:db8::1", "192.0.2.1"][..], true),
+        ("empty", &[][..], true),
+        ("invalid", &["192.0.2.1", "not-an-ip"][..], false),
+    ] {
+        t.check(
+            "executors/docker/docker_test.go TestDNSServerAddrs",
+            name,
+            dns(value) == valid,
+            || format!("{value:?}"),
+        );
+    }
+    // TestProcessSecurityOpt.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let profile = r#"{"defaultAction":"SCMP_ACT_ERRNO"}"#;
+    let path = dir.path().join("seccomp-profile.json");
+    std::fs::write(&path, profile).expect("write profile");
+    let p = path.display().to_string();
+    let cases: Vec<(&str, Vec<String>, Option<Vec<String>>)> = vec![
+        ("empty security opts", vec![], Some(vec![])),
+        (
+            "non-seccomp options pass through",
+            strings(&["apparmor=unconfined", "no-new-privileges"]),
+            Some(strings(&["apparmor=unconfined", "no-new-privileges"])),
+        ),
+        ("seccomp=unconfined passes through", strings(&["seccomp=unconfined"]), Some(strings(&["seccomp=unconfined"]))),
+        ("seccomp=builtin passes through", strings(&["seccomp=builtin"]), Some(strings(&["seccomp=builtin"]))),
+        ("bare seccomp without value passes through", strings(&["seccomp"]), Some(strings(&["seccomp"]))),
+        (
+            "inline seccomp JSON passes through",
+            vec![format!("seccomp={profile}")],
+            Some(vec![format!("seccomp={profile}")]),
+        ),
+        (
+            "seccomp profile path is loaded",
+            vec![format!("seccomp={p}")],
+            Some(vec![format!("seccomp={profile}")]),
+        ),
+        (
+            "mixed security options",
+            vec!["apparmor=unconfined".into(), format!("seccomp={p}"), "no-new-privileges".into()],
+            Some(vec![
+                "apparmor=unconfined".into(),
+                format!("seccomp={profile}"),
+                "no-new-privileges".into(),
+            ]),
+        ),
+        (
+            "non-existent file returns error",
+            strings(&["seccomp=/nonexistent/profile.json"]),
+            None,
+        ),
+    ];
+    for (name, input, want) in cases {
+        let got = docker_options::inline_seccomp(&input, "security_opt").ok();
+        t.check(
+            "executors/docker/docker_test.go TestProcessSecurityOpt",
+            name,
+            got == want,
+            || format!("{got:?}, want {want:?}"),
+        );
+    }
+}
+
 #[test]
 fn docker_conformance() {
     let mut t = Tally::default();
@@ -849,6 +1104,7 @@ fn docker_conformance() {
     linux_parser_tables(&mut t);
     expanding_volume_destination(&mut t);
     auth_tables(&mut t);
+    host_config_tables(&mut t);
     for (table, cases, agree) in &t.tables {
         println!("  {table}: {cases} cases, {agree} agree");
     }
