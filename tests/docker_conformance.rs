@@ -1094,6 +1094,77 @@ fn host_config_tables(t: &mut Tally) {
     }
 }
 
+/// executors/docker/docker_test.go TestDockerGetServicesDevices: (name, image, patterns →
+/// devices, expected host paths or None for an error).
+fn services_devices_table(t: &mut Tally) {
+    type Devices = &'static [(&'static str, &'static [&'static str])];
+    let cases: &[(&str, &str, Devices, Option<&[&str]>)] = &[
+        ("matching image", "alpine:latest", &[("alpine:*", &["/dev/null"])], Some(&["/dev/null"])),
+        (
+            "one matching image",
+            "alpine:latest",
+            &[("alpine:*", &["/dev/null"]), ("fedora:*", &["/dev/usb"])],
+            Some(&["/dev/null"]),
+        ),
+        (
+            "multiple matching images",
+            "alpine:latest",
+            &[("alpine:*", &["/dev/null"]), ("alpine:latest", &["/dev/usb"])],
+            Some(&["/dev/null", "/dev/usb"]),
+        ),
+        ("no devices", "alpine:latest", &[("alpine:*", &[])], Some(&[])),
+        ("no matching image", "alpine:latest", &[("ubuntu:*", &["/dev/null"])], Some(&[])),
+        ("devices is nil", "alpine:latest", &[], Some(&[])),
+        (
+            "multiple devices",
+            "private.registry:5000/emulator/OSv7:26",
+            &[("private.registry:5000/emulator/*", &["/dev/kvm", "/dev/dri"])],
+            Some(&["/dev/kvm", "/dev/dri"]),
+        ),
+        ("parseDeviceString error", "alpine:latest", &[("alpine:*", &["/dev/null::::"])], None),
+        ("bad glob pattern", "alpine:latest", &[("alpin[e:*", &["/dev/usb:/dev/usb:ro"])], None),
+    ];
+    for (name, image, devices, want) in cases {
+        let mut s = DockerSettings::default();
+        s.services.devices = devices
+            .iter()
+            .map(|(p, d)| (p.to_string(), strings(d)))
+            .collect();
+        let got: Option<Vec<(String, String, String)>> = docker_options::resolve(&s).ok().map(|s| {
+            services::host_config(&s, image, &[], None)
+                .devices
+                .unwrap_or_default()
+                .into_iter()
+                .map(|d| {
+                    (
+                        d.path_on_host.unwrap_or_default(),
+                        d.path_in_container.unwrap_or_default(),
+                        d.cgroup_permissions.unwrap_or_default(),
+                    )
+                })
+                .collect()
+        });
+        let want: Option<Vec<(String, String, String)>> = want.map(|w| {
+            w.iter()
+                .map(|p| (p.to_string(), p.to_string(), "rwm".to_string()))
+                .collect()
+        });
+        let sorted = |v: Option<Vec<(String, String, String)>>| {
+            v.map(|mut v| {
+                v.sort();
+                v
+            })
+        };
+        let (got, want) = (sorted(got), sorted(want));
+        t.check(
+            "executors/docker/docker_test.go TestDockerGetServicesDevices",
+            name,
+            got == want,
+            || format!("{got:?}, want {want:?}"),
+        );
+    }
+}
+
 #[test]
 fn docker_conformance() {
     let mut t = Tally::default();
@@ -1105,6 +1176,7 @@ fn docker_conformance() {
     expanding_volume_destination(&mut t);
     auth_tables(&mut t);
     host_config_tables(&mut t);
+    services_devices_table(&mut t);
     for (table, cases, agree) in &t.tables {
         println!("  {table}: {cases} cases, {agree} agree");
     }

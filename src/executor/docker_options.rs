@@ -184,6 +184,21 @@ pub fn resolve(ds: &DockerSettings) -> Result<DockerSettings, JobFailure> {
             "invalid MAC address {mac:?} in [runners.docker] mac_address"
         )));
     }
+    let device_lists = std::iter::once(("devices", &ds.devices))
+        .chain(ds.services.devices.values().map(|v| ("services_devices", v)));
+    for (key, list) in device_lists {
+        if let Some(bad) = list.iter().find(|d| d.split(':').count() > 3) {
+            return Err(config_error(format!(
+                "invalid device {bad:?} in [runners.docker] {key}: too many colons; write \
+                 host[:container[:permissions]]"
+            )));
+        }
+    }
+    if let Some(bad) = ds.services.devices.keys().find(|p| !crate::executor::glob::is_valid(p)) {
+        return Err(config_error(format!(
+            "invalid service device image pattern: {bad} in [runners.docker] services_devices"
+        )));
+    }
     for (key, value) in [("gpus", &ds.gpus), ("service_gpus", &ds.services.gpus)] {
         if let Some(v) = value {
             parse_gpus(v)

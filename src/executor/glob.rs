@@ -45,6 +45,12 @@ pub fn matches(pattern: &str, name: &str) -> bool {
     false
 }
 
+/// Whether `pattern` is well formed (closed classes and alternatives, no trailing `\`, at most
+/// [`MAX_ALTERNATIVES`] alternatives).
+pub fn is_valid(pattern: &str) -> bool {
+    expand_braces(pattern).is_some_and(|alts| alts.iter().all(|a| Compiled::new(a).is_some()))
+}
+
 /// Whether any of `rules` matches `name`.
 pub fn any_matches<S: AsRef<str>>(rules: &[S], name: &str) -> bool {
     rules.iter().any(|r| matches(r.as_ref(), name))
