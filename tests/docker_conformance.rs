@@ -1165,6 +1165,74 @@ fn services_devices_table(t: &mut Tally) {
     }
 }
 
+/// helpers/container/services/test/test.go `Services` (TestSplitNameAndVersion) and
+/// TestSplitNameAndVersionEmpty: (description, image, service, version, alias, alternative).
+fn split_name_and_version_table(t: &mut Tally) {
+    let d = "@sha256:123456789012345678901234567890123456789012345678901234567890abcd";
+    let rows: Vec<(String, String, String, String, String, String)> = [
+        ("service", "service:latest", "service", "latest", "service", ""),
+        ("service", "service:latest", "service", "latest", "service", ""),
+        ("service:version", "service:version", "service", "version", "service", ""),
+        ("namespace/service", "namespace/service:latest", "namespace/service", "latest", "namespace__service", "namespace-service"),
+        ("namespace/service:version", "namespace/service:version", "namespace/service", "version", "namespace__service", "namespace-service"),
+        ("domain.tld/service", "domain.tld/service:latest", "domain.tld/service", "latest", "domain.tld__service", "domain.tld-service"),
+        ("domain.tld/service:version", "domain.tld/service:version", "domain.tld/service", "version", "domain.tld__service", "domain.tld-service"),
+        ("domain.tld/namespace/service", "domain.tld/namespace/service:latest", "domain.tld/namespace/service", "latest", "domain.tld__namespace__service", "domain.tld-namespace-service"),
+        ("domain.tld/namespace/service:version", "domain.tld/namespace/service:version", "domain.tld/namespace/service", "version", "domain.tld__namespace__service", "domain.tld-namespace-service"),
+        ("domain.tld:8080/service", "domain.tld:8080/service:latest", "domain.tld/service", "latest", "domain.tld__service", "domain.tld-service"),
+        ("domain.tld:8080/service:version", "domain.tld:8080/service:version", "domain.tld/service", "version", "domain.tld__service", "domain.tld-service"),
+        ("domain.tld:8080/namespace/service", "domain.tld:8080/namespace/service:latest", "domain.tld/namespace/service", "latest", "domain.tld__namespace__service", "domain.tld-namespace-service"),
+        ("domain.tld:8080/namespace/service:version", "domain.tld:8080/namespace/service:version", "domain.tld/namespace/service", "version", "domain.tld__namespace__service", "domain.tld-namespace-service"),
+        ("subdomain.domain.tld:8080/service", "subdomain.domain.tld:8080/service:latest", "subdomain.domain.tld/service", "latest", "subdomain.domain.tld__service", "subdomain.domain.tld-service"),
+        ("subdomain.domain.tld:8080/service:version", "subdomain.domain.tld:8080/service:version", "subdomain.domain.tld/service", "version", "subdomain.domain.tld__service", "subdomain.domain.tld-service"),
+        ("subdomain.domain.tld:8080/namespace/service", "subdomain.domain.tld:8080/namespace/service:latest", "subdomain.domain.tld/namespace/service", "latest", "subdomain.domain.tld__namespace__service", "subdomain.domain.tld-namespace-service"),
+        ("subdomain.domain.tld:8080/namespace/service:version", "subdomain.domain.tld:8080/namespace/service:version", "subdomain.domain.tld/namespace/service", "version", "subdomain.domain.tld__namespace__service", "subdomain.domain.tld-namespace-service"),
+    ]
+    .iter()
+    .map(|(a, b, c, v, e, f)| (a.to_string(), b.to_string(), c.to_string(), v.to_string(), e.to_string(), f.to_string()))
+    .chain(
+        [
+            ("service", "service", "service", ""),
+            ("namespace/service", "namespace/service", "namespace__service", "namespace-service"),
+            ("domain.tld/service", "domain.tld/service", "domain.tld__service", "domain.tld-service"),
+            ("domain.tld/namespace/service", "domain.tld/namespace/service", "domain.tld__namespace__service", "domain.tld-namespace-service"),
+            ("domain.tld:8080/service", "domain.tld/service", "domain.tld__service", "domain.tld-service"),
+            ("domain.tld:8080/namespace/service", "domain.tld/namespace/service", "domain.tld__namespace__service", "domain.tld-namespace-service"),
+            ("subdomain.domain.tld:8080/service", "subdomain.domain.tld/service", "subdomain.domain.tld__service", "subdomain.domain.tld-service"),
+        ]
+        .iter()
+        .map(|(name, svc, alias, alt)| {
+            let desc = format!("{name}{d}");
+            (desc.clone(), desc, svc.to_string(), d.to_string(), alias.to_string(), alt.to_string())
+        }),
+    )
+    .collect();
+    for (i, (desc, image, service, version, alias, alt)) in rows.iter().enumerate() {
+        let n = services::parse_name(desc);
+        let mut want_aliases = vec![alias.clone()];
+        if !alt.is_empty() {
+            want_aliases.push(alt.clone());
+        }
+        let ok = &n.image == image
+            && &n.service == service
+            && &n.version == version
+            && n.default_aliases() == want_aliases;
+        t.check(
+            "helpers/container/services/services_test.go TestSplitNameAndVersion",
+            &format!("#{i} {desc}"),
+            ok,
+            || format!("{n:?}"),
+        );
+    }
+    let n = services::parse_name("");
+    t.check(
+        "helpers/container/services/services_test.go TestSplitNameAndVersionEmpty",
+        "empty",
+        n.version == "latest" && n.image.is_empty(),
+        || format!("{n:?}"),
+    );
+}
+
 #[test]
 fn docker_conformance() {
     let mut t = Tally::default();
@@ -1177,6 +1245,7 @@ fn docker_conformance() {
     auth_tables(&mut t);
     host_config_tables(&mut t);
     services_devices_table(&mut t);
+    split_name_and_version_table(&mut t);
     for (table, cases, agree) in &t.tables {
         println!("  {table}: {cases} cases, {agree} agree");
     }

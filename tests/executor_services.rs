@@ -95,7 +95,7 @@ fn assert_reached_every_alias(trace: &str) {
         "{trace}"
     );
     assert!(
-        trace.contains("Starting service drover-test-executor-service:latest ..."),
+        trace.contains("Starting service drover-test-executor-service:latest..."),
         "{trace}"
     );
     assert!(

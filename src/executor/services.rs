@@ -33,7 +33,6 @@ use tokio::time::Instant;
 use crate::executor::containers::{force_remove, json_file_logging, nano_cpus, no_restart};
 use crate::executor::error::{not_found, FailureReason, JobFailure, SystemError};
 use crate::executor::glob;
-use crate::executor::image::split_reference;
 use crate::executor::script::variables::VarList;
 use crate::executor::settings::{DockerSettings, ServiceSettings};
 use crate::job::{Image, JobPayload};
@@ -167,25 +166,48 @@ pub struct ServiceName {
     pub image: String,
 }
 
-/// Parses `registry[:port]/path[:tag][@digest]`.
+/// Parses `registry[:port]/path[:tag][@digest]` as upstream does: the service is the registry
+/// without its port plus the path; the version is the tag, else `@<digest>`, else `latest`
+/// (then `:latest` is added to the reference pulled).
 pub fn parse_name(image: &str) -> ServiceName {
-    let (repo, version) = split_reference(image);
+    if image.is_empty() {
+        return ServiceName {
+            service: String::new(),
+            version: "latest".into(),
+            image: String::new(),
+        };
+    }
+    let (named, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    let last_slash = named.rfind('/').map(|i| i + 1).unwrap_or(0);
+    let (repo, tag) = match named[last_slash..].rfind(':') {
+        Some(i) => (
+            &named[..last_slash + i],
+            Some(&named[last_slash + i + 1..]),
+        ),
+        None => (named, None),
+    };
     let service = match repo.split_once('/') {
         Some((first, rest)) => {
-            let host = first.split_once(':').map(|(h, _)| h).unwrap_or(first);
+            let host = match first.split_once(':') {
+                Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+                _ => first,
+            };
             format!("{host}/{rest}")
         }
-        None => repo.clone(),
+        None => repo.to_string(),
     };
-    let tagged = image.contains('@') || image.rsplit('/').next().is_some_and(|l| l.contains(':'));
+    let (version, image) = match (tag, digest) {
+        (Some(t), _) => (t.to_string(), image.to_string()),
+        (None, Some(d)) => (format!("@{d}"), image.to_string()),
+        (None, None) => ("latest".to_string(), format!("{image}:latest")),
+    };
     ServiceName {
         service,
         version,
-        image: if tagged {
-            image.to_string()
-        } else {
-            format!("{image}:latest")
-        },
+        image,
     }
 }
 
@@ -903,7 +925,7 @@ mod tests {
         assert_eq!(n.image, "postgres:latest");
         assert_eq!(n.default_aliases(), vec!["postgres"]);
         let n = parse_name("tutum/wordpress@sha256:abc");
-        assert_eq!(n.version, "sha256:abc");
+        assert_eq!(n.version, "@sha256:abc");
         assert_eq!(n.image, "tutum/wordpress@sha256:abc");
         assert_eq!(
             n.default_aliases(),

@@ -322,10 +322,9 @@ impl JobRun<'_> {
         let mut started = Vec::new();
         for (index, def) in defs.iter().enumerate() {
             let name = services::parse_name(&def.image);
-            trace.info(&format!(
-                "Starting service {}:{} ...",
-                name.service, name.version
-            ));
+            // `service:version...`, or `service@sha256:...` for a digest, as upstream prints.
+            let sep = if name.version.starts_with("@sha256") { "" } else { ":" };
+            trace.info(&format!("Starting service {}{sep}{}...", name.service, name.version));
             let policies = image::effective_pull_policies(
                 &def.pull_policy,
                 &ds.pull_policy,
