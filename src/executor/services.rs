@@ -137,7 +137,7 @@ pub fn definitions(
                 .map(|v| (v.key.clone(), vars.expand(&v.value)))
                 .collect(),
             pull_policy: s.pull_policy.clone(),
-            user: Some(s.executor_opts.docker.user.clone()).filter(|u| !u.is_empty()),
+            user: Some(vars.expand(&s.executor_opts.docker.user)).filter(|u| !u.is_empty()),
         });
     }
     if let Some(limit) = settings.limit.filter(|l| *l >= 0) {

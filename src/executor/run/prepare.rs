@@ -113,10 +113,14 @@ impl JobRun<'_> {
         // Helper image: helper_image with the config policies, else the pinned upstream one.
         let config_policies =
             image::effective_pull_policies(&[], &ds.pull_policy, &ds.allowed_pull_policies)?;
+        // `${CI_RUNNER_VERSION}` in helper_image names the helper version drover's commands
+        // are written for (upstream's documented mirror pattern `…:x86_64-v${CI_RUNNER_VERSION}`
+        // must resolve to a helper tag that exists).
+        let helper_vars = helper_image_variables(&vars);
         let helper_name = match ds
             .helper_image
             .as_deref()
-            .map(|h| vars.expand(h))
+            .map(|h| helper_vars.expand(h))
             .filter(|h| !h.is_empty())
         {
             Some(h) => h,
@@ -243,8 +247,9 @@ impl JobRun<'_> {
                 .collect::<Vec<_>>()
                 .join(" ")
         ));
+        // The image's docker options are expanded with the job's variables, as upstream does.
         let platform = image_opts
-            .map(|i| i.executor_opts.docker.platform.clone())
+            .map(|i| vars.expand(&i.executor_opts.docker.platform))
             .filter(|p| !p.is_empty());
         let build_image = puller
             .get(&image_name, &policies, &auth, platform.as_deref(), trace)
@@ -252,7 +257,7 @@ impl JobRun<'_> {
             .map_err(map_image_error)?;
 
         let image_user = image_opts
-            .map(|i| i.executor_opts.docker.user.as_str())
+            .map(|i| vars.expand(&i.executor_opts.docker.user))
             .unwrap_or_default();
         let mut labels = facts.labels("", &[]);
         labels.retain(|k, _| !k.ends_with(".type"));
@@ -272,7 +277,7 @@ impl JobRun<'_> {
             build_entrypoint: image_opts
                 .and_then(|i| i.entrypoint.clone())
                 .filter(|e| !e.is_empty()),
-            build_user: build_user(ds, image_user)?,
+            build_user: build_user(ds, &image_user)?,
             build_platform: platform,
             build_cmd: detect_shell_command(),
             service_links: if network.needs_links() {
@@ -399,7 +404,10 @@ impl JobRun<'_> {
             r#ref: payload.git_info.r#ref.clone(),
             timeout_secs: self.timeout_secs,
             project_id: payload.job_info.project_id,
-            pipeline_id: payload.job_info.pipeline_id,
+            pipeline_id: match payload.job_info.pipeline_id {
+                id if id > 0 => id.to_string(),
+                _ => vars.value("CI_PIPELINE_ID").unwrap_or_default(),
+            },
             runner_id: short.to_string(),
             system_id: self.req.runner.system_id.clone(),
         }
@@ -437,6 +445,16 @@ struct ServiceJob<'a> {
     binds: &'a [String],
     network: &'a services::JobNetwork,
     settings: &'a crate::executor::settings::DockerSettings,
+}
+
+/// The variables `helper_image` is expanded with: the job's, with `CI_RUNNER_VERSION` set to
+/// the pinned upstream helper version.
+fn helper_image_variables(vars: &VarList) -> VarList {
+    let mut out = vars.clone();
+    for v in out.vars.iter_mut().filter(|v| v.key == "CI_RUNNER_VERSION") {
+        v.value = image::PINNED_HELPER_VERSION.to_string();
+    }
+    out
 }
 
 /// Whether an API version (`1.41`) is older than 1.44 (unparsable counts as older).
