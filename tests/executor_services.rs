@@ -90,7 +90,9 @@ fn assert_reached_every_alias(trace: &str) {
     }
     assert!(
         trace.contains(
-            "alias \"drover-test-executor-service\" is already used by an earlier service"
+            "Skipping alias \"drover-test-executor-service\" for service \
+             \"drover-test-executor-service:latest\" (services[1]): alias is already in use by \
+             another service."
         ),
         "{trace}"
     );

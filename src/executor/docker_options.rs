@@ -184,6 +184,15 @@ pub fn resolve(ds: &DockerSettings) -> Result<DockerSettings, JobFailure> {
             "invalid MAC address {mac:?} in [runners.docker] mac_address"
         )));
     }
+    for (name, value) in &ds.ulimit {
+        let (soft, hard) = value.split_once(':').unwrap_or((value, value));
+        if soft.trim().parse::<i64>().is_err() || hard.trim().parse::<i64>().is_err() {
+            return Err(config_error(format!(
+                "invalid ulimit {name} = {value:?} in [runners.docker] ulimit: write \
+                 \"soft[:hard]\" with whole numbers"
+            )));
+        }
+    }
     let device_lists = std::iter::once(("devices", &ds.devices))
         .chain(ds.services.devices.values().map(|v| ("services_devices", v)));
     for (key, list) in device_lists {

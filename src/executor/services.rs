@@ -234,12 +234,13 @@ impl ServiceName {
 pub struct Aliases(Vec<String>);
 
 impl Aliases {
-    /// The aliases of `def` not yet taken (default ones first), with one warning per alias
-    /// skipped.
+    /// The aliases of `def` (the job's `index`th service) not yet taken (default ones first),
+    /// with one warning per alias skipped.
     pub fn claim(
         &mut self,
         name: &ServiceName,
         def: &ServiceDefinition,
+        index: usize,
     ) -> (Vec<String>, Vec<String>) {
         let mut mine = Vec::new();
         let mut warnings = Vec::new();
@@ -253,7 +254,8 @@ impl Aliases {
             }
             if self.0.contains(&a) {
                 warnings.push(format!(
-                    "Service {} alias {a:?} is already used by an earlier service; skipping it",
+                    "Skipping alias {a:?} for service {:?} (services[{index}]): alias is already \
+                     in use by another service.",
                     def.image
                 ));
                 continue;
@@ -942,11 +944,11 @@ mod tests {
             ..Default::default()
         };
         let first = def("postgres:14", "db, pg");
-        let (a, w) = taken.claim(&parse_name(&first.image), &first);
+        let (a, w) = taken.claim(&parse_name(&first.image), &first, 0);
         assert_eq!(a, vec!["postgres", "db", "pg"]);
         assert!(w.is_empty());
         let second = def("redis", "db cache");
-        let (a, w) = taken.claim(&parse_name(&second.image), &second);
+        let (a, w) = taken.claim(&parse_name(&second.image), &second, 1);
         assert_eq!(a, vec!["redis", "cache"]);
         assert_eq!(w.len(), 1);
         assert!(w[0].contains("\"db\""), "{w:?}");

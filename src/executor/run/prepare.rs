@@ -327,6 +327,14 @@ impl JobRun<'_> {
         let mut started = Vec::new();
         for (index, def) in defs.iter().enumerate() {
             let name = services::parse_name(&def.image);
+            // A service none of whose aliases is free is not started at all, as upstream does.
+            let (aliases, warnings) = taken.claim(&name, def, index);
+            for w in warnings {
+                trace.warning(&w);
+            }
+            if aliases.is_empty() {
+                continue;
+            }
             // `service:version...`, or `service@sha256:...` for a digest, as upstream prints.
             let sep = if name.version.starts_with("@sha256") { "" } else { ":" };
             trace.info(&format!("Starting service {}{sep}{}...", name.service, name.version));
@@ -339,10 +347,6 @@ impl JobRun<'_> {
                 .get(&name.image, &policies, job.auth, None, trace)
                 .await
                 .map_err(map_image_error)?;
-            let (aliases, warnings) = taken.claim(&name, def);
-            for w in warnings {
-                trace.warning(&w);
-            }
             let svc = services::ServiceToStart {
                 env: services::service_env(payload, job.vars, def),
                 def: def.clone(),
