@@ -13,10 +13,10 @@ use drover::executor::docker_options;
 use drover::executor::glob;
 use drover::executor::image::auth::{self, AuthSources, Helpers, RegistryAuth};
 use drover::executor::image::{self, AllowList};
-use drover::job::Credentials;
 use drover::executor::services;
 use drover::executor::settings::DockerSettings;
 use drover::executor::volumes::{self, VolumeSpec};
+use drover::job::Credentials;
 
 /// Cases that differ on purpose: (table, case, why).
 const DELIBERATE: &[(&str, &str, &str)] = &[];
@@ -87,19 +87,74 @@ const ALLOWED_IMAGES: &[(&str, &[&str], &[&str], bool)] = &[
     ("library/ruby:2.1", &["*/*"], &[], true),
     ("library/ruby:2.1", &["*/*:*"], &[], true),
     ("my.registry.tld/group/subgroup/ruby", &["*"], &[], false),
-    ("my.registry.tld/group/subgroup/ruby", &["my.registry.tld/**/*"], &[], true),
-    ("my.registry.tld/group/subgroup/ruby", &["my.registry.tld/*/*"], &[], false),
-    ("my.registry.tld/group/subgroup/ruby", &["my.registry.tld/*/*/*"], &[], true),
-    ("my.registry.tld/group/subgroup/ruby:2.1", &["*"], &[], false),
-    ("my.registry.tld/group/subgroup/ruby:2.1", &["my.registry.tld/**/*:*"], &[], true),
-    ("my.registry.tld/group/subgroup/ruby:2.1", &["my.registry.tld/*/*/*:*"], &[], true),
-    ("my.registry.tld/group/subgroup/ruby:2.1", &["my.registry.tld/*/*:*"], &[], false),
+    (
+        "my.registry.tld/group/subgroup/ruby",
+        &["my.registry.tld/**/*"],
+        &[],
+        true,
+    ),
+    (
+        "my.registry.tld/group/subgroup/ruby",
+        &["my.registry.tld/*/*"],
+        &[],
+        false,
+    ),
+    (
+        "my.registry.tld/group/subgroup/ruby",
+        &["my.registry.tld/*/*/*"],
+        &[],
+        true,
+    ),
+    (
+        "my.registry.tld/group/subgroup/ruby:2.1",
+        &["*"],
+        &[],
+        false,
+    ),
+    (
+        "my.registry.tld/group/subgroup/ruby:2.1",
+        &["my.registry.tld/**/*:*"],
+        &[],
+        true,
+    ),
+    (
+        "my.registry.tld/group/subgroup/ruby:2.1",
+        &["my.registry.tld/*/*/*:*"],
+        &[],
+        true,
+    ),
+    (
+        "my.registry.tld/group/subgroup/ruby:2.1",
+        &["my.registry.tld/*/*:*"],
+        &[],
+        false,
+    ),
     ("my.registry.tld/library/ruby", &["*"], &[], false),
-    ("my.registry.tld/library/ruby", &["my.registry.tld/**/*"], &[], true),
-    ("my.registry.tld/library/ruby", &["my.registry.tld/*/*"], &[], true),
+    (
+        "my.registry.tld/library/ruby",
+        &["my.registry.tld/**/*"],
+        &[],
+        true,
+    ),
+    (
+        "my.registry.tld/library/ruby",
+        &["my.registry.tld/*/*"],
+        &[],
+        true,
+    ),
     ("my.registry.tld/library/ruby:2.1", &["*"], &[], false),
-    ("my.registry.tld/library/ruby:2.1", &["my.registry.tld/**/*:*"], &[], true),
-    ("my.registry.tld/library/ruby:2.1", &["my.registry.tld/*/*:*"], &[], true),
+    (
+        "my.registry.tld/library/ruby:2.1",
+        &["my.registry.tld/**/*:*"],
+        &[],
+        true,
+    ),
+    (
+        "my.registry.tld/library/ruby:2.1",
+        &["my.registry.tld/*/*:*"],
+        &[],
+        true,
+    ),
     ("my.registry.tld/ruby", &["*"], &[], false),
     ("my.registry.tld/ruby:2.1", &["*"], &[], false),
     ("ruby", &["*"], &[], true),
@@ -144,20 +199,52 @@ const DOCKER_ALLOWED: &[(bool, &str, &[&str])] = &[
     (true, "library/ruby", &["*/*"]),
     (true, "library/ruby:3.3", &["*/*"]),
     (true, "library/ruby:3.3", &["*/*:*"]),
-    (true, "my.registry.tld/library/ruby", &["my.registry.tld/*/*"]),
-    (true, "my.registry.tld/library/ruby:3.3", &["my.registry.tld/*/*:*"]),
-    (true, "my.registry.tld/group/subgroup/ruby", &["my.registry.tld/*/*/*"]),
-    (true, "my.registry.tld/group/subgroup/ruby:3.3", &["my.registry.tld/*/*/*:*"]),
+    (
+        true,
+        "my.registry.tld/library/ruby",
+        &["my.registry.tld/*/*"],
+    ),
+    (
+        true,
+        "my.registry.tld/library/ruby:3.3",
+        &["my.registry.tld/*/*:*"],
+    ),
+    (
+        true,
+        "my.registry.tld/group/subgroup/ruby",
+        &["my.registry.tld/*/*/*"],
+    ),
+    (
+        true,
+        "my.registry.tld/group/subgroup/ruby:3.3",
+        &["my.registry.tld/*/*/*:*"],
+    ),
     (true, "ruby", &["**/*"]),
     (true, "ruby:3.3", &["**/*"]),
     (true, "ruby:latest", &["**/*"]),
     (true, "library/ruby", &["**/*"]),
     (true, "library/ruby:3.3", &["**/*"]),
     (true, "library/ruby:3.3", &["**/*:*"]),
-    (true, "my.registry.tld/library/ruby", &["my.registry.tld/**/*"]),
-    (true, "my.registry.tld/library/ruby:3.3", &["my.registry.tld/**/*:*"]),
-    (true, "my.registry.tld/group/subgroup/ruby", &["my.registry.tld/**/*"]),
-    (true, "my.registry.tld/group/subgroup/ruby:3.3", &["my.registry.tld/**/*:*"]),
+    (
+        true,
+        "my.registry.tld/library/ruby",
+        &["my.registry.tld/**/*"],
+    ),
+    (
+        true,
+        "my.registry.tld/library/ruby:3.3",
+        &["my.registry.tld/**/*:*"],
+    ),
+    (
+        true,
+        "my.registry.tld/group/subgroup/ruby",
+        &["my.registry.tld/**/*"],
+    ),
+    (
+        true,
+        "my.registry.tld/group/subgroup/ruby:3.3",
+        &["my.registry.tld/**/*:*"],
+    ),
     (false, "library/ruby", &["*"]),
     (false, "library/ruby:3.3", &["*"]),
     (false, "my.registry.tld/ruby", &["*"]),
@@ -167,8 +254,16 @@ const DOCKER_ALLOWED: &[(bool, &str, &[&str])] = &[
     (false, "my.registry.tld/group/subgroup/ruby", &["*"]),
     (false, "my.registry.tld/group/subgroup/ruby:3.3", &["*"]),
     (false, "library/ruby", &["*/*:*"]),
-    (false, "my.registry.tld/group/subgroup/ruby", &["my.registry.tld/*/*"]),
-    (false, "my.registry.tld/group/subgroup/ruby:3.3", &["my.registry.tld/*/*:*"]),
+    (
+        false,
+        "my.registry.tld/group/subgroup/ruby",
+        &["my.registry.tld/*/*"],
+    ),
+    (
+        false,
+        "my.registry.tld/group/subgroup/ruby:3.3",
+        &["my.registry.tld/*/*:*"],
+    ),
     (false, "library/ruby", &["**/*:*"]),
 ];
 
@@ -235,8 +330,16 @@ fn privileged_services_table(t: &mut Tally) {
     for (i, (want, privileged, rules)) in PRIVILEGED_SERVICES.iter().enumerate() {
         let variants = [
             ("privileged only", *privileged, None),
-            ("services_privileged over privileged=true", true, Some(*privileged)),
-            ("services_privileged over privileged=false", false, Some(*privileged)),
+            (
+                "services_privileged over privileged=true",
+                true,
+                Some(*privileged),
+            ),
+            (
+                "services_privileged over privileged=false",
+                false,
+                Some(*privileged),
+            ),
         ];
         for (variant, base, services_privileged) in variants {
             let mut s = DockerSettings {
@@ -257,46 +360,176 @@ fn privileged_services_table(t: &mut Tally) {
 }
 
 /// The expected parts of a parsed volume: source, destination, mode, label, propagation.
-type Parts = (&'static str, &'static str, &'static str, &'static str, &'static str);
+type Parts = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+);
 
 /// internal/volumes/parser/linux_parser_test.go TestLinuxParser_ParseVolume: (name, spec,
 /// parts, or None for an invalid specification).
 const LINUX_PARSER: &[(&str, &str, Option<Parts>)] = &[
     ("empty", "", None),
-    ("destination only", "/destination", Some(("", "/destination", "", "", ""))),
-    ("source and destination", "/source:/destination", Some(("/source", "/destination", "", "", ""))),
-    ("destination and mode", "/destination:rw", Some(("", "/destination", "rw", "", ""))),
-    ("all values", "/source:/destination:rw", Some(("/source", "/destination", "rw", "", ""))),
-    ("read only", "/source:/destination:ro", Some(("/source", "/destination", "ro", "", ""))),
-    ("SELinux label and read only is shared", "/source:/destination:ro,z", Some(("/source", "/destination", "ro", "z", ""))),
-    ("SELinux label and read only is private", "/source:/destination:ro,Z", Some(("/source", "/destination", "ro", "Z", ""))),
-    ("volume case sensitive", "/Source:/Destination:rw", Some(("/Source", "/Destination", "rw", "", ""))),
-    ("overlay mount", "/source:/destination:O", Some(("/source", "/destination", "O", "", ""))),
-    ("overlay mount with SELinux label shared", "/source:/destination:O,z", Some(("/source", "/destination", "O", "z", ""))),
-    ("overlay mount with SELinux label private", "/source:/destination:O,Z", Some(("/source", "/destination", "O", "Z", ""))),
-    ("SELinux label shared", "/source:/destination:z", Some(("/source", "/destination", "", "z", ""))),
-    ("SELinux label private", "/source:/destination:Z", Some(("/source", "/destination", "", "Z", ""))),
+    (
+        "destination only",
+        "/destination",
+        Some(("", "/destination", "", "", "")),
+    ),
+    (
+        "source and destination",
+        "/source:/destination",
+        Some(("/source", "/destination", "", "", "")),
+    ),
+    (
+        "destination and mode",
+        "/destination:rw",
+        Some(("", "/destination", "rw", "", "")),
+    ),
+    (
+        "all values",
+        "/source:/destination:rw",
+        Some(("/source", "/destination", "rw", "", "")),
+    ),
+    (
+        "read only",
+        "/source:/destination:ro",
+        Some(("/source", "/destination", "ro", "", "")),
+    ),
+    (
+        "SELinux label and read only is shared",
+        "/source:/destination:ro,z",
+        Some(("/source", "/destination", "ro", "z", "")),
+    ),
+    (
+        "SELinux label and read only is private",
+        "/source:/destination:ro,Z",
+        Some(("/source", "/destination", "ro", "Z", "")),
+    ),
+    (
+        "volume case sensitive",
+        "/Source:/Destination:rw",
+        Some(("/Source", "/Destination", "rw", "", "")),
+    ),
+    (
+        "overlay mount",
+        "/source:/destination:O",
+        Some(("/source", "/destination", "O", "", "")),
+    ),
+    (
+        "overlay mount with SELinux label shared",
+        "/source:/destination:O,z",
+        Some(("/source", "/destination", "O", "z", "")),
+    ),
+    (
+        "overlay mount with SELinux label private",
+        "/source:/destination:O,Z",
+        Some(("/source", "/destination", "O", "Z", "")),
+    ),
+    (
+        "SELinux label shared",
+        "/source:/destination:z",
+        Some(("/source", "/destination", "", "z", "")),
+    ),
+    (
+        "SELinux label private",
+        "/source:/destination:Z",
+        Some(("/source", "/destination", "", "Z", "")),
+    ),
     ("unsupported mode", "/source:/destination:T", None),
     ("too much colons", "/source:/destination:rw:something", None),
     ("invalid source", ":/destination", None),
-    ("source with spaces", "/source with spaces:/destination", Some(("/source with spaces", "/destination", "", "", ""))),
-    ("destination with spaces", "/source:/destination with spaces", Some(("/source", "/destination with spaces", "", "", ""))),
-    ("both paths with spaces and mode", "/my host path:/container path:rw", Some(("/my host path", "/container path", "rw", "", ""))),
-    ("multi-level source with spaces", "/path/with spaces/in the/middle:/dest", Some(("/path/with spaces/in the/middle", "/dest", "", "", ""))),
-    ("named source", "volume_name:/destination", Some(("volume_name", "/destination", "", "", ""))),
-    ("bind propagation", "/source:/destination:rslave", Some(("/source", "/destination", "", "", "rslave"))),
-    ("mode with bind propagation", "/source:/destination:ro,rslave", Some(("/source", "/destination", "ro", "", "rslave"))),
-    ("unsupported bind propagation", "/source:/destination:unknown", None),
-    ("unsupported bind propagation with mode", "/source:/destination:ro,unknown", None),
-    ("malformed bind propagation", "/source:/destination:,rslave", None),
-    ("too much colons for bind propagation", "/source:/destination:rw:rslave", Some(("/source", "/destination", "rw", "", "rslave"))),
-    ("destination not starting with / is not allowed", "/source:blipp", None),
-    ("$VAR in destination is allowed", "/source:/some/$VAR/blipp", Some(("/source", "/some/$VAR/blipp", "", "", ""))),
-    ("$VAR at start of destination is not allowed", "/source:$VAR/blipp", None),
-    ("${VAR} in destination is allowed", "/source:/some/${VAR}/blipp", Some(("/source", "/some/${VAR}/blipp", "", "", ""))),
-    ("${VAR} at start of destination is not allowed", "/source:${VAR}/blipp", None),
-    ("multiple different var refs in destination are allowed", "/source:/${root}/$sub-test/dir", Some(("/source", "/${root}/$sub-test/dir", "", "", ""))),
-    ("invalid var refs in destination are allowed", "/source:/${r/$$-test/dir", Some(("/source", "/${r/$$-test/dir", "", "", ""))),
+    (
+        "source with spaces",
+        "/source with spaces:/destination",
+        Some(("/source with spaces", "/destination", "", "", "")),
+    ),
+    (
+        "destination with spaces",
+        "/source:/destination with spaces",
+        Some(("/source", "/destination with spaces", "", "", "")),
+    ),
+    (
+        "both paths with spaces and mode",
+        "/my host path:/container path:rw",
+        Some(("/my host path", "/container path", "rw", "", "")),
+    ),
+    (
+        "multi-level source with spaces",
+        "/path/with spaces/in the/middle:/dest",
+        Some(("/path/with spaces/in the/middle", "/dest", "", "", "")),
+    ),
+    (
+        "named source",
+        "volume_name:/destination",
+        Some(("volume_name", "/destination", "", "", "")),
+    ),
+    (
+        "bind propagation",
+        "/source:/destination:rslave",
+        Some(("/source", "/destination", "", "", "rslave")),
+    ),
+    (
+        "mode with bind propagation",
+        "/source:/destination:ro,rslave",
+        Some(("/source", "/destination", "ro", "", "rslave")),
+    ),
+    (
+        "unsupported bind propagation",
+        "/source:/destination:unknown",
+        None,
+    ),
+    (
+        "unsupported bind propagation with mode",
+        "/source:/destination:ro,unknown",
+        None,
+    ),
+    (
+        "malformed bind propagation",
+        "/source:/destination:,rslave",
+        None,
+    ),
+    (
+        "too much colons for bind propagation",
+        "/source:/destination:rw:rslave",
+        Some(("/source", "/destination", "rw", "", "rslave")),
+    ),
+    (
+        "destination not starting with / is not allowed",
+        "/source:blipp",
+        None,
+    ),
+    (
+        "$VAR in destination is allowed",
+        "/source:/some/$VAR/blipp",
+        Some(("/source", "/some/$VAR/blipp", "", "", "")),
+    ),
+    (
+        "$VAR at start of destination is not allowed",
+        "/source:$VAR/blipp",
+        None,
+    ),
+    (
+        "${VAR} in destination is allowed",
+        "/source:/some/${VAR}/blipp",
+        Some(("/source", "/some/${VAR}/blipp", "", "", "")),
+    ),
+    (
+        "${VAR} at start of destination is not allowed",
+        "/source:${VAR}/blipp",
+        None,
+    ),
+    (
+        "multiple different var refs in destination are allowed",
+        "/source:/${root}/$sub-test/dir",
+        Some(("/source", "/${root}/$sub-test/dir", "", "", "")),
+    ),
+    (
+        "invalid var refs in destination are allowed",
+        "/source:/${r/$$-test/dir",
+        Some(("/source", "/${r/$$-test/dir", "", "", "")),
+    ),
 ];
 
 fn parts(v: &VolumeSpec) -> (String, String, String, String, String) {
@@ -314,9 +547,7 @@ fn linux_parser_tables(t: &mut Tally) {
     let same = |s: &str| s.to_string();
     for (name, spec, want) in LINUX_PARSER {
         let got = volumes::parse_volume(spec, &same).ok().map(|v| parts(&v));
-        let want = want.map(|(a, b, c, d, e)| {
-            (a.into(), b.into(), c.into(), d.into(), e.into())
-        });
+        let want = want.map(|(a, b, c, d, e)| (a.into(), b.into(), c.into(), d.into(), e.into()));
         t.check(
             "internal/volumes/parser/linux_parser_test.go TestLinuxParser_ParseVolume",
             name,
@@ -326,17 +557,35 @@ fn linux_parser_tables(t: &mut Tally) {
     }
     // TestLinuxParser_DestinationVarExpansion: "foo" → "REPLACED(bar)", "blipp" →
     // "REPLACED(zark)", in the destination only.
-    let fake = |s: &str| s.replace("foo", "REPLACED(bar)").replace("blipp", "REPLACED(zark)");
+    let fake = |s: &str| {
+        s.replace("foo", "REPLACED(bar)")
+            .replace("blipp", "REPLACED(zark)")
+    };
     let cases: &[(&str, Parts)] = &[
-        ("/source:/foo:ro", ("/source", "/REPLACED(bar)", "ro", "", "")),
+        (
+            "/source:/foo:ro",
+            ("/source", "/REPLACED(bar)", "ro", "", ""),
+        ),
         (
             "/foo:/foo/some-blipp-ref/blapp",
-            ("/foo", "/REPLACED(bar)/some-REPLACED(zark)-ref/blapp", "", "", ""),
+            (
+                "/foo",
+                "/REPLACED(bar)/some-REPLACED(zark)-ref/blapp",
+                "",
+                "",
+                "",
+            ),
         ),
     ];
     for (spec, (a, b, c, d, e)) in cases {
         let got = volumes::parse_volume(spec, &fake).ok().map(|v| parts(&v));
-        let want = Some((a.to_string(), b.to_string(), c.to_string(), d.to_string(), e.to_string()));
+        let want = Some((
+            a.to_string(),
+            b.to_string(),
+            c.to_string(),
+            d.to_string(),
+            e.to_string(),
+        ));
         t.check(
             "internal/volumes/parser/linux_parser_test.go TestLinuxParser_DestinationVarExpansion",
             spec,
@@ -394,8 +643,14 @@ const REGISTRY_PATHS: &[(&str, &str)] = &[
     ("my.hostname", "my.hostname"),
     ("my.hostname/with/path", "my.hostname/with/path"),
     ("my.HOSTNAME/With/Path/CASE", "my.hostname/With/Path/CASE"),
-    ("my.hostname/with/tag/image:latest", "my.hostname/with/tag/image"),
-    ("my.hostname:5000/with/tag/image:latest", "my.hostname:5000/with/tag/image"),
+    (
+        "my.hostname/with/tag/image:latest",
+        "my.hostname/with/tag/image",
+    ),
+    (
+        "my.hostname:5000/with/tag/image:latest",
+        "my.hostname:5000/with/tag/image",
+    ),
     ("http://index.docker.io/v1/", "docker.io"),
     ("https://index.docker.io/v1/", "docker.io"),
     ("HTTP://INDEX.DOCKER.IO/V1/", "docker.io"),
@@ -408,7 +663,10 @@ const REGISTRY_PATHS: &[(&str, &str)] = &[
 const IMAGE_PATHS: &[(&str, &str)] = &[
     ("tutum.co/user/ubuntu", "tutum.co/user/ubuntu"),
     ("tutum.co/user/ubuntu:latest", "tutum.co/user/ubuntu"),
-    ("cr.internal:5000/user/ubuntu", "cr.internal:5000/user/ubuntu"),
+    (
+        "cr.internal:5000/user/ubuntu",
+        "cr.internal:5000/user/ubuntu",
+    ),
     ("user/ubuntu", "docker.io/user/ubuntu"),
     ("index.docker.io/user/ubuntu", "docker.io/user/ubuntu"),
     ("docker.io/user/ubuntu", "docker.io/user/ubuntu"),
@@ -479,16 +737,17 @@ fn helper_dir() -> tempfile::TempDir {
 
 /// What one resolution gave: Ok(Some((path, source, user, password, server))) / Ok(None) /
 /// Err(()), and how many warnings.
-type Resolved = (Result<Option<(String, String, String, String, String)>, ()>, Vec<String>);
+type Resolved = (
+    Result<Option<(String, String, String, String, String)>, ()>,
+    Vec<String>,
+);
 
 fn resolve(sources: &AuthSources, image: &str) -> Resolved {
     let mut warnings = Vec::new();
     let got = block_on(sources.for_image(image, &mut warnings));
     let got = got
         .map(|o| {
-            o.map(|a: RegistryAuth| {
-                (a.path, a.source, a.username, a.password, a.server_address)
-            })
+            o.map(|a: RegistryAuth| (a.path, a.source, a.username, a.password, a.server_address))
         })
         .map_err(|_| ());
     (got, warnings)
@@ -518,22 +777,50 @@ fn auth_tables(t: &mut Tally) {
     let paths_config = docker_config(&[
         ("registry.local", "test_user_1", "test_password_1"),
         ("registry.local/ns", "test_user_2", "test_password_2"),
-        ("registry.local/ns/some/image", "test_user_3", "test_password_3"),
+        (
+            "registry.local/ns/some/image",
+            "test_user_3",
+            "test_password_3",
+        ),
     ]);
     let cases: &[(&str, Option<Credentials>, Option<(&str, &str, &str)>)] = &[
-        ("registry.local/foo/image:3", None, Some(("$DOCKER_AUTH_CONFIG", "test_user_1", "test_password_1"))),
-        ("registry.local/ns/image:5", None, Some(("$DOCKER_AUTH_CONFIG", "test_user_2", "test_password_2"))),
-        ("registry.local/ns/some/image:l", None, Some(("$DOCKER_AUTH_CONFIG", "test_user_3", "test_password_3"))),
+        (
+            "registry.local/foo/image:3",
+            None,
+            Some(("$DOCKER_AUTH_CONFIG", "test_user_1", "test_password_1")),
+        ),
+        (
+            "registry.local/ns/image:5",
+            None,
+            Some(("$DOCKER_AUTH_CONFIG", "test_user_2", "test_password_2")),
+        ),
+        (
+            "registry.local/ns/some/image:l",
+            None,
+            Some(("$DOCKER_AUTH_CONFIG", "test_user_3", "test_password_3")),
+        ),
         ("no_auth_configured/image:l", None, None),
         (
             "registry.local/ns/blipp/image:foo",
-            Some(registry_creds("registry.local/ns", "job-cred-user", "job-cred-pass")),
+            Some(registry_creds(
+                "registry.local/ns",
+                "job-cred-user",
+                "job-cred-pass",
+            )),
             Some(("$DOCKER_AUTH_CONFIG", "test_user_2", "test_password_2")),
         ),
         (
             "registry.local/ns/blipp/image:bar",
-            Some(registry_creds("registry.local/ns/blipp", "job-cred-user", "job-cred-pass")),
-            Some(("job payload (GitLab Registry)", "job-cred-user", "job-cred-pass")),
+            Some(registry_creds(
+                "registry.local/ns/blipp",
+                "job-cred-user",
+                "job-cred-pass",
+            )),
+            Some((
+                "job payload (GitLab Registry)",
+                "job-cred-user",
+                "job-cred-pass",
+            )),
         ),
     ];
     for (image, job, want) in cases {
@@ -557,14 +844,21 @@ fn auth_tables(t: &mut Tally) {
     // TestGetConfigForImage: a home dir with `.dockercfg`, DOCKER_AUTH_CONFIG, the payload,
     // and the test helper on the search path.
     let helpers = helper_dir();
-    let search = std::env::join_paths(
-        std::iter::once(helpers.path().to_path_buf())
-            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
-    )
+    let search = std::env::join_paths(std::iter::once(helpers.path().to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
     .expect("PATH");
     let file_config = docker_config(&[
-        ("https://registry.domain.tld:5005/v1/", "test_user_1", "test_password_1"),
-        ("registry2.domain.tld:5005", "test_user_2", "test_password_2"),
+        (
+            "https://registry.domain.tld:5005/v1/",
+            "test_user_1",
+            "test_password_1",
+        ),
+        (
+            "registry2.domain.tld:5005",
+            "test_user_2",
+            "test_password_2",
+        ),
     ]);
     let auth_config = docker_config(&[(
         "https://registry.domain.tld:5005/v1/",
@@ -578,7 +872,11 @@ fn auth_tables(t: &mut Tally) {
              \"registry2.domain.tld:5005\":{{\"auth\":\"dGVzdF91c2VyXzI6dGVzdF9wYXNzd29yZF8y\"}}}},{extra}}}"
         )
     };
-    let gitlab = vec![registry_creds("registry.gitlab.tld:1234", "test_user_3", "test_password_3")];
+    let gitlab = vec![registry_creds(
+        "registry.gitlab.tld:1234",
+        "test_user_3",
+        "test_password_3",
+    )];
     let img1 = "registry.domain.tld:5005/image/name:version";
     let img2 = "registry2.domain.tld:5005/image/name:version";
     let img_gitlab = "registry.gitlab.tld:1234/image/name:version";
@@ -590,7 +888,16 @@ fn auth_tables(t: &mut Tally) {
         image: &'static str,
         /// Ok(Some((path, source ("FILE" for the home file), user, password, server))),
         /// Ok(None), or Err (the pull is refused).
-        want: Result<Option<(&'static str, &'static str, &'static str, &'static str, String)>, ()>,
+        want: Result<
+            Option<(
+                &'static str,
+                &'static str,
+                &'static str,
+                &'static str,
+                String,
+            )>,
+            (),
+        >,
         /// Expected warnings naming this text (one warning), if any.
         warning: Option<&'static str>,
     }
@@ -770,7 +1077,11 @@ fn auth_tables(t: &mut Tally) {
         let file_name = file.display().to_string();
         let want = case.want.clone().map(|o| {
             o.map(|(p, src, u, pw, server)| {
-                let src = if src == "FILE" { file_name.clone() } else { src.to_string() };
+                let src = if src == "FILE" {
+                    file_name.clone()
+                } else {
+                    src.to_string()
+                };
                 (p.to_string(), src, u.to_string(), pw.to_string(), server)
             })
         });
@@ -810,13 +1121,37 @@ fn auth_tables(t: &mut Tally) {
         })
     };
     let row = |p: &str, s: &str, u: &str, pw: &str, server: &str| {
-        (p.to_string(), s.to_string(), u.to_string(), pw.to_string(), server.to_string())
+        (
+            p.to_string(),
+            s.to_string(),
+            u.to_string(),
+            pw.to_string(),
+            server.to_string(),
+        )
     };
     let got = all(Some(auth_config.clone()), gitlab.clone());
     let want = Ok(vec![
-        row("registry.domain.tld:5005", "$DOCKER_AUTH_CONFIG", "test_user_1", "test_password_1", "https://registry.domain.tld:5005/v1/"),
-        row("registry2.domain.tld:5005", &f, "test_user_2", "test_password_2", "registry2.domain.tld:5005"),
-        row("registry.gitlab.tld:1234", "job payload (GitLab Registry)", "test_user_3", "test_password_3", "registry.gitlab.tld:1234"),
+        row(
+            "registry.domain.tld:5005",
+            "$DOCKER_AUTH_CONFIG",
+            "test_user_1",
+            "test_password_1",
+            "https://registry.domain.tld:5005/v1/",
+        ),
+        row(
+            "registry2.domain.tld:5005",
+            &f,
+            "test_user_2",
+            "test_password_2",
+            "registry2.domain.tld:5005",
+        ),
+        row(
+            "registry.gitlab.tld:1234",
+            "job payload (GitLab Registry)",
+            "test_user_3",
+            "test_password_3",
+            "registry.gitlab.tld:1234",
+        ),
     ]);
     t.check(
         "helpers/docker/auth/auth_test.go TestResolver_AllConfigs",
@@ -826,11 +1161,27 @@ fn auth_tables(t: &mut Tally) {
     );
     let got = all(
         None,
-        vec![registry_creds("registry.domain.tld:5005", "test_user_1", "test_password_1")],
+        vec![registry_creds(
+            "registry.domain.tld:5005",
+            "test_user_1",
+            "test_password_1",
+        )],
     );
     let want = Ok(vec![
-        row("registry.domain.tld:5005", &f, "test_user_1", "test_password_1", "https://registry.domain.tld:5005/v1/"),
-        row("registry2.domain.tld:5005", &f, "test_user_2", "test_password_2", "registry2.domain.tld:5005"),
+        row(
+            "registry.domain.tld:5005",
+            &f,
+            "test_user_1",
+            "test_password_1",
+            "https://registry.domain.tld:5005/v1/",
+        ),
+        row(
+            "registry2.domain.tld:5005",
+            &f,
+            "test_user_2",
+            "test_password_2",
+            "registry2.domain.tld:5005",
+        ),
     ]);
     t.check(
         "helpers/docker/auth/auth_test.go TestGetConfigs_DuplicatedRegistryCredentials",
@@ -869,9 +1220,17 @@ fn host_config_tables(t: &mut Tally) {
     let pid_cases = [
         ("unset", "", false),
         ("host", "host", false),
-        ("container reference", "container:some-other-container", false),
+        (
+            "container reference",
+            "container:some-other-container",
+            false,
+        ),
         ("host with privileged", "host", true),
-        ("container ref with privileged", "container:some-other-container", true),
+        (
+            "container ref with privileged",
+            "container:some-other-container",
+            true,
+        ),
         ("unset with privileged", "", true),
     ];
     for (name, pid, privileged) in pid_cases {
@@ -882,7 +1241,9 @@ fn host_config_tables(t: &mut Tally) {
         };
         let want_pid = (!pid.is_empty()).then(|| pid.to_string());
         for (role, want) in [(Role::Build, want_pid.clone()), (Role::Helper, None)] {
-            let hc = container_body(role, &inputs(), &s).host_config.unwrap_or_default();
+            let hc = container_body(role, &inputs(), &s)
+                .host_config
+                .unwrap_or_default();
             let ok = hc.pid_mode == want && hc.privileged == Some(privileged);
             t.check(
                 "executors/docker/docker_test.go TestDockerPIDMode",
@@ -936,9 +1297,12 @@ fn host_config_tables(t: &mut Tally) {
             && r.capabilities == Some(vec![vec!["gpu".to_string()]])
             && r.options.as_ref().is_some_and(|o| o.is_empty())
     });
-    t.check("executors/docker/docker_test.go TestBindDeviceRequests", "all", ok, || {
-        format!("{all:?}")
-    });
+    t.check(
+        "executors/docker/docker_test.go TestBindDeviceRequests",
+        "all",
+        ok,
+        || format!("{all:?}"),
+    );
     let none = containers::host_config(&DockerSettings::default(), &[], "alpine").device_requests;
     t.check(
         "executors/docker/docker_test.go TestBindDeviceRequests",
@@ -959,11 +1323,18 @@ fn host_config_tables(t: &mut Tally) {
     // TestDockerConfigGetLogConfig.
     let log_cases: &[(&str, &[(&str, &str)], bool)] = &[
         ("empty log options", &[], true),
-        ("with env option", &[("env", "CI_JOB_ID,CI_JOB_NAME,CI_PROJECT_ID")], true),
+        (
+            "with env option",
+            &[("env", "CI_JOB_ID,CI_JOB_NAME,CI_PROJECT_ID")],
+            true,
+        ),
         (
             "with labels and env options",
             &[
-                ("labels", "com.gitlab.gitlab-runner.job.id,com.gitlab.gitlab-runner.project.id"),
+                (
+                    "labels",
+                    "com.gitlab.gitlab-runner.job.id,com.gitlab.gitlab-runner.project.id",
+                ),
                 ("env", "CI_JOB_ID,CI_JOB_NAME,CI_PROJECT_ID"),
             ],
             true,
@@ -993,7 +1364,9 @@ fn host_config_tables(t: &mut Tally) {
                     })
                 })
             }
-            (Err(e), false) => e.reason == drover::executor::FailureReason::RunnerConfigurationError,
+            (Err(e), false) => {
+                e.reason == drover::executor::FailureReason::RunnerConfigurationError
+            }
             _ => false,
         };
         t.check(
@@ -1055,9 +1428,21 @@ fn host_config_tables(t: &mut Tally) {
             strings(&["apparmor=unconfined", "no-new-privileges"]),
             Some(strings(&["apparmor=unconfined", "no-new-privileges"])),
         ),
-        ("seccomp=unconfined passes through", strings(&["seccomp=unconfined"]), Some(strings(&["seccomp=unconfined"]))),
-        ("seccomp=builtin passes through", strings(&["seccomp=builtin"]), Some(strings(&["seccomp=builtin"]))),
-        ("bare seccomp without value passes through", strings(&["seccomp"]), Some(strings(&["seccomp"]))),
+        (
+            "seccomp=unconfined passes through",
+            strings(&["seccomp=unconfined"]),
+            Some(strings(&["seccomp=unconfined"])),
+        ),
+        (
+            "seccomp=builtin passes through",
+            strings(&["seccomp=builtin"]),
+            Some(strings(&["seccomp=builtin"])),
+        ),
+        (
+            "bare seccomp without value passes through",
+            strings(&["seccomp"]),
+            Some(strings(&["seccomp"])),
+        ),
         (
             "inline seccomp JSON passes through",
             vec![format!("seccomp={profile}")],
@@ -1070,7 +1455,11 @@ fn host_config_tables(t: &mut Tally) {
         ),
         (
             "mixed security options",
-            vec!["apparmor=unconfined".into(), format!("seccomp={p}"), "no-new-privileges".into()],
+            vec![
+                "apparmor=unconfined".into(),
+                format!("seccomp={p}"),
+                "no-new-privileges".into(),
+            ],
             Some(vec![
                 "apparmor=unconfined".into(),
                 format!("seccomp={profile}"),
@@ -1099,7 +1488,12 @@ fn host_config_tables(t: &mut Tally) {
 fn services_devices_table(t: &mut Tally) {
     type Devices = &'static [(&'static str, &'static [&'static str])];
     let cases: &[(&str, &str, Devices, Option<&[&str]>)] = &[
-        ("matching image", "alpine:latest", &[("alpine:*", &["/dev/null"])], Some(&["/dev/null"])),
+        (
+            "matching image",
+            "alpine:latest",
+            &[("alpine:*", &["/dev/null"])],
+            Some(&["/dev/null"]),
+        ),
         (
             "one matching image",
             "alpine:latest",
@@ -1109,20 +1503,46 @@ fn services_devices_table(t: &mut Tally) {
         (
             "multiple matching images",
             "alpine:latest",
-            &[("alpine:*", &["/dev/null"]), ("alpine:latest", &["/dev/usb"])],
+            &[
+                ("alpine:*", &["/dev/null"]),
+                ("alpine:latest", &["/dev/usb"]),
+            ],
             Some(&["/dev/null", "/dev/usb"]),
         ),
-        ("no devices", "alpine:latest", &[("alpine:*", &[])], Some(&[])),
-        ("no matching image", "alpine:latest", &[("ubuntu:*", &["/dev/null"])], Some(&[])),
+        (
+            "no devices",
+            "alpine:latest",
+            &[("alpine:*", &[])],
+            Some(&[]),
+        ),
+        (
+            "no matching image",
+            "alpine:latest",
+            &[("ubuntu:*", &["/dev/null"])],
+            Some(&[]),
+        ),
         ("devices is nil", "alpine:latest", &[], Some(&[])),
         (
             "multiple devices",
             "private.registry:5000/emulator/OSv7:26",
-            &[("private.registry:5000/emulator/*", &["/dev/kvm", "/dev/dri"])],
+            &[(
+                "private.registry:5000/emulator/*",
+                &["/dev/kvm", "/dev/dri"],
+            )],
             Some(&["/dev/kvm", "/dev/dri"]),
         ),
-        ("parseDeviceString error", "alpine:latest", &[("alpine:*", &["/dev/null::::"])], None),
-        ("bad glob pattern", "alpine:latest", &[("alpin[e:*", &["/dev/usb:/dev/usb:ro"])], None),
+        (
+            "parseDeviceString error",
+            "alpine:latest",
+            &[("alpine:*", &["/dev/null::::"])],
+            None,
+        ),
+        (
+            "bad glob pattern",
+            "alpine:latest",
+            &[("alpin[e:*", &["/dev/usb:/dev/usb:ro"])],
+            None,
+        ),
     ];
     for (name, image, devices, want) in cases {
         let mut s = DockerSettings::default();
@@ -1130,20 +1550,21 @@ fn services_devices_table(t: &mut Tally) {
             .iter()
             .map(|(p, d)| (p.to_string(), strings(d)))
             .collect();
-        let got: Option<Vec<(String, String, String)>> = docker_options::resolve(&s).ok().map(|s| {
-            services::host_config(&s, image, &[], None)
-                .devices
-                .unwrap_or_default()
-                .into_iter()
-                .map(|d| {
-                    (
-                        d.path_on_host.unwrap_or_default(),
-                        d.path_in_container.unwrap_or_default(),
-                        d.cgroup_permissions.unwrap_or_default(),
-                    )
-                })
-                .collect()
-        });
+        let got: Option<Vec<(String, String, String)>> =
+            docker_options::resolve(&s).ok().map(|s| {
+                services::host_config(&s, image, &[], None)
+                    .devices
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|d| {
+                        (
+                            d.path_on_host.unwrap_or_default(),
+                            d.path_in_container.unwrap_or_default(),
+                            d.cgroup_permissions.unwrap_or_default(),
+                        )
+                    })
+                    .collect()
+            });
         let want: Option<Vec<(String, String, String)>> = want.map(|w| {
             w.iter()
                 .map(|p| (p.to_string(), p.to_string(), "rwm".to_string()))
@@ -1170,40 +1591,205 @@ fn services_devices_table(t: &mut Tally) {
 fn split_name_and_version_table(t: &mut Tally) {
     let d = "@sha256:123456789012345678901234567890123456789012345678901234567890abcd";
     let rows: Vec<(String, String, String, String, String, String)> = [
-        ("service", "service:latest", "service", "latest", "service", ""),
-        ("service", "service:latest", "service", "latest", "service", ""),
-        ("service:version", "service:version", "service", "version", "service", ""),
-        ("namespace/service", "namespace/service:latest", "namespace/service", "latest", "namespace__service", "namespace-service"),
-        ("namespace/service:version", "namespace/service:version", "namespace/service", "version", "namespace__service", "namespace-service"),
-        ("domain.tld/service", "domain.tld/service:latest", "domain.tld/service", "latest", "domain.tld__service", "domain.tld-service"),
-        ("domain.tld/service:version", "domain.tld/service:version", "domain.tld/service", "version", "domain.tld__service", "domain.tld-service"),
-        ("domain.tld/namespace/service", "domain.tld/namespace/service:latest", "domain.tld/namespace/service", "latest", "domain.tld__namespace__service", "domain.tld-namespace-service"),
-        ("domain.tld/namespace/service:version", "domain.tld/namespace/service:version", "domain.tld/namespace/service", "version", "domain.tld__namespace__service", "domain.tld-namespace-service"),
-        ("domain.tld:8080/service", "domain.tld:8080/service:latest", "domain.tld/service", "latest", "domain.tld__service", "domain.tld-service"),
-        ("domain.tld:8080/service:version", "domain.tld:8080/service:version", "domain.tld/service", "version", "domain.tld__service", "domain.tld-service"),
-        ("domain.tld:8080/namespace/service", "domain.tld:8080/namespace/service:latest", "domain.tld/namespace/service", "latest", "domain.tld__namespace__service", "domain.tld-namespace-service"),
-        ("domain.tld:8080/namespace/service:version", "domain.tld:8080/namespace/service:version", "domain.tld/namespace/service", "version", "domain.tld__namespace__service", "domain.tld-namespace-service"),
-        ("subdomain.domain.tld:8080/service", "subdomain.domain.tld:8080/service:latest", "subdomain.domain.tld/service", "latest", "subdomain.domain.tld__service", "subdomain.domain.tld-service"),
-        ("subdomain.domain.tld:8080/service:version", "subdomain.domain.tld:8080/service:version", "subdomain.domain.tld/service", "version", "subdomain.domain.tld__service", "subdomain.domain.tld-service"),
-        ("subdomain.domain.tld:8080/namespace/service", "subdomain.domain.tld:8080/namespace/service:latest", "subdomain.domain.tld/namespace/service", "latest", "subdomain.domain.tld__namespace__service", "subdomain.domain.tld-namespace-service"),
-        ("subdomain.domain.tld:8080/namespace/service:version", "subdomain.domain.tld:8080/namespace/service:version", "subdomain.domain.tld/namespace/service", "version", "subdomain.domain.tld__namespace__service", "subdomain.domain.tld-namespace-service"),
+        (
+            "service",
+            "service:latest",
+            "service",
+            "latest",
+            "service",
+            "",
+        ),
+        (
+            "service",
+            "service:latest",
+            "service",
+            "latest",
+            "service",
+            "",
+        ),
+        (
+            "service:version",
+            "service:version",
+            "service",
+            "version",
+            "service",
+            "",
+        ),
+        (
+            "namespace/service",
+            "namespace/service:latest",
+            "namespace/service",
+            "latest",
+            "namespace__service",
+            "namespace-service",
+        ),
+        (
+            "namespace/service:version",
+            "namespace/service:version",
+            "namespace/service",
+            "version",
+            "namespace__service",
+            "namespace-service",
+        ),
+        (
+            "domain.tld/service",
+            "domain.tld/service:latest",
+            "domain.tld/service",
+            "latest",
+            "domain.tld__service",
+            "domain.tld-service",
+        ),
+        (
+            "domain.tld/service:version",
+            "domain.tld/service:version",
+            "domain.tld/service",
+            "version",
+            "domain.tld__service",
+            "domain.tld-service",
+        ),
+        (
+            "domain.tld/namespace/service",
+            "domain.tld/namespace/service:latest",
+            "domain.tld/namespace/service",
+            "latest",
+            "domain.tld__namespace__service",
+            "domain.tld-namespace-service",
+        ),
+        (
+            "domain.tld/namespace/service:version",
+            "domain.tld/namespace/service:version",
+            "domain.tld/namespace/service",
+            "version",
+            "domain.tld__namespace__service",
+            "domain.tld-namespace-service",
+        ),
+        (
+            "domain.tld:8080/service",
+            "domain.tld:8080/service:latest",
+            "domain.tld/service",
+            "latest",
+            "domain.tld__service",
+            "domain.tld-service",
+        ),
+        (
+            "domain.tld:8080/service:version",
+            "domain.tld:8080/service:version",
+            "domain.tld/service",
+            "version",
+            "domain.tld__service",
+            "domain.tld-service",
+        ),
+        (
+            "domain.tld:8080/namespace/service",
+            "domain.tld:8080/namespace/service:latest",
+            "domain.tld/namespace/service",
+            "latest",
+            "domain.tld__namespace__service",
+            "domain.tld-namespace-service",
+        ),
+        (
+            "domain.tld:8080/namespace/service:version",
+            "domain.tld:8080/namespace/service:version",
+            "domain.tld/namespace/service",
+            "version",
+            "domain.tld__namespace__service",
+            "domain.tld-namespace-service",
+        ),
+        (
+            "subdomain.domain.tld:8080/service",
+            "subdomain.domain.tld:8080/service:latest",
+            "subdomain.domain.tld/service",
+            "latest",
+            "subdomain.domain.tld__service",
+            "subdomain.domain.tld-service",
+        ),
+        (
+            "subdomain.domain.tld:8080/service:version",
+            "subdomain.domain.tld:8080/service:version",
+            "subdomain.domain.tld/service",
+            "version",
+            "subdomain.domain.tld__service",
+            "subdomain.domain.tld-service",
+        ),
+        (
+            "subdomain.domain.tld:8080/namespace/service",
+            "subdomain.domain.tld:8080/namespace/service:latest",
+            "subdomain.domain.tld/namespace/service",
+            "latest",
+            "subdomain.domain.tld__namespace__service",
+            "subdomain.domain.tld-namespace-service",
+        ),
+        (
+            "subdomain.domain.tld:8080/namespace/service:version",
+            "subdomain.domain.tld:8080/namespace/service:version",
+            "subdomain.domain.tld/namespace/service",
+            "version",
+            "subdomain.domain.tld__namespace__service",
+            "subdomain.domain.tld-namespace-service",
+        ),
     ]
     .iter()
-    .map(|(a, b, c, v, e, f)| (a.to_string(), b.to_string(), c.to_string(), v.to_string(), e.to_string(), f.to_string()))
+    .map(|(a, b, c, v, e, f)| {
+        (
+            a.to_string(),
+            b.to_string(),
+            c.to_string(),
+            v.to_string(),
+            e.to_string(),
+            f.to_string(),
+        )
+    })
     .chain(
         [
             ("service", "service", "service", ""),
-            ("namespace/service", "namespace/service", "namespace__service", "namespace-service"),
-            ("domain.tld/service", "domain.tld/service", "domain.tld__service", "domain.tld-service"),
-            ("domain.tld/namespace/service", "domain.tld/namespace/service", "domain.tld__namespace__service", "domain.tld-namespace-service"),
-            ("domain.tld:8080/service", "domain.tld/service", "domain.tld__service", "domain.tld-service"),
-            ("domain.tld:8080/namespace/service", "domain.tld/namespace/service", "domain.tld__namespace__service", "domain.tld-namespace-service"),
-            ("subdomain.domain.tld:8080/service", "subdomain.domain.tld/service", "subdomain.domain.tld__service", "subdomain.domain.tld-service"),
+            (
+                "namespace/service",
+                "namespace/service",
+                "namespace__service",
+                "namespace-service",
+            ),
+            (
+                "domain.tld/service",
+                "domain.tld/service",
+                "domain.tld__service",
+                "domain.tld-service",
+            ),
+            (
+                "domain.tld/namespace/service",
+                "domain.tld/namespace/service",
+                "domain.tld__namespace__service",
+                "domain.tld-namespace-service",
+            ),
+            (
+                "domain.tld:8080/service",
+                "domain.tld/service",
+                "domain.tld__service",
+                "domain.tld-service",
+            ),
+            (
+                "domain.tld:8080/namespace/service",
+                "domain.tld/namespace/service",
+                "domain.tld__namespace__service",
+                "domain.tld-namespace-service",
+            ),
+            (
+                "subdomain.domain.tld:8080/service",
+                "subdomain.domain.tld/service",
+                "subdomain.domain.tld__service",
+                "subdomain.domain.tld-service",
+            ),
         ]
         .iter()
         .map(|(name, svc, alias, alt)| {
             let desc = format!("{name}{d}");
-            (desc.clone(), desc, svc.to_string(), d.to_string(), alias.to_string(), alt.to_string())
+            (
+                desc.clone(),
+                desc,
+                svc.to_string(),
+                d.to_string(),
+                alias.to_string(),
+                alt.to_string(),
+            )
         }),
     )
     .collect();

@@ -128,6 +128,10 @@ async fn a_globstar_inside_a_segment_does_not_cross_slashes() {
     );
     let ran = run_job(&job, &s).await;
     assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
-    assert!(ran.trace.contains("\nRAN-THE-ALLOWED-IMAGE"), "{}", ran.trace);
+    assert!(
+        ran.trace.contains("\nRAN-THE-ALLOWED-IMAGE"),
+        "{}",
+        ran.trace
+    );
     assert_clean_and_remove_reusable(&short_token(&s));
 }

@@ -42,7 +42,12 @@ fn registry_image(work: &Path) -> Image {
     output_of(Command::new("docker").args(["save", "-o", tar.to_str().unwrap(), BUILD_IMAGE]));
     let out = work.join("image");
     std::fs::create_dir_all(&out).unwrap();
-    output_of(Command::new("tar").args(["-xf", tar.to_str().unwrap(), "-C", out.to_str().unwrap()]));
+    output_of(Command::new("tar").args([
+        "-xf",
+        tar.to_str().unwrap(),
+        "-C",
+        out.to_str().unwrap(),
+    ]));
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
     let entry = &manifest[0];
@@ -145,7 +150,8 @@ fn serve(stream: TcpStream, image: &Image, expected: &str, seen: &Seen) -> std::
         };
         if auth.as_deref() != Some(expected) {
             seen.refused.fetch_add(1, Ordering::SeqCst);
-            let msg = br#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#;
+            let msg =
+                br#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#;
             stream.write_all(
                 head(
                     "401 Unauthorized",
@@ -178,7 +184,10 @@ fn serve(stream: TcpStream, image: &Image, expected: &str, seen: &Seen) -> std::
         {
             (
                 "200 OK",
-                format!("Content-Type: application/octet-stream\r\nDocker-Content-Digest: {}\r\n", b.0),
+                format!(
+                    "Content-Type: application/octet-stream\r\nDocker-Content-Digest: {}\r\n",
+                    b.0
+                ),
                 &b.1,
             )
         } else {
@@ -296,9 +305,15 @@ fn a_credential_helper_authenticates_the_pull() {
     );
     assert!(text.contains("\nran-in-the-pulled-image"), "{text}");
     assert!(seen.authorized_manifests.load(Ordering::SeqCst) > 0);
-    assert!(seen.refused.load(Ordering::SeqCst) > 0, "the registry never challenged");
+    assert!(
+        seen.refused.load(Ordering::SeqCst) > 0,
+        "the registry never challenged"
+    );
     let asked = std::fs::read_to_string(helpers.join("asked")).unwrap_or_default();
     assert!(asked.contains(&format!("127.0.0.1:{port}")), "{asked:?}");
-    assert!(!text.contains(&password), "the helper's secret reached the log");
+    assert!(
+        !text.contains(&password),
+        "the helper's secret reached the log"
+    );
     assert_clean_and_remove_reusable("dteregaut");
 }

@@ -150,7 +150,9 @@ struct Network(String);
 
 impl Drop for Network {
     fn drop(&mut self) {
-        let _ = Command::new("docker").args(["network", "rm", &self.0]).output();
+        let _ = Command::new("docker")
+            .args(["network", "rm", &self.0])
+            .output();
     }
 }
 
@@ -164,8 +166,7 @@ async fn service_reached_by_every_alias_on_a_user_defined_network_mode() {
     runner.docker.network_mode = Some(name.clone());
     let mut job = alias_job(45, json!([]));
     if let Some(step) = job.steps.first_mut() {
-        step.script
-            .push("grep -c ' db' /etc/hosts || true".into());
+        step.script.push("grep -c ' db' /etc/hosts || true".into());
     }
     let ran = run_job(&job, &runner).await;
     assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);

@@ -186,7 +186,9 @@ pub(crate) fn no_restart() -> RestartPolicy {
 }
 
 /// The `json-file` log driver, as upstream sets on every container, with `log_options`.
-pub(crate) fn json_file_logging(options: &std::collections::BTreeMap<String, String>) -> HostConfigLogConfig {
+pub(crate) fn json_file_logging(
+    options: &std::collections::BTreeMap<String, String>,
+) -> HostConfigLogConfig {
     HostConfigLogConfig {
         typ: Some("json-file".into()),
         config: Some(options.clone().into_iter().collect()),

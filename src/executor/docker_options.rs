@@ -193,8 +193,12 @@ pub fn resolve(ds: &DockerSettings) -> Result<DockerSettings, JobFailure> {
             )));
         }
     }
-    let device_lists = std::iter::once(("devices", &ds.devices))
-        .chain(ds.services.devices.values().map(|v| ("services_devices", v)));
+    let device_lists = std::iter::once(("devices", &ds.devices)).chain(
+        ds.services
+            .devices
+            .values()
+            .map(|v| ("services_devices", v)),
+    );
     for (key, list) in device_lists {
         if let Some(bad) = list.iter().find(|d| d.split(':').count() > 3) {
             return Err(config_error(format!(
@@ -203,7 +207,12 @@ pub fn resolve(ds: &DockerSettings) -> Result<DockerSettings, JobFailure> {
             )));
         }
     }
-    if let Some(bad) = ds.services.devices.keys().find(|p| !crate::executor::glob::is_valid(p)) {
+    if let Some(bad) = ds
+        .services
+        .devices
+        .keys()
+        .find(|p| !crate::executor::glob::is_valid(p))
+    {
         return Err(config_error(format!(
             "invalid service device image pattern: {bad} in [runners.docker] services_devices"
         )));

@@ -351,8 +351,14 @@ mod tests {
     fn segments_and_globstars() {
         assert!(matches("**/*", "alpine"));
         assert!(matches("**/*", "library/ruby:3"));
-        assert!(!matches("my.registry.tld/team**", "my.registry.tld/team/other/evil:1"));
-        assert!(matches("my.registry.tld/team**", "my.registry.tld/team-x:1"));
+        assert!(!matches(
+            "my.registry.tld/team**",
+            "my.registry.tld/team/other/evil:1"
+        ));
+        assert!(matches(
+            "my.registry.tld/team**",
+            "my.registry.tld/team-x:1"
+        ));
         assert!(matches("a/**", "a"));
         assert!(matches("{ruby,python}:*", "ruby:3"));
         assert!(matches("ruby:[0-9]*", "ruby:3.3"));

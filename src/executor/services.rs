@@ -183,10 +183,7 @@ pub fn parse_name(image: &str) -> ServiceName {
     };
     let last_slash = named.rfind('/').map(|i| i + 1).unwrap_or(0);
     let (repo, tag) = match named[last_slash..].rfind(':') {
-        Some(i) => (
-            &named[..last_slash + i],
-            Some(&named[last_slash + i + 1..]),
-        ),
+        Some(i) => (&named[..last_slash + i], Some(&named[last_slash + i + 1..])),
         None => (named, None),
     };
     let service = match repo.split_once('/') {
@@ -391,8 +388,7 @@ pub fn host_config(
     let s = &ds.services;
     let none_if_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
     let privileged = s.privileged.unwrap_or(ds.privileged)
-        && (s.allowed_privileged.is_empty()
-            || glob::any_matches(&s.allowed_privileged, image));
+        && (s.allowed_privileged.is_empty() || glob::any_matches(&s.allowed_privileged, image));
     HostConfig {
         binds: Some(binds.to_vec()),
         network_mode: network_mode.map(str::to_string),

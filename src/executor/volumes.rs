@@ -74,7 +74,10 @@ impl VolumeSpec {
 
 /// A character a Linux path segment or volume name may not contain.
 fn forbidden(c: char) -> bool {
-    matches!(c, '\\' | '/' | ':' | '*' | '?' | '"' | '<' | '>' | '|' | '\r' | '\n')
+    matches!(
+        c,
+        '\\' | '/' | ':' | '*' | '?' | '"' | '<' | '>' | '|' | '\r' | '\n'
+    )
 }
 
 /// A volume name: one or more allowed characters.
@@ -117,7 +120,9 @@ fn parse_options(rest: &str) -> Option<(Option<String>, Option<String>, Option<S
     let label = take(&[':', ','], &["z"]);
     let propagation = take(
         &[':', ','],
-        &["shared", "slave", "private", "rshared", "rslave", "rprivate"],
+        &[
+            "shared", "slave", "private", "rshared", "rslave", "rprivate",
+        ],
     );
     rest.is_empty().then_some((mode, label, propagation))
 }
@@ -186,17 +191,7 @@ pub fn parse_volumes(
 
 /// A container path made clean for comparison (`/a/b/` and `/a//b` are `/a/b`).
 fn clean(path: &str) -> String {
-    let mut out: Vec<&str> = Vec::new();
-    for seg in path.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                out.pop();
-            }
-            s => out.push(s),
-        }
-    }
-    format!("/{}", out.join("/"))
+    crate::executor::paths::normalize(path)
 }
 
 /// A Docker volume the job needs.
@@ -328,8 +323,10 @@ pub fn plan(i: &PlanInputs<'_>) -> Result<VolumePlan, JobFailure> {
             });
         } else if let Some(host) = i.host_cache_dir.filter(|h| !h.is_empty()) {
             let host = host.trim_end_matches('/');
-            out.host_binds
-                .push(format!("{host}/{}/{hash}{suffix}:{dst}", i.real_unique_name));
+            out.host_binds.push(format!(
+                "{host}/{}/{hash}{suffix}:{dst}",
+                i.real_unique_name
+            ));
         } else {
             out.volumes.push(PlannedVolume {
                 name: format!("{}-cache-{hash}{suffix}", i.real_unique_name),
@@ -348,11 +345,13 @@ pub fn plan(i: &PlanInputs<'_>) -> Result<VolumePlan, JobFailure> {
                     return Err(already_defined(&key));
                 }
                 taken.push(key);
-                out.host_binds.push(VolumeSpec {
-                    destination: dst,
-                    ..spec.clone()
-                }
-                .definition());
+                out.host_binds.push(
+                    VolumeSpec {
+                        destination: dst,
+                        ..spec.clone()
+                    }
+                    .definition(),
+                );
             }
             None => {
                 if !add_cache(&mut out, &mut taken, &spec.destination, false)? {
@@ -384,7 +383,6 @@ pub enum PermissionFix {
     /// In the helper container's first stage, for every volume.
     DeferToHelper,
 }
-
 
 impl Volumes {
     /// Creates the plan's volumes with labels, then runs the permission fix for each (in

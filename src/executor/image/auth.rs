@@ -118,7 +118,9 @@ pub fn image_path(image: &str) -> String {
     let normalized = joined.trim_end_matches('/');
     let first = normalized.split('/').next().unwrap_or_default();
     let hub = !normalized.contains('/')
-        || (!first.contains('.') && !first.contains(':') && !first.eq_ignore_ascii_case("localhost"));
+        || (!first.contains('.')
+            && !first.contains(':')
+            && !first.eq_ignore_ascii_case("localhost"));
     let out = if hub {
         format!("docker.io/{normalized}")
     } else if first.eq_ignore_ascii_case("index.docker.io") {
@@ -317,10 +319,7 @@ enum ConfigError {
 }
 
 /// The credentials in one docker `config.json` text, `server → auth`, sorted by server.
-async fn read_config(
-    text: &str,
-    helpers: &Helpers,
-) -> Result<Vec<RegistryAuth>, ConfigError> {
+async fn read_config(text: &str, helpers: &Helpers) -> Result<Vec<RegistryAuth>, ConfigError> {
     let json: serde_json::Value =
         serde_json::from_str(text).map_err(|e| ConfigError::Skip(format!("not JSON: {e}")))?;
     let Some(obj) = json.as_object() else {
@@ -383,13 +382,21 @@ async fn read_config(
     }
     if !store.is_empty() {
         for server in helpers.list(store).await.map_err(ConfigError::Skip)? {
-            if let Some(auth) = helpers.get(store, &server).await.map_err(ConfigError::Skip)? {
+            if let Some(auth) = helpers
+                .get(store, &server)
+                .await
+                .map_err(ConfigError::Skip)?
+            {
                 auths.insert(server, auth);
             }
         }
     }
     for (server, helper) in &cred_helpers {
-        if let Some(auth) = helpers.get(helper, server).await.map_err(ConfigError::Skip)? {
+        if let Some(auth) = helpers
+            .get(helper, server)
+            .await
+            .map_err(ConfigError::Skip)?
+        {
             auths.insert(server.clone(), auth);
         }
     }
@@ -429,7 +436,11 @@ impl AuthSources {
             }
         };
         let mut configs: Vec<(String, String)> = Vec::new();
-        if let Some(text) = self.docker_auth_config.as_deref().filter(|t| !t.trim().is_empty()) {
+        if let Some(text) = self
+            .docker_auth_config
+            .as_deref()
+            .filter(|t| !t.trim().is_empty())
+        {
             configs.push((SOURCE_VARIABLE.to_string(), text.to_string()));
         }
         if let Some(home) = &self.home {
@@ -504,9 +515,15 @@ mod tests {
 
     #[test]
     fn paths() {
-        assert_eq!(registry_path("https://registry.domain.tld:5005/v1/"), "registry.domain.tld:5005");
+        assert_eq!(
+            registry_path("https://registry.domain.tld:5005/v1/"),
+            "registry.domain.tld:5005"
+        );
         assert_eq!(registry_path("my.HOST/With/tag:1"), "my.host/With/tag");
         assert_eq!(image_path("ruby:3"), "docker.io/ruby");
-        assert_eq!(image_path("InDex.DOCKER.io/user/ubuntu"), "docker.io/user/ubuntu");
+        assert_eq!(
+            image_path("InDex.DOCKER.io/user/ubuntu"),
+            "docker.io/user/ubuntu"
+        );
     }
 }

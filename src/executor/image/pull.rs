@@ -81,10 +81,7 @@ impl<'d> Puller<'d> {
         }
         let mut last_error = None;
         for policy in policies {
-            match self
-                .try_policy(name, *policy, auth, platform, trace)
-                .await
-            {
+            match self.try_policy(name, *policy, auth, platform, trace).await {
                 Ok(image) => {
                     trace.info(&format!(
                         "Using docker image {} for {name} with digest {} ...",
@@ -149,7 +146,10 @@ impl<'d> Puller<'d> {
         }
         let credentials = match resolved {
             Ok(Some(a)) => {
-                trace.info(&format!("Authenticating with credentials from {}", a.source));
+                trace.info(&format!(
+                    "Authenticating with credentials from {}",
+                    a.source
+                ));
                 Some(a.docker_credentials())
             }
             Ok(None) => None,

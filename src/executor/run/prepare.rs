@@ -286,7 +286,9 @@ impl JobRun<'_> {
                 Vec::new()
             },
             network,
-            use_init: vars.bool("FF_USE_INIT_WITH_DOCKER_EXECUTOR").unwrap_or(false),
+            use_init: vars
+                .bool("FF_USE_INIT_WITH_DOCKER_EXECUTOR")
+                .unwrap_or(false),
         };
         Ok(Prepared {
             docker_settings: effective,
@@ -336,8 +338,15 @@ impl JobRun<'_> {
                 continue;
             }
             // `service:version...`, or `service@sha256:...` for a digest, as upstream prints.
-            let sep = if name.version.starts_with("@sha256") { "" } else { ":" };
-            trace.info(&format!("Starting service {}{sep}{}...", name.service, name.version));
+            let sep = if name.version.starts_with("@sha256") {
+                ""
+            } else {
+                ":"
+            };
+            trace.info(&format!(
+                "Starting service {}{sep}{}...",
+                name.service, name.version
+            ));
             let policies = image::effective_pull_policies(
                 &def.pull_policy,
                 &ds.pull_policy,
