@@ -783,7 +783,12 @@ fn auth_tables(t: &mut Tally) {
             "test_password_3",
         ),
     ]);
-    let cases: &[(&str, Option<Credentials>, Option<(&str, &str, &str)>)] = &[
+    type PathCase<'a> = (
+        &'a str,
+        Option<Credentials>,
+        Option<(&'a str, &'a str, &'a str)>,
+    );
+    let cases: &[PathCase] = &[
         (
             "registry.local/foo/image:3",
             None,
@@ -880,6 +885,14 @@ fn auth_tables(t: &mut Tally) {
     let img1 = "registry.domain.tld:5005/image/name:version";
     let img2 = "registry2.domain.tld:5005/image/name:version";
     let img_gitlab = "registry.gitlab.tld:1234/image/name:version";
+    /// path, source, user, password, server.
+    type Expected = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        String,
+    );
     struct Case {
         name: &'static str,
         file: Option<String>,
@@ -888,16 +901,7 @@ fn auth_tables(t: &mut Tally) {
         image: &'static str,
         /// Ok(Some((path, source ("FILE" for the home file), user, password, server))),
         /// Ok(None), or Err (the pull is refused).
-        want: Result<
-            Option<(
-                &'static str,
-                &'static str,
-                &'static str,
-                &'static str,
-                String,
-            )>,
-            (),
-        >,
+        want: Result<Option<Expected>, ()>,
         /// Expected warnings naming this text (one warning), if any.
         warning: Option<&'static str>,
     }
@@ -1321,7 +1325,8 @@ fn host_config_tables(t: &mut Tally) {
         || "accepted".into(),
     );
     // TestDockerConfigGetLogConfig.
-    let log_cases: &[(&str, &[(&str, &str)], bool)] = &[
+    type LogCase<'a> = (&'a str, &'a [(&'a str, &'a str)], bool);
+    let log_cases: &[LogCase] = &[
         ("empty log options", &[], true),
         (
             "with env option",
@@ -1421,7 +1426,8 @@ fn host_config_tables(t: &mut Tally) {
     let path = dir.path().join("seccomp-profile.json");
     std::fs::write(&path, profile).expect("write profile");
     let p = path.display().to_string();
-    let cases: Vec<(&str, Vec<String>, Option<Vec<String>>)> = vec![
+    type SeccompCase<'a> = (&'a str, Vec<String>, Option<Vec<String>>);
+    let cases: Vec<SeccompCase> = vec![
         ("empty security opts", vec![], Some(vec![])),
         (
             "non-seccomp options pass through",

@@ -384,6 +384,15 @@ pub enum PermissionFix {
     DeferToHelper,
 }
 
+/// `volume_driver` and `volume_driver_ops`, for the volumes drover creates.
+#[derive(Debug, Clone, Copy)]
+pub struct VolumeDriver<'a> {
+    /// The driver (the Engine's default when `None`).
+    pub name: Option<&'a str>,
+    /// Its options.
+    pub options: &'a std::collections::BTreeMap<String, String>,
+}
+
 impl Volumes {
     /// Creates the plan's volumes with labels, then runs the permission fix for each (in
     /// parallel). With [`PermissionFix::DeferToHelper`], every volume is
@@ -394,8 +403,7 @@ impl Volumes {
         docker: &Docker,
         plan: &VolumePlan,
         facts: &LabelFacts,
-        driver: Option<&str>,
-        driver_opts: &std::collections::BTreeMap<String, String>,
+        driver: &VolumeDriver<'_>,
         helper_image: &str,
         fix: PermissionFix,
     ) -> Result<Vec<String>, SystemError> {
@@ -412,9 +420,9 @@ impl Volumes {
             );
             let options = VolumeCreateOptions {
                 name: Some(v.name.clone()),
-                driver: driver.map(str::to_string),
-                driver_opts: (!driver_opts.is_empty())
-                    .then(|| driver_opts.clone().into_iter().collect()),
+                driver: driver.name.map(str::to_string),
+                driver_opts: (!driver.options.is_empty())
+                    .then(|| driver.options.clone().into_iter().collect()),
                 labels: Some(labels),
                 ..Default::default()
             };

@@ -182,8 +182,10 @@ impl JobRun<'_> {
                 &docker,
                 &plan,
                 &facts,
-                ds.volume_driver.as_deref(),
-                &ds.volume_driver_ops,
+                &volumes::VolumeDriver {
+                    name: ds.volume_driver.as_deref(),
+                    options: &ds.volume_driver_ops,
+                },
                 &helper.id,
                 fix,
             )
