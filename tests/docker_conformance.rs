@@ -1825,6 +1825,137 @@ fn split_name_and_version_table(t: &mut Tally) {
     );
 }
 
+/// common/classify_image_pull_failure_test.go TestClassifyImagePullFailure: (name, message,
+/// reason).
+fn classify_pull_failure_table(t: &mut Tally) {
+    use drover::executor::FailureReason;
+    const EXT: FailureReason = FailureReason::RunnerExternalDependencyFailure;
+    const CFG: FailureReason = FailureReason::RunnerConfigurationError;
+    const PULL: FailureReason = FailureReason::ImagePullFailure;
+    let cases: &[(&str, &str, FailureReason)] = &[
+        (
+            "dial tcp - no such host",
+            r#"Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host"#,
+            EXT,
+        ),
+        (
+            "dial tcp - connection refused",
+            r#"Get "https://registry.example.com/v2/": dial tcp 1.2.3.4:443: connect: connection refused"#,
+            EXT,
+        ),
+        (
+            "no such host",
+            r#"dial tcp: lookup private.registry.local: no such host"#,
+            EXT,
+        ),
+        (
+            "i/o timeout",
+            r#"Get "https://registry.example.com/v2/": i/o timeout"#,
+            EXT,
+        ),
+        (
+            "tls handshake timeout",
+            r#"Get "https://registry.example.com/v2/": tls handshake timeout"#,
+            EXT,
+        ),
+        (
+            "http client timeout awaiting headers",
+            r#"Get "https://gitlab.com/jwt/auth?...": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"#,
+            EXT,
+        ),
+        (
+            "bare context deadline exceeded is not transient",
+            r#"Head "https://registry.gitlab.com/v2/...": context deadline exceeded"#,
+            PULL,
+        ),
+        (
+            "request canceled while waiting for connection",
+            r#"Get "https://registry.example.com/v2/": net/http: request canceled while waiting for connection"#,
+            EXT,
+        ),
+        (
+            "connection reset by peer while reading response",
+            r#"failed to authorize: failed to fetch anonymous token: Get "https://auth.docker.io/token?scope=repository%3Alibrary%2Falpine%3Apull&service=registry.docker.io": read tcp 172.17.0.2:33222->172.64.144.78:443: read: connection reset by peer"#,
+            EXT,
+        ),
+        (
+            "connection reset by peer while writing request",
+            r#"Get "https://registry.example.com/v2/": write tcp 10.0.0.1:5000->1.2.3.4:443: write: connection reset by peer"#,
+            EXT,
+        ),
+        (
+            "manifest not found",
+            r#"manifest for nginx:nonexistent not found: manifest unknown: manifest unknown"#,
+            CFG,
+        ),
+        (
+            "manifest unknown",
+            r#"manifest unknown: manifest unknown"#,
+            CFG,
+        ),
+        (
+            "pull access denied",
+            r#"pull access denied for private/image, repository does not exist or may require 'docker login'"#,
+            CFG,
+        ),
+        (
+            "daemon pull access denied with denied suffix",
+            r#"Error response from daemon: pull access denied for appvance/nike, repository does not exist or may require 'docker login': denied: requested access to the resource is denied"#,
+            CFG,
+        ),
+        (
+            "gitlab registry pull access denied",
+            r#"failed to pull image "registry.gitlab.com/group/project/image:latest" with specified policies [always]: Error response from daemon: pull access denied for registry.gitlab.com/group/project/image, repository does not exist or may require 'docker login': denied: requested access to the resource is denied"#,
+            CFG,
+        ),
+        (
+            "no basic auth credentials",
+            r#"Get "https://registry.example.com/v2/": no basic auth credentials"#,
+            CFG,
+        ),
+        (
+            "pull access denied only",
+            r#"pull access denied for some/image"#,
+            CFG,
+        ),
+        (
+            "access to the resource is denied only",
+            r#"denied: requested access to the resource is denied"#,
+            CFG,
+        ),
+        (
+            "repository does not exist or may require only",
+            r#"repository does not exist or may require authorization"#,
+            CFG,
+        ),
+        (
+            "unauthorized authentication required",
+            r#"Error response from daemon: unauthorized: authentication required"#,
+            CFG,
+        ),
+        (
+            "unauthorized only",
+            r#"Get "https://registry.example.com/v2/": 401 unauthorized"#,
+            CFG,
+        ),
+        (
+            "authentication required only",
+            r#"registry returned: authentication required to access this resource"#,
+            CFG,
+        ),
+        ("generic error", r#"this is a test"#, PULL),
+    ];
+    for (name, message, want) in cases {
+        let got = image::classify_pull_failure(message);
+        t.check(
+            "common/classify_image_pull_failure_test.go TestClassifyImagePullFailure",
+            name,
+            got == *want,
+            || format!("{got:?}, want {want:?}"),
+        );
+    }
+}
+
 #[test]
 fn docker_conformance() {
     let mut t = Tally::default();
@@ -1838,6 +1969,7 @@ fn docker_conformance() {
     host_config_tables(&mut t);
     services_devices_table(&mut t);
     split_name_and_version_table(&mut t);
+    classify_pull_failure_table(&mut t);
     for (table, cases, agree) in &t.tables {
         println!("  {table}: {cases} cases, {agree} agree");
     }

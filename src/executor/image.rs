@@ -15,7 +15,7 @@ pub mod auth;
 mod pull;
 pub mod reference;
 
-pub use pull::{ImageError, Puller, ResolvedImage};
+pub use pull::{classify_pull_failure, ImageError, Puller, ResolvedImage};
 pub use reference::{ImageRef, ReferenceError};
 
 /// The upstream helper version drover's emitted helper commands are written for. The default

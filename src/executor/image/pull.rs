@@ -161,9 +161,16 @@ impl<'d> Puller<'d> {
             }
         };
         self.pull(name, credentials, platform, trace).await?;
+        // A failed inspect after a pull is classified like a pull failure, as upstream does.
         self.inspect(name)
             .await
-            .map_err(ImageError::System)?
+            .map_err(|e| {
+                let message = e.to_string();
+                ImageError::Job(JobFailure::new(
+                    classify_pull_failure(&message),
+                    format!("inspecting image {name:?} after pull: {message}"),
+                ))
+            })?
             .ok_or_else(|| {
                 ImageError::Job(JobFailure::new(
                     FailureReason::ImagePullFailure,
@@ -179,7 +186,10 @@ impl<'d> Puller<'d> {
         platform: Option<&str>,
         trace: &mut Trace<'_>,
     ) -> Result<(), ImageError> {
-        trace.info(&format!("Pulling docker image {name} ..."));
+        match platform.filter(|p| !p.is_empty()) {
+            Some(p) => trace.info(&format!("Pulling docker image {name} for platform {p} ...")),
+            None => trace.info(&format!("Pulling docker image {name} ...")),
+        }
         let (repo, tag) = split_reference(name);
         let mut attempt = 0;
         loop {
@@ -198,44 +208,71 @@ impl<'d> Puller<'d> {
                 match item {
                     Ok(info) => {
                         if let Some(err) = info.error_detail.and_then(|d| d.message) {
-                            failure = Some((err, false));
+                            failure = Some(err);
                         }
                     }
-                    Err(bollard::errors::Error::DockerResponseServerError {
-                        status_code,
-                        message,
-                    }) => {
-                        let permanent = matches!(status_code, 401 | 403 | 404);
-                        failure = Some((message, permanent));
+                    Err(bollard::errors::Error::DockerResponseServerError { message, .. }) => {
+                        failure = Some(message);
                         break;
                     }
                     Err(e) => {
-                        failure = Some((e.to_string(), false));
+                        failure = Some(e.to_string());
                         break;
                     }
                 }
             }
             match failure {
                 None => return Ok(()),
-                Some((message, permanent)) => {
-                    let lower = message.to_lowercase();
-                    let permanent = permanent
-                        || lower.contains("not found")
-                        || lower.contains("denied")
-                        || lower.contains("unauthorized");
-                    if permanent || attempt >= 3 {
+                Some(message) => {
+                    let reason = classify_pull_failure(&message);
+                    // Only network and registry hiccups are retried (3 attempts in all).
+                    if reason != FailureReason::RunnerExternalDependencyFailure || attempt >= 3 {
                         return Err(ImageError::Job(JobFailure::new(
-                            FailureReason::ImagePullFailure,
+                            reason,
                             format!("failed to pull image {name:?}: {message}"),
                         )));
                     }
-                    let backoff = 2 + u64::from(rand::random::<u8>() % 8);
+                    let backoff = 2 + u64::from(rand::random::<u8>() % 9);
                     trace.warning(&format!(
-                        "Failed to pull image {name}: {message}; retrying in {backoff}s"
+                        "Failed to pull image {name:?} (attempt #{attempt}), retrying in \
+                         {backoff}s: {message}"
                     ));
                     tokio::time::sleep(std::time::Duration::from_secs(backoff)).await;
                 }
             }
         }
+    }
+}
+
+/// The failure reason of a pull error message, as upstream classifies it: network and registry
+/// connection problems are `runner_external_dependency_failure` (and retried), a missing image
+/// or denied access is `runner_configuration_error`, anything else `image_pull_failure`.
+pub fn classify_pull_failure(message: &str) -> FailureReason {
+    let lower = message.to_lowercase();
+    let has = |needles: &[&str]| needles.iter().any(|n| lower.contains(n));
+    if has(&[
+        "dial tcp",
+        "connection refused",
+        "no such host",
+        "i/o timeout",
+        "tls handshake",
+        "client.timeout exceeded",
+        "request canceled",
+        "connection reset",
+    ]) {
+        FailureReason::RunnerExternalDependencyFailure
+    } else if has(&[
+        "not found",
+        "manifest unknown",
+        "pull access denied",
+        "access to the resource is denied",
+        "no basic auth credentials",
+        "repository does not exist or may require",
+        "unauthorized",
+        "authentication required",
+    ]) {
+        FailureReason::RunnerConfigurationError
+    } else {
+        FailureReason::ImagePullFailure
     }
 }
