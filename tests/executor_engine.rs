@@ -436,6 +436,64 @@ async fn non_root_image_user_can_write_the_checkout() {
     assert_clean_and_remove_reusable(&short);
 }
 
+/// Removes an image tag made for a test when dropped.
+struct Tag(String);
+
+impl Drop for Tag {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rmi", &self.0])
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disabled_umask_gives_the_checkout_to_the_image_user() {
+    let _guard = engine_test!();
+    // The build image with `USER 1000:1000` in its config.
+    let tag = "drover-test-executor-build-user:latest";
+    let c = format!("drover-test-umask-{}", std::process::id());
+    output_of(std::process::Command::new("docker").args(["create", "--name", &c, BUILD_IMAGE]));
+    let committed = std::process::Command::new("docker")
+        .args(["commit", "--change", "USER 1000:1000", &c, tag])
+        .output();
+    let _ = std::process::Command::new("docker")
+        .args(["rm", "-f", &c])
+        .output();
+    assert!(committed.is_ok_and(|o| o.status.success()), "docker commit");
+    let _tag = Tag(tag.to_string());
+    let runner = settings("umask");
+    let job = |ff: &str| {
+        payload(json!({
+            "id": 19, "job_info": {"project_id": 509},
+            "git_info": {"repo_url": "http://127.0.0.1:9/group/project.git"},
+            "image": {"name": tag},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "none"},
+                          {"key": "FF_DISABLE_UMASK_FOR_DOCKER_EXECUTOR", "value": ff}],
+            "steps": [{"name": "script", "script": [
+                "echo uid=$(id -u)", "stat -c 'owner %u:%g' \"$CI_PROJECT_DIR\""
+            ]}]
+        }))
+    };
+    let ran = run_job(&job("true"), &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(ran.trace.contains("uid=1000"), "{}", ran.trace);
+    assert!(
+        ran.trace
+            .contains("Changing ownership of files at \"/builds/group/project\" to 1000:1000"),
+        "{}",
+        ran.trace
+    );
+    assert!(ran.trace.contains("\nowner 1000:1000"), "{}", ran.trace);
+    // Without the flag the helper's files stay root's (world-writable through its umask).
+    let ran = run_job(&job("false"), &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(!ran.trace.contains("Changing ownership"), "{}", ran.trace);
+    assert!(ran.trace.contains("\nowner 0:0"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_destination_only_volume_is_read_write_whatever_its_mode() {
     let _guard = engine_test!();

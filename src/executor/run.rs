@@ -23,6 +23,7 @@ use crate::executor::trace::Trace;
 use crate::executor::volumes::Volumes;
 use crate::executor::{JobControl, JobRequest};
 
+mod ownership;
 mod prepare;
 
 /// Cleanup gets its own budget, detached from the job's cancellation.
@@ -246,6 +247,8 @@ impl<'r> JobRun<'r> {
 
         let mut job_status = "success";
         if ready {
+            // FF_DISABLE_UMASK_FOR_DOCKER_EXECUTOR: the checkout becomes the build image user's.
+            self.fix_ownership(trace, &p).await?;
             // One `step_<name>` stage per step except after_script (normally just `script`),
             // all bounded together by RUNNER_SCRIPT_TIMEOUT.
             let script_deadline = p.settings.script_timeout.map(deadline_in);

@@ -65,6 +65,40 @@ exit 0
     )
 }
 
+/// Where a stage's output goes: the job's trace, or a bounded buffer ([`Captured`]).
+pub trait StageOutput {
+    /// Takes a chunk of the container's output.
+    fn write(&mut self, data: &[u8]);
+    /// The stage ended.
+    fn flush(&mut self) {}
+}
+
+impl StageOutput for Trace<'_> {
+    fn write(&mut self, data: &[u8]) {
+        Trace::write(self, data);
+    }
+
+    fn flush(&mut self) {
+        Trace::flush(self);
+    }
+}
+
+/// A stage's output kept in memory, at most `limit` bytes (the rest is dropped).
+#[derive(Debug, Default)]
+pub struct Captured {
+    /// What was kept.
+    pub bytes: Vec<u8>,
+    /// The most bytes kept.
+    pub limit: usize,
+}
+
+impl StageOutput for Captured {
+    fn write(&mut self, data: &[u8]) {
+        let room = self.limit.saturating_sub(self.bytes.len());
+        self.bytes.extend_from_slice(&data[..data.len().min(room)]);
+    }
+}
+
 /// Runs `script` in container `id`, streaming its output into `trace`, until it exits or
 /// `stop` resolves.
 pub async fn run_stage(
@@ -72,7 +106,7 @@ pub async fn run_stage(
     id: &str,
     script: &str,
     is_build: bool,
-    trace: &mut Trace<'_>,
+    trace: &mut impl StageOutput,
     stop: impl Future<Output = StopReason>,
 ) -> Result<StageEnd, SystemError> {
     let attach = docker
