@@ -300,10 +300,12 @@ pub fn links(services: &[StartedService]) -> Vec<String> {
         .collect()
 }
 
-/// The IPs and the ports to probe of an inspected service container: `HEALTHCHECK_TCP_PORT`
-/// from its environment (name compared case-insensitively) if set, else its exposed TCP ports,
-/// sorted, at most 20.
-pub fn ips_and_ports(inspect: &ContainerInspectResponse) -> (Vec<String>, Vec<u16>) {
+/// The IPs and the ports to probe of an inspected service container: the first
+/// `HEALTHCHECK_TCP_PORT` of its environment (name compared case-insensitively) if set (a value
+/// that is not a port is an error, as upstream), else its exposed TCP ports, sorted, at most 20.
+pub fn ips_and_ports(
+    inspect: &ContainerInspectResponse,
+) -> Result<(Vec<String>, Vec<u16>), String> {
     let mut ips = Vec::new();
     if let Some(networks) = inspect
         .network_settings
@@ -328,11 +330,12 @@ pub fn ips_and_ports(inspect: &ContainerInspectResponse) -> (Vec<String>, Vec<u1
         .into_iter()
         .flatten()
         .filter_map(|e| e.split_once('='))
-        .filter(|(k, _)| k.eq_ignore_ascii_case("HEALTHCHECK_TCP_PORT"))
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .find_map(|(_, v)| v.trim().parse::<u16>().ok());
+        .find(|(k, _)| k.eq_ignore_ascii_case("HEALTHCHECK_TCP_PORT"))
+        .map(|(_, v)| {
+            v.parse::<u16>()
+                .map_err(|_| format!("invalid health check tcp port: {v}"))
+        })
+        .transpose()?;
     let ports = match from_env {
         Some(p) => vec![p],
         None => {
@@ -351,7 +354,7 @@ pub fn ips_and_ports(inspect: &ContainerInspectResponse) -> (Vec<String>, Vec<u1
             ports
         }
     };
-    (ips, ports)
+    Ok((ips, ports))
 }
 
 /// The per-build network's name: `runner-<short>-<project>-0-<job>`, DNS-cleaned.
@@ -664,7 +667,8 @@ pub async fn start(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
-    let (ips, ports) = ips_and_ports(&inspect);
+    let (ips, ports) = ips_and_ports(&inspect)
+        .map_err(|why| SystemError::Engine(format!("service {container_name}: {why}")))?;
     Ok(StartedService {
         image: svc.def.image.clone(),
         id,
@@ -1014,13 +1018,18 @@ mod tests {
         let inspect: ContainerInspectResponse = serde_json::from_value(json).unwrap();
         assert_eq!(
             ips_and_ports(&inspect),
-            (vec!["172.17.0.5".to_string()], vec![80, 9000])
+            Ok((vec!["172.17.0.5".to_string()], vec![80, 9000]))
         );
         let json = serde_json::json!({
             "Config": {"Env": ["healthcheck_tcp_port=5432"], "ExposedPorts": {"80/tcp": {}}}
         });
         let inspect: ContainerInspectResponse = serde_json::from_value(json).unwrap();
-        assert_eq!(ips_and_ports(&inspect).1, vec![5432]);
+        assert_eq!(ips_and_ports(&inspect).map(|p| p.1), Ok(vec![5432]));
+        let json = serde_json::json!({
+            "Config": {"Env": ["HEALTHCHECK_TCP_PORT=web", "HEALTHCHECK_TCP_PORT=80"]}
+        });
+        let inspect: ContainerInspectResponse = serde_json::from_value(json).unwrap();
+        assert!(ips_and_ports(&inspect).is_err());
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub struct RunnerSettings {
     pub debug_trace_disabled: bool,
     /// `[runners.docker]`.
     pub docker: DockerSettings,
+    /// Whether the runner's config has no `[runners.docker]` section at all (its jobs fail as
+    /// a configuration error, as upstream's do).
+    pub docker_section_missing: bool,
     /// `[runners.cache]` (the distributed cache; `None`: local archives only).
     pub cache: Option<crate::config::cache::CacheConfig>,
 }
@@ -292,6 +295,7 @@ impl RunnerSettings {
             feature_flags: r.feature_flags.clone(),
             debug_trace_disabled: r.debug_trace_disabled,
             cache: r.cache.as_deref().cloned(),
+            docker_section_missing: r.docker.is_none(),
             docker: DockerSettings {
                 image: d.image.clone(),
                 helper_image: non_empty(&d.helper_image),

@@ -54,6 +54,14 @@ impl JobRun<'_> {
                 .into());
             }
         }
+        if runner.docker_section_missing {
+            return Err(JobFailure::new(
+                FailureReason::RunnerConfigurationError,
+                "missing docker configuration: add a [runners.docker] section (with at least \
+                 image = \"...\") to this runner in config.toml",
+            )
+            .into());
+        }
         // Options upstream checks (and seccomp files it reads) when it builds a host config.
         let effective = crate::executor::docker_options::resolve(ds)?;
         let plan = plan::plan_job(payload, runner)?;
