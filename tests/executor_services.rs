@@ -177,6 +177,39 @@ async fn service_reached_by_every_alias_on_a_user_defined_network_mode() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ci_debug_services_follows_the_service_logs_into_the_job_log() {
+    let _guard = engine_test!();
+    let mut runner = settings("svcdebug");
+    runner.docker.network_mode = None;
+    let job = |debug: &str| {
+        no_git_job(
+            46,
+            604,
+            &["sleep 1", "echo script-ran"],
+            json!({
+                "services": [{"name": SERVICE_IMAGE, "alias": "logger",
+                    "command": ["sh", "-c", "echo svc-first-line; echo svc-second-line >&2; exec httpd -f -p 8080 -h /www"]}],
+                "variables": [{"key": "CI_DEBUG_SERVICES", "value": debug}]
+            }),
+        )
+    };
+    let ran = run_job(&job("true"), &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    for line in ["svc-first-line", "svc-second-line"] {
+        let found = ran.trace.lines().any(|l| {
+            l.starts_with("\x1b[0;37m[service:drover-test-executor-service-logger] ")
+                && l.ends_with(&format!("Z {line}\x1b[0;m"))
+        });
+        assert!(found, "{line} not followed:\n{}", ran.trace);
+    }
+    assert!(ran.trace.contains("\nscript-ran"), "{}", ran.trace);
+    let ran = run_job(&job("false"), &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(!ran.trace.contains("[service:"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unhealthy_service_warns_and_the_job_still_runs() {
     let _guard = engine_test!();
     let mut runner = settings("svcsick");

@@ -82,6 +82,8 @@ pub struct BuildSettings {
     pub after_script_timeout: Duration,
     /// `CI_DEBUG_TRACE`.
     pub debug_trace: bool,
+    /// `CI_DEBUG_SERVICES`: follow the services' logs into the job log.
+    pub debug_services: bool,
 }
 
 /// The default after_script timeout.
@@ -130,6 +132,7 @@ impl BuildSettings {
         let git_checkout = bool_setting("GIT_CHECKOUT", true);
         let after_script_ignore_errors = bool_setting("AFTER_SCRIPT_IGNORE_ERRORS", true);
         let debug_trace = bool_setting("CI_DEBUG_TRACE", false);
+        let debug_services = bool_setting("CI_DEBUG_SERVICES", false);
         let git_clean_flags = match get("GIT_CLEAN_FLAGS") {
             None => vec!["-ffdx".to_string()],
             Some("none") => Vec::new(),
@@ -209,6 +212,7 @@ impl BuildSettings {
             script_timeout,
             after_script_timeout,
             debug_trace,
+            debug_services,
         };
         (settings, warnings)
     }

@@ -66,6 +66,25 @@ pub(crate) struct JobRun<'r> {
     started: Instant,
     /// The per-build network, removed after the containers.
     network: Option<String>,
+    /// The services' logs followed into the job log (`CI_DEBUG_SERVICES`).
+    service_logs: Option<ServiceLogs>,
+}
+
+/// The services' log followers and the lines they send.
+struct ServiceLogs {
+    rx: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl JobRun<'_> {
+    /// Writes the service log lines received so far into the job log.
+    fn drain_service_logs(&mut self, trace: &mut Trace<'_>) {
+        if let Some(logs) = self.service_logs.as_mut() {
+            while let Ok(line) = logs.rx.try_recv() {
+                trace.write(&line);
+            }
+        }
+    }
 }
 
 impl<'r> JobRun<'r> {
@@ -82,6 +101,7 @@ impl<'r> JobRun<'r> {
             cancel_consumed: false,
             started: Instant::now(),
             network: None,
+            service_logs: None,
         }
     }
 
@@ -567,6 +587,7 @@ impl<'r> JobRun<'r> {
                 self.stop_failure(StopReason::JobTimeout, None),
             ));
         }
+        self.drain_service_logs(trace);
         trace.section_start(name, description);
         let script = body.finish(p.settings.debug_trace && !self.req.runner.debug_trace_disabled);
         // A container that vanished (removed from outside) is recreated and the stage run
@@ -585,8 +606,17 @@ impl<'r> JobRun<'r> {
                     user_script,
                     self.cancel_consumed,
                 );
-                let end =
-                    run_stage(&docker, &id, &script, role == Role::Build, trace, stop).await?;
+                let side = self.service_logs.as_mut().map(|l| &mut l.rx);
+                let end = run_stage(
+                    &docker,
+                    &id,
+                    &script,
+                    role == Role::Build,
+                    trace,
+                    side,
+                    stop,
+                )
+                .await?;
                 Ok::<_, JobOrSystem>(end)
             }
             .await;
@@ -623,6 +653,7 @@ impl<'r> JobRun<'r> {
                 return Err(e.into());
             }
         };
+        self.drain_service_logs(trace);
         trace.section_end(name);
         self.mark(&format!("{name}: done"));
         Ok(outcome)
@@ -657,6 +688,12 @@ impl<'r> JobRun<'r> {
             return;
         };
         let docker = engine.docker;
+        self.drain_service_logs(trace);
+        if let Some(logs) = self.service_logs.take() {
+            for t in logs.tasks {
+                t.abort();
+            }
+        }
         let work = async {
             let keep = self.req.runner.docker.volume_keep;
             let mut problems = self.containers.remove_all(&docker, keep).await;

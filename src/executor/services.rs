@@ -13,7 +13,8 @@
 //! Service containers get `services_devices` (by image glob) and `service_gpus`; on a
 //! user-defined network (the per-build one or a named `network_mode`) they get their aliases.
 //!
-//! Not handled: `CI_DEBUG_SERVICES` log streaming (the spec's deferred list).
+//! With `CI_DEBUG_SERVICES`, [`follow_logs`] streams each service's output (with Docker's
+//! timestamps) into the job log, one grey `[service:<aliases>] ` line per line, as upstream.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -887,6 +888,71 @@ async fn container_logs(docker: &Docker, id: &str, timestamps: bool) -> String {
         Ok(out) => String::from_utf8_lossy(&out).into_owned(),
         Err(_) => "(reading the logs timed out)".into(),
     }
+}
+
+/// The longest service log line passed on whole; longer ones are cut into pieces.
+const SERVICE_LOG_LINE_LIMIT: usize = 64 * 1024;
+
+/// One service log line for the job log: grey `[service:<name>] <line>`, then a reset.
+pub fn service_log_line(name: &str, line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len() + name.len() + 24);
+    out.extend_from_slice(b"\x1b[0;37m[service:");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"] ");
+    out.extend_from_slice(line);
+    out.extend_from_slice(b"\x1b[0;m\n");
+    out
+}
+
+/// Follows every service's logs (stdout and stderr, with timestamps) until its container goes
+/// away, sending one formatted line ([`service_log_line`]) at a time to `tx`. Lines the job
+/// log cannot take fast enough (the channel is full) are dropped rather than held.
+pub fn follow_logs(
+    docker: &Docker,
+    services: &[StartedService],
+    tx: &tokio::sync::mpsc::Sender<Vec<u8>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    services
+        .iter()
+        .map(|svc| {
+            let docker = docker.clone();
+            let tx = tx.clone();
+            let id = svc.id.clone();
+            let name = svc.aliases.join("-");
+            tokio::spawn(async move {
+                let mut stream = docker.logs(
+                    &id,
+                    Some(LogsOptions {
+                        follow: true,
+                        stdout: true,
+                        stderr: true,
+                        timestamps: true,
+                        ..Default::default()
+                    }),
+                );
+                let mut pending: Vec<u8> = Vec::new();
+                let send = |line: &[u8]| {
+                    let _ = tx.try_send(service_log_line(&name, line));
+                };
+                while let Some(Ok(chunk)) = stream.next().await {
+                    pending.extend_from_slice(&chunk.into_bytes());
+                    while let Some(at) = pending.iter().position(|b| *b == b'\n') {
+                        let rest = pending.split_off(at + 1);
+                        pending.pop();
+                        send(&pending);
+                        pending = rest;
+                    }
+                    if pending.len() > SERVICE_LOG_LINE_LIMIT {
+                        send(&pending);
+                        pending.clear();
+                    }
+                }
+                if !pending.is_empty() {
+                    send(&pending);
+                }
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -100,13 +100,15 @@ impl StageOutput for Captured {
 }
 
 /// Runs `script` in container `id`, streaming its output into `trace`, until it exits or
-/// `stop` resolves.
+/// `stop` resolves. Lines arriving on `side` meanwhile (the services' logs with
+/// `CI_DEBUG_SERVICES`) go into `trace` too.
 pub async fn run_stage(
     docker: &Docker,
     id: &str,
     script: &str,
     is_build: bool,
     trace: &mut impl StageOutput,
+    mut side: Option<&mut tokio::sync::mpsc::Receiver<Vec<u8>>>,
     stop: impl Future<Output = StopReason>,
 ) -> Result<StageEnd, SystemError> {
     let attach = docker
@@ -145,6 +147,12 @@ pub async fn run_stage(
                 stopped = Some(reason);
                 break;
             }
+            Some(line) = async {
+                match side.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => trace.write(&line),
             r = &mut write, if !written => {
                 written = true;
                 if let Err(e) = r {

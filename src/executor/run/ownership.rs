@@ -45,9 +45,17 @@ impl JobRun<'_> {
             false,
             self.cancel_consumed,
         );
-        let end = run_stage(&docker, &id, script, role == Role::Build, &mut out, stop)
-            .await
-            .map_err(JobError::from)?;
+        let end = run_stage(
+            &docker,
+            &id,
+            script,
+            role == Role::Build,
+            &mut out,
+            None,
+            stop,
+        )
+        .await
+        .map_err(JobError::from)?;
         let code = match end {
             StageEnd::Exited(code) => code,
             StageEnd::Stopped(reason) => {

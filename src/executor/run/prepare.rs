@@ -238,6 +238,7 @@ impl JobRun<'_> {
                     binds: &plan.binds(),
                     network: &network,
                     settings: &effective,
+                    debug_services: settings.debug_services && !runner.debug_trace_disabled,
                 },
             )
             .await?;
@@ -383,6 +384,12 @@ impl JobRun<'_> {
             .await?;
             started.push(s);
         }
+        if job.debug_services && !started.is_empty() {
+            // Bounded: lines the job log cannot take fast enough are dropped.
+            let (tx, rx) = tokio::sync::mpsc::channel(4096);
+            let tasks = services::follow_logs(&self.engine_docker()?, &started, &tx);
+            self.service_logs = Some(super::ServiceLogs { rx, tasks });
+        }
         if let (Some(timeout), false) = (wait, started.is_empty()) {
             trace.info(&format!(
                 "Waiting for services to be up and running (timeout {} seconds)...",
@@ -403,6 +410,7 @@ impl JobRun<'_> {
                 }
             }
         }
+        self.drain_service_logs(trace);
         Ok(started)
     }
 
@@ -468,6 +476,8 @@ struct ServiceJob<'a> {
     binds: &'a [String],
     network: &'a services::JobNetwork,
     settings: &'a crate::executor::settings::DockerSettings,
+    /// `CI_DEBUG_SERVICES` (and not disabled on this runner).
+    debug_services: bool,
 }
 
 /// The variables `helper_image` is expanded with: the job's, with `CI_RUNNER_VERSION` set to
