@@ -1,7 +1,8 @@
 //! Images: which image a job runs in (job `image:` or the config default, checked against
 //! `allowed_images`), the pull policies in effect (requested ∩ allowed, tried in order), registry
-//! credentials (`DOCKER_AUTH_CONFIG`, then the payload's `registry` credentials), the helper
-//! image's name, and the pull manager that applies all this against the Engine.
+//! credentials ([`auth`]: `DOCKER_AUTH_CONFIG`, the runner user's docker config with its
+//! credential helpers, the payload's `registry` credentials), the helper image's name, and the
+//! pull manager that applies all this against the Engine.
 //!
 //! The pure parts are free functions; [`Puller`] holds the per-job name → ID cache and talks to
 //! the Engine. It never decides job flow: it returns an image or a typed failure.
@@ -220,16 +221,6 @@ pub fn default_helper_image(architecture: &str, flavor: Option<&str>) -> String 
     format!("{HELPER_IMAGE_REPO}:{flavor}{arch}-v{PINNED_HELPER_VERSION}")
 }
 
-/// The registry host of an image reference (`docker.io` for Docker Hub names).
-pub fn registry_of(image: &str) -> &str {
-    match image.split_once('/') {
-        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
-            first
-        }
-        _ => "docker.io",
-    }
-}
-
 /// Splits `name[:tag]` / `name@digest` into repository and tag (`latest` when missing).
 pub fn split_reference(image: &str) -> (String, String) {
     if let Some((repo, digest)) = image.split_once('@') {
@@ -346,7 +337,7 @@ mod tests {
     }
 
     #[test]
-    fn references_and_credentials() {
+    fn references() {
         assert_eq!(split_reference("ruby"), ("ruby".into(), "latest".into()));
         assert_eq!(
             split_reference("localhost:5000/a/b:1"),
@@ -356,11 +347,6 @@ mod tests {
             split_reference("a@sha256:x"),
             ("a".into(), "sha256:x".into())
         );
-        assert_eq!(
-            registry_of("registry.gitlab.example.com/g/p:1"),
-            "registry.gitlab.example.com"
-        );
-        assert_eq!(registry_of("ruby:3"), "docker.io");
     }
 }
 
