@@ -1956,6 +1956,242 @@ fn classify_pull_failure_table(t: &mut Tally) {
     }
 }
 
+/// A volume entry as upstream's tests hand it to the manager (already parsed).
+fn spec(source: &str, destination: &str, mode: &str) -> VolumeSpec {
+    let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    VolumeSpec {
+        source: some(source),
+        destination: destination.to_string(),
+        mode: some(mode),
+        label: None,
+        propagation: None,
+    }
+}
+
+/// How the manager makes cache volumes in a table.
+#[derive(Clone, Copy)]
+enum CacheKind {
+    /// `disable_cache`: temporary volumes named after `name`.
+    Disabled,
+    /// `cache_dir = "/cache"`: host directories under `/cache/<name>/`.
+    HostBased,
+    /// Reusable volumes named after `name`.
+    VolumeBased,
+}
+
+/// The binds the manager gives for the existing `/host:/duplicated` bind plus `extra`, without
+/// the builds volume; Err when the plan is refused.
+fn manager_binds(
+    extra: Option<VolumeSpec>,
+    kind: CacheKind,
+    base: &str,
+    name: &str,
+    protected: bool,
+) -> Result<Vec<String>, ()> {
+    let mut specs = vec![spec("/host", "/duplicated", "")];
+    specs.extend(extra);
+    let plan = volumes::plan(&volumes::PlanInputs {
+        volumes: &specs,
+        build_dir: base,
+        root_dir: "/zz-builds-root",
+        random_name: name,
+        real_unique_name: name,
+        disable_cache: matches!(kind, CacheKind::Disabled),
+        host_cache_dir: matches!(kind, CacheKind::HostBased).then_some("/cache"),
+        protected,
+        reusable_builds: false,
+    })
+    .map_err(|_| ())?;
+    Ok(plan
+        .binds()
+        .into_iter()
+        .filter(|b| !b.ends_with(":/zz-builds-root"))
+        .collect())
+}
+
+/// internal/volumes/manager_test.go (host volumes, and cache volumes disabled, host-based and
+/// volume-based), utils_test.go TestIsHostMountedVolume_Linux and TestManagedList_Add.
+fn volume_manager_tables(t: &mut Tally) {
+    let existing = "/host:/duplicated".to_string();
+    let with = |b: &[&str]| {
+        let mut v = vec![existing.clone()];
+        v.extend(b.iter().map(|s| s.to_string()));
+        Ok(v)
+    };
+    // (name, entry, base, expected binds after the existing one, or Err)
+    let host: Vec<(&str, Option<VolumeSpec>, &str, Result<Vec<String>, ()>)> = vec![
+        ("no volumes specified", None, "", with(&[])),
+        (
+            "volume with absolute path",
+            Some(spec("/host", "/volume", "")),
+            "",
+            with(&["/host:/volume"]),
+        ),
+        (
+            "volume with absolute path and with basePath specified",
+            Some(spec("/host", "/volume", "")),
+            "/builds",
+            with(&["/host:/volume"]),
+        ),
+        (
+            "volume without absolute path and without basePath specified",
+            Some(spec("/host", "volume", "")),
+            "",
+            with(&["/host:volume"]),
+        ),
+        (
+            "volume without absolute path and with basePath specified",
+            Some(spec("/host", "volume", "")),
+            "/builds/project",
+            with(&["/host:/builds/project/volume"]),
+        ),
+        (
+            "duplicated volume specification",
+            Some(spec("/host/new", "/duplicated", "")),
+            "",
+            Err(()),
+        ),
+        (
+            "volume with mode specified",
+            Some(spec("/host/new", "/my/path", "ro")),
+            "",
+            with(&["/host/new:/my/path:ro"]),
+        ),
+        (
+            "root volume specified",
+            Some(spec("/host/new", "/", "ro")),
+            "",
+            Err(()),
+        ),
+    ];
+    for (name, extra, base, want) in host {
+        let got = manager_binds(extra, CacheKind::VolumeBased, base, "uniq", false);
+        t.check(
+            "internal/volumes/manager_test.go TestDefaultManager_CreateUserVolumes_HostVolume",
+            name,
+            got == want,
+            || format!("{got:?}, want {want:?}"),
+        );
+    }
+    // (table, name, destination, base, name, protected, expected binds after the existing one)
+    type CacheCase<'a> = (
+        CacheKind,
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a str,
+        bool,
+        Result<Vec<String>, ()>,
+    );
+    let cache: Vec<CacheCase> = vec![
+        (CacheKind::Disabled, "volume with absolute path, without basePath and with disableCache", "/volume", "", "temporary", false,
+            with(&["temporary-cache-14331bf18c8e434c4b3f48a8c5cc79aa:/volume"])),
+        (CacheKind::Disabled, "volume with absolute path, with basePath and with disableCache", "/volume", "/builds/project", "temporary", false,
+            with(&["temporary-cache-14331bf18c8e434c4b3f48a8c5cc79aa:/volume"])),
+        (CacheKind::Disabled, "volume without absolute path, without basePath and with disableCache", "volume", "", "temporary", false,
+            with(&["temporary-cache-210ab9e731c9c36c2c38db15c28a8d1c:volume"])),
+        (CacheKind::Disabled, "volume without absolute path, with basePath and with disableCache", "volume", "/builds/project", "temporary", false,
+            with(&["temporary-cache-f69aef9fb01e88e6213362a04877452d:/builds/project/volume"])),
+        (CacheKind::Disabled, "duplicated volume definition", "/duplicated", "", "temporary", false, Err(())),
+        (CacheKind::Disabled, "volume is root", "/", "", "temporary", false, Err(())),
+        (CacheKind::Disabled, "protected", "some-volume", "/some/base/path", "some-temporary", true,
+            with(&["some-temporary-cache-804b0f6b0d757899a37145f9d7f3848e-protected:/some/base/path/some-volume"])),
+        (CacheKind::HostBased, "volume with absolute path, without basePath", "/volume", "", "uniq", false,
+            with(&["/cache/uniq/14331bf18c8e434c4b3f48a8c5cc79aa:/volume"])),
+        (CacheKind::HostBased, "volume with absolute path, with basePath", "/volume", "/builds/project", "uniq", false,
+            with(&["/cache/uniq/14331bf18c8e434c4b3f48a8c5cc79aa:/volume"])),
+        (CacheKind::HostBased, "volume without absolute path, without basePath", "volume", "", "uniq", false,
+            with(&["/cache/uniq/210ab9e731c9c36c2c38db15c28a8d1c:volume"])),
+        (CacheKind::HostBased, "volume without absolute path, with basePath", "volume", "/builds/project", "uniq", false,
+            with(&["/cache/uniq/f69aef9fb01e88e6213362a04877452d:/builds/project/volume"])),
+        (CacheKind::HostBased, "duplicated volume definition", "/duplicated", "", "uniq", false, Err(())),
+        (CacheKind::HostBased, "volume is root", "/", "", "uniq", false, Err(())),
+        (CacheKind::HostBased, "protected", "some-volume", "/some/base/path", "some-unique-name", true,
+            with(&["/cache/some-unique-name/804b0f6b0d757899a37145f9d7f3848e-protected:/some/base/path/some-volume"])),
+        (CacheKind::VolumeBased, "volume with absolute path, without basePath and with existing volume", "/volume", "", "uniq", false,
+            with(&["uniq-cache-14331bf18c8e434c4b3f48a8c5cc79aa:/volume"])),
+        (CacheKind::VolumeBased, "volume without absolute path, with basePath", "volume", "/builds/project", "uniq", false,
+            with(&["uniq-cache-f69aef9fb01e88e6213362a04877452d:/builds/project/volume"])),
+        (CacheKind::VolumeBased, "volume is root", "/", "", "uniq", false, Err(())),
+        (CacheKind::VolumeBased, "duplicated volume definition", "/duplicated", "", "uniq", false, Err(())),
+        (CacheKind::VolumeBased, "protected", "some/volume", "/some/base/path", "some-unique-name", true,
+            with(&["some-unique-name-cache-7ee4ee58453a23f50e3e88641d9e4690-protected:/some/base/path/some/volume"])),
+    ];
+    for (kind, name, dst, base, vname, protected, want) in cache {
+        let table = match kind {
+            CacheKind::Disabled => "internal/volumes/manager_test.go TestDefaultManager_CreateUserVolumes_CacheVolume_Disabled",
+            CacheKind::HostBased => "internal/volumes/manager_test.go TestDefaultManager_CreateUserVolumes_CacheVolume_HostBased",
+            CacheKind::VolumeBased => "internal/volumes/manager_test.go TestDefaultManager_CreateUserVolumes_CacheVolume_VolumeBased",
+        };
+        let got = manager_binds(Some(spec("", dst, "")), kind, base, vname, protected);
+        t.check(table, name, got == want, || {
+            format!("{got:?}, want {want:?}")
+        });
+    }
+    // TestIsHostMountedVolume_Linux: (name, dir, volumes, Some(result) or None for an error).
+    let mounted: &[(&str, &str, &[&str], Option<bool>)] = &[
+        ("empty volumes", "/test/to/checked/dir", &[], Some(false)),
+        (
+            "no host volumes",
+            "/test/to/checked/dir",
+            &["/tests/to"],
+            Some(false),
+        ),
+        (
+            "dir not within volumes",
+            "/test/to/checked/dir",
+            &["/host:/root"],
+            Some(false),
+        ),
+        (
+            "dir within volumes",
+            "/test/to/checked/dir",
+            &["/host:/test/to"],
+            Some(true),
+        ),
+        ("error on parsing", "/test/to/checked/dir", &[""], None),
+    ];
+    let same = |s: &str| s.to_string();
+    for (name, dir, vols, want) in mounted {
+        let got = volumes::parse_volumes(&strings(vols), &same)
+            .ok()
+            .map(|specs| volumes::builds_dir_host_mounted(&specs, dir));
+        t.check(
+            "internal/volumes/utils_test.go TestIsHostMountedVolume_Linux",
+            name,
+            got == *want,
+            || format!("{got:?}, want {want:?}"),
+        );
+    }
+    // TestManagedList_Add: "/duplicate" is taken, then the path is added.
+    for (name, path, ok) in [
+        ("add non-duplicated path", "/new/path", true),
+        ("add duplicated path", "/duplicate", false),
+        ("add non-normalized duplicated path", "/duplicate/", false),
+        ("add child path", "/duplicate/child", true),
+    ] {
+        let specs = vec![spec("/a", "/duplicate", ""), spec("/b", path, "")];
+        let got = volumes::plan(&volumes::PlanInputs {
+            volumes: &specs,
+            build_dir: "/builds/g/p",
+            root_dir: "/builds",
+            random_name: "r",
+            real_unique_name: "u",
+            disable_cache: false,
+            host_cache_dir: None,
+            protected: false,
+            reusable_builds: false,
+        })
+        .is_ok();
+        t.check(
+            "internal/volumes/utils_test.go TestManagedList_Add",
+            name,
+            got == ok,
+            || format!("accepted = {got}"),
+        );
+    }
+}
+
 #[test]
 fn docker_conformance() {
     let mut t = Tally::default();
@@ -1970,6 +2206,7 @@ fn docker_conformance() {
     services_devices_table(&mut t);
     split_name_and_version_table(&mut t);
     classify_pull_failure_table(&mut t);
+    volume_manager_tables(&mut t);
     for (table, cases, agree) in &t.tables {
         println!("  {table}: {cases} cases, {agree} agree");
     }

@@ -182,11 +182,8 @@ pub fn parse_volumes(
     specs: &[String],
     expand: &dyn Fn(&str) -> String,
 ) -> Result<Vec<VolumeSpec>, JobFailure> {
-    specs
-        .iter()
-        .filter(|s| !s.is_empty())
-        .map(|s| parse_volume(s, expand))
-        .collect()
+    // An empty entry is an invalid specification, as upstream's parser says.
+    specs.iter().map(|s| parse_volume(s, expand)).collect()
 }
 
 /// A container path made clean for comparison (`/a/b/` and `/a//b` are `/a/b`).
@@ -291,10 +288,10 @@ pub fn plan(i: &PlanInputs<'_>) -> Result<VolumePlan, JobFailure> {
                 format!("invalid volume destination {dst:?}: it needs to be a non-root path"),
             ));
         }
-        Ok(if dst.starts_with('/') {
+        Ok(if dst.starts_with('/') || i.build_dir.is_empty() {
             dst.to_string()
         } else {
-            format!("{}/{dst}", i.build_dir)
+            format!("{}/{dst}", i.build_dir.trim_end_matches('/'))
         })
     };
     // A cache volume (or, with `builds`, the builds volume): Ok(false) if its path is taken.
