@@ -2192,6 +2192,67 @@ fn volume_manager_tables(t: &mut Tally) {
     }
 }
 
+/// executors/docker/docker_test.go TestPrepareBuildsDir (the parser-creation case is Go
+/// internals): (name, builds_dir, volumes, Some(shared) or None for an error).
+fn prepare_builds_dir_table(t: &mut Tally) {
+    let cases: &[(&str, &str, &[&str], Option<bool>)] = &[
+        (
+            "rootDir mounted as host based volume",
+            "/build",
+            &["/build:/build"],
+            Some(true),
+        ),
+        (
+            "rootDir mounted as container based volume",
+            "/build",
+            &["/build"],
+            Some(false),
+        ),
+        (
+            "rootDir not mounted as volume",
+            "/build",
+            &["/folder:/folder"],
+            Some(false),
+        ),
+        (
+            "rootDir's parent mounted as volume",
+            "/build/other/directory",
+            &["/build/:/build"],
+            Some(true),
+        ),
+        ("rootDir is not an absolute path", "builds", &[], None),
+        ("rootDir is /", "/", &[], None),
+        ("error on volume parsing", "/build", &[""], None),
+    ];
+    let payload = drover::job::JobPayload::from_json(
+        &serde_json::json!({
+            "id": 1, "token": "t", "job_info": {"project_id": 1},
+            "git_info": {"repo_url": "http://gitlab.example.com/g/p.git"},
+            "steps": [{"name": "script", "script": ["true"]}]
+        })
+        .to_string(),
+    )
+    .expect("payload");
+    for (name, root, vols, want) in cases {
+        let mut runner = drover::executor::RunnerSettings {
+            token: "glrt-conformance".into(),
+            builds_dir: Some(root.to_string()),
+            ..Default::default()
+        };
+        runner.docker.image = "alpine".into();
+        runner.docker.volumes = strings(vols);
+        let got = drover::executor::plan::plan_job(&payload, &runner)
+            .ok()
+            .map(|p| p.paths.build_dir.contains(&format!("/{}/0/", p.short)));
+        t.check(
+            "executors/docker/docker_test.go TestPrepareBuildsDir",
+            name,
+            got == *want,
+            || format!("shared = {got:?}, want {want:?}"),
+        );
+    }
+}
+
 #[test]
 fn docker_conformance() {
     let mut t = Tally::default();
@@ -2207,6 +2268,7 @@ fn docker_conformance() {
     split_name_and_version_table(&mut t);
     classify_pull_failure_table(&mut t);
     volume_manager_tables(&mut t);
+    prepare_builds_dir_table(&mut t);
     for (table, cases, agree) in &t.tables {
         println!("  {table}: {cases} cases, {agree} agree");
     }

@@ -40,6 +40,20 @@ pub struct JobPlan {
 pub fn plan_job(payload: &JobPayload, runner: &RunnerSettings) -> Result<JobPlan, JobFailure> {
     let ds = &runner.docker;
     let short = paths::short_token(&runner.token);
+    // Upstream checks the builds dir before anything else (`prepareBuildsDir`).
+    let root = runner.builds_dir();
+    if !root.starts_with('/') {
+        return Err(JobFailure::new(
+            FailureReason::RunnerConfigurationError,
+            format!("build directory needs to be an absolute path: builds_dir is {root:?}"),
+        ));
+    }
+    if paths::normalize(root) == "/" {
+        return Err(JobFailure::new(
+            FailureReason::RunnerConfigurationError,
+            "build directory needs to be a non-root path: builds_dir is \"/\"",
+        ));
+    }
     // Variables are needed to find the paths and the paths to finish the variables: a
     // first pass with the default project dir reads the job-controlled settings.
     let default_paths = JobPaths::new(&PathInputs {

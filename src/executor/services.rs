@@ -592,7 +592,8 @@ pub async fn start(
     svc: &ServiceToStart,
     i: &StartInputs<'_>,
     created: &mut Vec<String>,
-) -> Result<StartedService, SystemError> {
+) -> Result<StartedService, crate::executor::containers::JobOrSystem> {
+    use crate::executor::containers::JobOrSystem;
     let container_name = format!("{}-{}-{index}", i.random_name, svc.name.slug());
     force_remove(docker, &container_name)
         .await
@@ -637,7 +638,20 @@ pub async fn start(
             body,
         )
         .await
-        .map_err(|e| SystemError::docker(format!("create service container {container_name}"), e))?
+        .map_err(|e| match e {
+            // The Engine refusing the container's settings is a configuration error, as
+            // upstream classifies it.
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 400,
+                message,
+            } => JobOrSystem::Job(JobFailure::new(
+                FailureReason::RunnerConfigurationError,
+                format!("creating service container {container_name}: {message}"),
+            )),
+            e => {
+                SystemError::docker(format!("create service container {container_name}"), e).into()
+            }
+        })?
         .id;
     created.push(id.clone());
     docker
@@ -664,7 +678,8 @@ pub async fn start(
             return Err(SystemError::Engine(format!(
                 "service container {container_name} did not start within {}s",
                 i.wait_timeout.as_secs()
-            )));
+            ))
+            .into());
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
