@@ -2019,7 +2019,13 @@ fn volume_manager_tables(t: &mut Tally) {
         Ok(v)
     };
     // (name, entry, base, expected binds after the existing one, or Err)
-    let host: Vec<(&str, Option<VolumeSpec>, &str, Result<Vec<String>, ()>)> = vec![
+    type HostCase<'a> = (
+        &'a str,
+        Option<VolumeSpec>,
+        &'a str,
+        Result<Vec<String>, ()>,
+    );
+    let host: Vec<HostCase> = vec![
         ("no volumes specified", None, "", with(&[])),
         (
             "volume with absolute path",
