@@ -436,17 +436,6 @@ async fn non_root_image_user_can_write_the_checkout() {
     assert_clean_and_remove_reusable(&short);
 }
 
-/// Removes an image tag made for a test when dropped.
-struct Tag(String);
-
-impl Drop for Tag {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rmi", &self.0])
-            .output();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disabled_umask_gives_the_checkout_to_the_image_user() {
     let _guard = engine_test!();

@@ -79,15 +79,6 @@ async fn a_job_variable_cannot_turn_a_cache_volume_into_a_host_bind() {
     assert_clean_and_remove_reusable(&short_token(&s));
 }
 
-/// Removes a tag made for a test when dropped.
-struct Tag(String);
-
-impl Drop for Tag {
-    fn drop(&mut self) {
-        let _ = Command::new("docker").args(["rmi", &self.0]).output();
-    }
-}
-
 #[tokio::test]
 async fn a_globstar_inside_a_segment_does_not_cross_slashes() {
     let _guard = engine_test!();

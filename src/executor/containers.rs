@@ -326,16 +326,7 @@ impl Containers {
         let created = docker
             .create_container(Some(options), body)
             .await
-            .map_err(|e| match e {
-                bollard::errors::Error::DockerResponseServerError {
-                    status_code: 400,
-                    message,
-                } => JobOrSystem::Job(JobFailure::new(
-                    FailureReason::RunnerConfigurationError,
-                    format!("creating container {name}: {message}"),
-                )),
-                e => SystemError::docker(format!("create container {name}"), e).into(),
-            })?;
+            .map_err(|e| create_error(&format!("container {name}"), e))?;
         self.created.push(created.id.clone());
         *slot = Some(created.id.clone());
         Ok(created.id)
@@ -406,6 +397,22 @@ async fn remove(docker: &Docker, id: &str, volumes: bool) -> Result<(), bollard:
     match docker.remove_container(id, Some(options)).await {
         Err(e) if not_found(&e) => Ok(()),
         r => r,
+    }
+}
+
+/// A failed container create: the Engine refusing the container's settings (400) is a
+/// configuration error, as upstream classifies it; anything else a system failure. `what`
+/// names the container (`container <name>`).
+pub(crate) fn create_error(what: &str, e: bollard::errors::Error) -> JobOrSystem {
+    match e {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 400,
+            message,
+        } => JobOrSystem::Job(JobFailure::new(
+            FailureReason::RunnerConfigurationError,
+            format!("creating {what}: {message}"),
+        )),
+        e => SystemError::docker(format!("create {what}"), e).into(),
     }
 }
 

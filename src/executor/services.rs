@@ -593,7 +593,6 @@ pub async fn start(
     i: &StartInputs<'_>,
     created: &mut Vec<String>,
 ) -> Result<StartedService, crate::executor::containers::JobOrSystem> {
-    use crate::executor::containers::JobOrSystem;
     let container_name = format!("{}-{}-{index}", i.random_name, svc.name.slug());
     force_remove(docker, &container_name)
         .await
@@ -638,19 +637,11 @@ pub async fn start(
             body,
         )
         .await
-        .map_err(|e| match e {
-            // The Engine refusing the container's settings is a configuration error, as
-            // upstream classifies it.
-            bollard::errors::Error::DockerResponseServerError {
-                status_code: 400,
-                message,
-            } => JobOrSystem::Job(JobFailure::new(
-                FailureReason::RunnerConfigurationError,
-                format!("creating service container {container_name}: {message}"),
-            )),
-            e => {
-                SystemError::docker(format!("create service container {container_name}"), e).into()
-            }
+        .map_err(|e| {
+            crate::executor::containers::create_error(
+                &format!("service container {container_name}"),
+                e,
+            )
         })?
         .id;
     created.push(id.clone());
