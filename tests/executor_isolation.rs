@@ -124,5 +124,24 @@ async fn a_globstar_inside_a_segment_does_not_cross_slashes() {
         "{}",
         ran.trace
     );
+    // The pull manager's lines, as upstream prints them (a local tag has no repo digest).
+    for line in [
+        "Using helper image:  drover-test-executor-helper:latest  (overridden, default would be  \
+         registry.gitlab.com/gitlab-org/gitlab-runner/gitlab-runner-helper:x86_64-v19.4.0 )",
+        "Using effective pull policy of [if-not-present] for container \
+         drover-test-executor-helper:latest",
+        "Using effective pull policy of [if-not-present] for container drover-test-team-ok:1",
+    ] {
+        assert!(ran.trace.contains(line), "{line}\n{}", ran.trace);
+    }
+    assert!(
+        ran.trace
+            .lines()
+            .any(|l| l.starts_with("Using docker image sha256:")
+                && l.contains(" for drover-test-team-ok:1 ...")
+                && !l.contains("with digest")),
+        "{}",
+        ran.trace
+    );
     assert_clean_and_remove_reusable(&short_token(&s));
 }

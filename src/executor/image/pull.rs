@@ -67,7 +67,8 @@ impl<'d> Puller<'d> {
         }
     }
 
-    /// Gets `name` following `policies` in order (each a fallback for the previous one).
+    /// Gets `name` following `policies` in order (each a fallback for the previous one), with
+    /// upstream's pull-manager lines in the job log.
     pub async fn get(
         &mut self,
         name: &str,
@@ -76,17 +77,65 @@ impl<'d> Puller<'d> {
         platform: Option<&str>,
         trace: &mut Trace<'_>,
     ) -> Result<ResolvedImage, ImageError> {
+        self.get_inner(name, policies, auth, platform, trace, true)
+            .await
+    }
+
+    /// Gets the default helper image: used silently when present, pulled otherwise (upstream
+    /// looks it up without its pull manager, so none of its lines appear).
+    pub async fn get_default_helper(
+        &mut self,
+        name: &str,
+        auth: &AuthSources,
+        trace: &mut Trace<'_>,
+    ) -> Result<ResolvedImage, ImageError> {
+        self.get_inner(name, &[PullPolicy::IfNotPresent], auth, None, trace, false)
+            .await
+    }
+
+    async fn get_inner(
+        &mut self,
+        name: &str,
+        policies: &[PullPolicy],
+        auth: &AuthSources,
+        platform: Option<&str>,
+        trace: &mut Trace<'_>,
+        announce: bool,
+    ) -> Result<ResolvedImage, ImageError> {
         if let Some(hit) = self.cache.get(name) {
             return Ok(hit.clone());
         }
+        if announce {
+            let list: Vec<&str> = policies.iter().map(|p| p.as_str()).collect();
+            trace.info(&format!(
+                "Using effective pull policy of [{}] for container {name}",
+                list.join(" ")
+            ));
+        }
         let mut last_error = None;
-        for policy in policies {
-            match self.try_policy(name, *policy, auth, platform, trace).await {
+        for (index, policy) in policies.iter().enumerate() {
+            if index > 0 {
+                trace.info(&format!(
+                    "Attempt #{}: Trying \"{}\" pull policy",
+                    index + 1,
+                    policy.as_str()
+                ));
+            }
+            match self
+                .try_policy(name, *policy, auth, platform, trace, announce)
+                .await
+            {
                 Ok(image) => {
-                    trace.info(&format!(
-                        "Using docker image {} for {name} with digest {} ...",
-                        image.id, image.reference
-                    ));
+                    if announce && image.id != name {
+                        if image.reference != image.id {
+                            trace.info(&format!(
+                                "Using docker image {} for {name} with digest {} ...",
+                                image.id, image.reference
+                            ));
+                        } else {
+                            trace.info(&format!("Using docker image {} for {name} ...", image.id));
+                        }
+                    }
                     self.cache.insert(name.to_string(), image.clone());
                     return Ok(image);
                 }
@@ -118,6 +167,7 @@ impl<'d> Puller<'d> {
         auth: &AuthSources,
         platform: Option<&str>,
         trace: &mut Trace<'_>,
+        announce: bool,
     ) -> Result<ResolvedImage, ImageError> {
         let local = self.inspect(name).await.map_err(ImageError::System)?;
         match (policy, local) {
@@ -130,9 +180,11 @@ impl<'d> Puller<'d> {
             }
             (_, Some(img)) if img.id == name || name.starts_with("sha256:") => return Ok(img),
             (PullPolicy::IfNotPresent, Some(img)) => {
-                trace.info(
-                    "Using locally found image version due to \"if-not-present\" pull policy",
-                );
+                if announce {
+                    trace.info(
+                        "Using locally found image version due to \"if-not-present\" pull policy",
+                    );
+                }
                 return Ok(img);
             }
             _ => {}

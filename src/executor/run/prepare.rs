@@ -125,26 +125,27 @@ impl JobRun<'_> {
         // are written for (upstream's documented mirror pattern `…:x86_64-v${CI_RUNNER_VERSION}`
         // must resolve to a helper tag that exists).
         let helper_vars = helper_image_variables(&vars);
-        let helper_name = match ds
+        let default_helper =
+            image::default_helper_image(&engine.architecture, ds.helper_image_flavor.as_deref());
+        let configured_helper = ds
             .helper_image
             .as_deref()
             .map(|h| helper_vars.expand(h))
-            .filter(|h| !h.is_empty())
-        {
-            Some(h) => h,
-            None => {
-                image::default_helper_image(&engine.architecture, ds.helper_image_flavor.as_deref())
+            .filter(|h| !h.is_empty());
+        let helper = match &configured_helper {
+            Some(name) => {
+                trace.info(&format!(
+                    "Using helper image:  {name}  (overridden, default would be  {default_helper} )"
+                ));
+                puller.get(name, &config_policies, &auth, None, trace).await
             }
-        };
-        let helper_policies = if ds.helper_image.is_some() {
-            config_policies.clone()
-        } else {
-            vec![image::PullPolicy::IfNotPresent]
-        };
-        let helper = puller
-            .get(&helper_name, &helper_policies, &auth, None, trace)
-            .await
-            .map_err(map_image_error)?;
+            None => {
+                puller
+                    .get_default_helper(&default_helper, &auth, trace)
+                    .await
+            }
+        }
+        .map_err(map_image_error)?;
 
         self.mark("helper image ready");
         // Volumes.
@@ -250,14 +251,6 @@ impl JobRun<'_> {
             .unwrap_or_default();
         let policies =
             image::effective_pull_policies(requested, &ds.pull_policy, &ds.allowed_pull_policies)?;
-        trace.info(&format!(
-            "Using effective pull policy of [{}] for container {image_name}",
-            policies
-                .iter()
-                .map(|p| p.as_str())
-                .collect::<Vec<_>>()
-                .join(" ")
-        ));
         // The image's docker options are expanded with the job's variables, as upstream does.
         let platform = image_opts
             .map(|i| vars.expand(&i.executor_opts.docker.platform))
@@ -267,6 +260,11 @@ impl JobRun<'_> {
             .await
             .map_err(map_image_error)?;
 
+        let wants_entrypoint =
+            image_opts.is_some_and(|i| i.entrypoint.as_ref().is_some_and(|e| !e.is_empty()));
+        if wants_entrypoint && ds.disable_entrypoint_overwrite {
+            trace.warning("Entrypoint override disabled");
+        }
         let image_user = image_opts
             .map(|i| vars.expand(&i.executor_opts.docker.user))
             .unwrap_or_default();
@@ -367,6 +365,11 @@ impl JobRun<'_> {
                 .get(&name.image, &policies, job.auth, None, trace)
                 .await
                 .map_err(map_image_error)?;
+            if ds.disable_entrypoint_overwrite
+                && def.entrypoint.as_ref().is_some_and(|e| !e.is_empty())
+            {
+                trace.warning("Entrypoint override disabled");
+            }
             let svc = services::ServiceToStart {
                 env: services::service_env(payload, job.vars, def),
                 def: def.clone(),
