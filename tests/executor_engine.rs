@@ -448,7 +448,54 @@ async fn non_root_image_user_can_write_the_checkout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_only_volume_keeps_its_permission_container() {
+async fn disabled_umask_gives_the_checkout_to_the_image_user() {
+    let _guard = engine_test!();
+    // The build image with `USER 1000:1000` in its config.
+    let tag = "drover-test-executor-build-user:latest";
+    let c = format!("drover-test-umask-{}", std::process::id());
+    output_of(std::process::Command::new("docker").args(["create", "--name", &c, BUILD_IMAGE]));
+    let committed = std::process::Command::new("docker")
+        .args(["commit", "--change", "USER 1000:1000", &c, tag])
+        .output();
+    let _ = std::process::Command::new("docker")
+        .args(["rm", "-f", &c])
+        .output();
+    assert!(committed.is_ok_and(|o| o.status.success()), "docker commit");
+    let _tag = Tag(tag.to_string());
+    let runner = settings("umask");
+    let job = |ff: &str| {
+        payload(json!({
+            "id": 19, "job_info": {"project_id": 509},
+            "git_info": {"repo_url": "http://127.0.0.1:9/group/project.git"},
+            "image": {"name": tag},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "none"},
+                          {"key": "FF_DISABLE_UMASK_FOR_DOCKER_EXECUTOR", "value": ff}],
+            "steps": [{"name": "script", "script": [
+                "echo uid=$(id -u)", "stat -c 'owner %u:%g' \"$CI_PROJECT_DIR\""
+            ]}]
+        }))
+    };
+    let ran = run_job(&job("true"), &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(ran.trace.contains("uid=1000"), "{}", ran.trace);
+    assert!(
+        ran.trace
+            .contains("Changing ownership of files at \"/builds/group/project\" to 1000:1000"),
+        "{}",
+        ran.trace
+    );
+    assert!(ran.trace.contains("\nowner 1000:1000"), "{}", ran.trace);
+    // Without the flag the helper's files stay root's (world-writable through its umask).
+    let ran = run_job(&job("false"), &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(!ran.trace.contains("Changing ownership"), "{}", ran.trace);
+    assert!(ran.trace.contains("\nowner 0:0"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_only_volume_is_read_write_whatever_its_mode() {
     let _guard = engine_test!();
     let mut runner = settings("rovol");
     runner.docker.volumes = vec!["/cache".into(), "/data:ro".into()];
@@ -461,7 +508,7 @@ async fn read_only_volume_keeps_its_permission_container() {
             "variables": [{"key": "GIT_STRATEGY", "value": "none"}],
             "steps": [{"name": "script", "script": [
                 "stat -c 'mode %a %n' /builds /cache /data",
-                "touch /data/x 2>/dev/null || echo data-is-read-only"
+                "touch /data/x && echo data-is-writable"
             ]}]
         })),
         &runner,
@@ -475,11 +522,11 @@ async fn read_only_volume_keeps_its_permission_container() {
             ran.trace
         );
     }
-    assert!(ran.trace.contains("\ndata-is-read-only"), "{}", ran.trace);
-    // The read-only volume cannot be fixed through its own mount: it keeps upstream's
-    // container; the other two are fixed in prepare_script.
+    // Upstream makes a cache volume of a destination-only entry and binds it without the
+    // mode: read-write, so its permission fix runs in prepare_script like the others.
+    assert!(ran.trace.contains("\ndata-is-writable"), "{}", ran.trace);
     let short = short_token(&runner);
-    assert_eq!(permission_containers_since(&short, since), 1);
+    assert_eq!(permission_containers_since(&short, since), 0);
     assert_clean_and_remove_reusable(&short);
 }
 

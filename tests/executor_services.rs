@@ -96,12 +96,14 @@ fn assert_reached_every_alias(trace: &str) {
     }
     assert!(
         trace.contains(
-            "alias \"drover-test-executor-service\" is already used by an earlier service"
+            "Skipping alias \"drover-test-executor-service\" for service \
+             \"drover-test-executor-service:latest\" (services[1]): alias is already in use by \
+             another service."
         ),
         "{trace}"
     );
     assert!(
-        trace.contains("Starting service drover-test-executor-service:latest ..."),
+        trace.contains("Starting service drover-test-executor-service:latest..."),
         "{trace}"
     );
     assert!(
@@ -147,6 +149,70 @@ async fn service_reached_by_every_alias_on_a_per_build_network() {
     assert!(ran.trace.contains("\n0\n"), "{}", ran.trace);
     assert!(networks(&short).is_empty(), "network left behind");
     assert_clean_and_remove_reusable(&short);
+}
+
+/// Removes a network made for a test when dropped.
+struct Network(String);
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["network", "rm", &self.0])
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_reached_by_every_alias_on_a_user_defined_network_mode() {
+    let _guard = engine_test!();
+    let name = format!("drover-test-usernet-{}", std::process::id());
+    output_of(Command::new("docker").args(["network", "create", &name]));
+    let _network = Network(name.clone());
+    let mut runner = service_settings("svcuser");
+    runner.docker.network_mode = Some(name.clone());
+    let mut job = alias_job(45, json!([]));
+    if let Some(step) = job.steps.first_mut() {
+        step.script.push("grep -c ' db' /etc/hosts || true".into());
+    }
+    let ran = run_job(&job, &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert_reached_every_alias(&ran.trace);
+    // Reached through the network's DNS (endpoint aliases), not through /etc/hosts links.
+    assert!(ran.trace.contains("\n0\n"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ci_debug_services_follows_the_service_logs_into_the_job_log() {
+    let _guard = engine_test!();
+    let mut runner = settings("svcdebug");
+    runner.docker.network_mode = None;
+    let job = |debug: &str| {
+        no_git_job(
+            46,
+            604,
+            &["sleep 1", "echo script-ran"],
+            json!({
+                "services": [{"name": SERVICE_IMAGE, "alias": "logger",
+                    "command": ["sh", "-c", "echo svc-first-line; echo svc-second-line >&2; exec httpd -f -p 8080 -h /www"]}],
+                "variables": [{"key": "CI_DEBUG_SERVICES", "value": debug}]
+            }),
+        )
+    };
+    let ran = run_job(&job("true"), &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    for line in ["svc-first-line", "svc-second-line"] {
+        let found = ran.trace.lines().any(|l| {
+            l.starts_with("\x1b[0;37m[service:drover-test-executor-service-logger] ")
+                && l.ends_with(&format!("Z {line}\x1b[0;m"))
+        });
+        assert!(found, "{line} not followed:\n{}", ran.trace);
+    }
+    assert!(ran.trace.contains("\nscript-ran"), "{}", ran.trace);
+    let ran = run_job(&job("false"), &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(!ran.trace.contains("[service:"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

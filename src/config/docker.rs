@@ -162,6 +162,10 @@ pub struct DockerConfig {
     pub network_mtu: i64,
     /// `log_options`.
     pub log_options: BTreeMap<String, String>,
+    /// `pid_mode` (build container only).
+    pub pid_mode: String,
+    /// `volume_keep`: keep anonymous volumes when containers are removed.
+    pub volume_keep: bool,
 }
 
 /// One `[[runners.docker.services]]` entry.
@@ -244,10 +248,37 @@ pub fn parse_docker_size(value: &str) -> Result<i64, String> {
     Ok(bytes as i64)
 }
 
-/// Parses a Docker `cpus` value as the Docker CLI does (`NanoCPUs`): a positive decimal number
-/// of CPUs with at most 9 decimal places (`"1.5"`, `"0.25"`, `"2"`), returned in billionths of
-/// a CPU. A fraction (`"3/2"`), an exponent, a sign, `"NaN"` or too much precision is an error.
+/// Parses a Docker `cpus` value into billionths of a CPU (`NanoCPUs`): a positive decimal number
+/// of CPUs with at most 9 decimal places (`"1.5"`, `"0.25"`, `"2"`), or, as upstream reads it
+/// (a rational number), a fraction of two whole numbers (`"1/3"` is 333333333, rounded down).
+/// An exponent, a sign, `"NaN"` or too much precision is an error.
 pub fn parse_docker_cpus(value: &str) -> Result<i64, String> {
+    if let Some((num, den)) = value.split_once('/') {
+        let whole = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        let bad = || {
+            format!("{value:?} is not a number of CPUs: write a fraction of two whole numbers such as \"1/3\", or a decimal such as \"1.5\"")
+        };
+        if !whole(num) || !whole(den) {
+            return Err(bad());
+        }
+        let too_many = || format!("{value:?} is more CPUs than Docker can count");
+        let num: i128 = num.parse().map_err(|_| too_many())?;
+        let den: i128 = den.parse().map_err(|_| bad())?;
+        if den == 0 {
+            return Err(format!("{value:?} divides by zero"));
+        }
+        let nanos = num
+            .checked_mul(1_000_000_000)
+            .map(|n| n / den)
+            .and_then(|n| i64::try_from(n).ok())
+            .ok_or_else(too_many)?;
+        if nanos == 0 {
+            return Err(format!(
+                "{value:?} CPUs is less than a billionth of a CPU: leave cpus unset for no limit"
+            ));
+        }
+        return Ok(nanos);
+    }
     let bad = || {
         format!(
             "{value:?} is not a number of CPUs: write a decimal number such as \"1.5\" or \"2\""
@@ -339,11 +370,17 @@ mod tests {
         assert_eq!(parse_docker_cpus("1.5"), Ok(1_500_000_000));
         assert_eq!(parse_docker_cpus("2"), Ok(2_000_000_000));
         assert_eq!(parse_docker_cpus("0.000000001"), Ok(1));
+        assert_eq!(parse_docker_cpus("1/3"), Ok(333_333_333));
+        assert_eq!(parse_docker_cpus("3/2"), Ok(1_500_000_000));
         for bad in [
             "NaN",
             "-1",
             "1e3",
-            "3/2",
+            "1/0",
+            "1.5/2",
+            "-1/3",
+            "/3",
+            "0/3",
             "",
             "1.",
             ".5",

@@ -448,6 +448,8 @@ static DOCKER: Schema = Schema {
         f("ulimit", StrMap),
         f("network_mtu", Int),
         f("log_options", StrMap),
+        f("pid_mode", Str),
+        f("volume_keep", Bool),
     ],
     removed: &[],
 };

@@ -86,6 +86,8 @@ pub struct BuildSettings {
     pub debug_trace: bool,
     /// `GIT_SUBMODULE_FORCE_HTTPS`: ssh submodule URLs of the GitLab host use HTTPS.
     pub submodule_force_https: bool,
+    /// `CI_DEBUG_SERVICES`: follow the services' logs into the job log.
+    pub debug_services: bool,
 }
 
 /// The default after_script timeout.
@@ -150,6 +152,7 @@ impl BuildSettings {
         // LFS smudging is the user's to disable only with a true value (`""`, `false` and `0`
         // leave drover's own `GIT_LFS_SKIP_SMUDGE=1` plus `git lfs pull`), as upstream.
         let lfs_skip_smudge_set = bool_setting("GIT_LFS_SKIP_SMUDGE", false);
+        let debug_services = bool_setting("CI_DEBUG_SERVICES", false);
         let git_clean_flags = match get("GIT_CLEAN_FLAGS") {
             None => vec!["-ffdx".to_string()],
             Some("none") => Vec::new(),
@@ -239,6 +242,7 @@ impl BuildSettings {
             after_script_timeout,
             debug_trace,
             submodule_force_https,
+            debug_services,
         };
         (settings, warnings)
     }

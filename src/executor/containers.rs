@@ -13,7 +13,7 @@ use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use bollard::Docker;
 
 use crate::executor::error::{not_found, FailureReason, JobFailure, SystemError};
-use crate::executor::image::glob_match;
+use crate::executor::glob;
 use crate::executor::settings::DockerSettings;
 
 /// Which container a stage runs in.
@@ -66,6 +66,8 @@ pub struct ContainerInputs {
     pub service_links: Vec<String>,
     /// The job's network (the per-build network gives the containers aliases).
     pub network: crate::executor::services::JobNetwork,
+    /// `FF_USE_INIT_WITH_DOCKER_EXECUTOR`: run the build container with `--init`.
+    pub use_init: bool,
 }
 
 /// The build container's user: `[runners.docker] user`, else the image's `docker: user`;
@@ -92,13 +94,13 @@ pub fn build_user(
     Ok(user)
 }
 
+/// `cpus` in billionths of a CPU (decimals and fractions such as `1/3`), as config load checked.
 pub(crate) fn nano_cpus(cpus: &str) -> Option<i64> {
-    let v: f64 = cpus.trim().parse().ok()?;
-    (v.is_finite() && v > 0.0).then_some((v * 1e9) as i64)
+    crate::config::docker::parse_docker_cpus(cpus.trim()).ok()
 }
 
 /// A `devices` entry: `host[:container[:permissions]]`.
-fn device(spec: &str) -> DeviceMapping {
+pub(crate) fn device(spec: &str) -> DeviceMapping {
     let mut parts = spec.splitn(3, ':');
     let host = parts.next().unwrap_or_default().to_string();
     let container = parts.next().filter(|c| !c.is_empty()).map(str::to_string);
@@ -129,9 +131,7 @@ pub fn host_config(s: &DockerSettings, binds: &[String], image_name: &str) -> Ho
     let none_if_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
     let privileged = s.privileged
         && (s.allowed_privileged_images.is_empty()
-            || s.allowed_privileged_images
-                .iter()
-                .any(|p| glob_match(p, image_name)));
+            || glob::any_matches(&s.allowed_privileged_images, image_name));
     HostConfig {
         binds: Some(binds.to_vec()),
         network_mode: s.network_mode.clone(),
@@ -165,8 +165,14 @@ pub fn host_config(s: &DockerSettings, binds: &[String], image_name: &str) -> Ho
         devices: (!s.devices.is_empty()).then(|| s.devices.iter().map(|d| device(d)).collect()),
         ulimits: (!s.ulimit.is_empty())
             .then(|| s.ulimit.iter().filter_map(|(n, v)| ulimit(n, v)).collect()),
+        device_requests: s
+            .gpus
+            .as_deref()
+            .and_then(|g| crate::executor::docker_options::parse_gpus(g).ok())
+            .map(|r| vec![r]),
+        device_cgroup_rules: none_if_empty(&s.device_cgroup_rules),
         restart_policy: Some(no_restart()),
-        log_config: Some(json_file_logging()),
+        log_config: Some(json_file_logging(&s.log_options)),
         ..Default::default()
     }
 }
@@ -179,11 +185,13 @@ pub(crate) fn no_restart() -> RestartPolicy {
     }
 }
 
-/// The `json-file` log driver, as upstream sets on every container.
-pub(crate) fn json_file_logging() -> HostConfigLogConfig {
+/// The `json-file` log driver, as upstream sets on every container, with `log_options`.
+pub(crate) fn json_file_logging(
+    options: &std::collections::BTreeMap<String, String>,
+) -> HostConfigLogConfig {
     HostConfigLogConfig {
         typ: Some("json-file".into()),
-        config: Some(HashMap::new()),
+        config: Some(options.clone().into_iter().collect()),
     }
 }
 
@@ -223,6 +231,12 @@ pub fn container_body(role: Role, i: &ContainerInputs, s: &DockerSettings) -> Co
     }
     if i.network.per_build {
         host_config.network_mode = i.network.mode.clone();
+    }
+    if role == Role::Build {
+        // Upstream applies pid_mode and --init (FF_USE_INIT_WITH_DOCKER_EXECUTOR) to the
+        // build container only.
+        host_config.pid_mode = s.pid_mode.clone();
+        host_config.init = i.use_init.then_some(true);
     }
     let name = format!("{}-{}", i.random_name, role.kind());
     ContainerCreateBody {
@@ -312,16 +326,7 @@ impl Containers {
         let created = docker
             .create_container(Some(options), body)
             .await
-            .map_err(|e| match e {
-                bollard::errors::Error::DockerResponseServerError {
-                    status_code: 400,
-                    message,
-                } => JobOrSystem::Job(JobFailure::new(
-                    FailureReason::RunnerConfigurationError,
-                    format!("creating container {name}: {message}"),
-                )),
-                e => SystemError::docker(format!("create container {name}"), e).into(),
-            })?;
+            .map_err(|e| create_error(&format!("container {name}"), e))?;
         self.created.push(created.id.clone());
         *slot = Some(created.id.clone());
         Ok(created.id)
@@ -356,13 +361,14 @@ impl Containers {
         }
     }
 
-    /// Force-removes every container created for the job (404 ignored), in parallel.
-    pub async fn remove_all(&mut self, docker: &Docker) -> Vec<String> {
+    /// Force-removes every container created for the job (404 ignored), in parallel, with
+    /// their anonymous volumes unless `volume_keep`.
+    pub async fn remove_all(&mut self, docker: &Docker, volume_keep: bool) -> Vec<String> {
         let ids = std::mem::take(&mut self.created);
         self.helper = None;
         self.build = None;
         let removals = ids.iter().map(|id| async move {
-            force_remove(docker, id)
+            remove(docker, id, !volume_keep)
                 .await
                 .err()
                 .map(|e| format!("removing container {id}: {e}"))
@@ -378,14 +384,35 @@ impl Containers {
 /// Force-removes a container with its anonymous volumes; a container that is already gone is
 /// fine.
 pub async fn force_remove(docker: &Docker, id: &str) -> Result<(), bollard::errors::Error> {
+    remove(docker, id, true).await
+}
+
+/// Force-removes a container, with its anonymous volumes if `volumes`; gone is fine.
+async fn remove(docker: &Docker, id: &str, volumes: bool) -> Result<(), bollard::errors::Error> {
     let options = RemoveContainerOptions {
         force: true,
-        v: true,
+        v: volumes,
         ..Default::default()
     };
     match docker.remove_container(id, Some(options)).await {
         Err(e) if not_found(&e) => Ok(()),
         r => r,
+    }
+}
+
+/// A failed container create: the Engine refusing the container's settings (400) is a
+/// configuration error, as upstream classifies it; anything else a system failure. `what`
+/// names the container (`container <name>`).
+pub(crate) fn create_error(what: &str, e: bollard::errors::Error) -> JobOrSystem {
+    match e {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 400,
+            message,
+        } => JobOrSystem::Job(JobFailure::new(
+            FailureReason::RunnerConfigurationError,
+            format!("creating {what}: {message}"),
+        )),
+        e => SystemError::docker(format!("create {what}"), e).into(),
     }
 }
 
@@ -447,6 +474,7 @@ mod tests {
         assert_eq!(host_config(&s, &[], "docker:dind").privileged, Some(true));
         assert_eq!(host_config(&s, &[], "ruby:3").privileged, Some(false));
         assert_eq!(nano_cpus("1.5"), Some(1_500_000_000));
+        assert_eq!(nano_cpus("1/3"), Some(333_333_333));
         let d = device("/dev/kvm");
         assert_eq!(d.path_in_container.as_deref(), Some("/dev/kvm"));
         assert_eq!(d.cgroup_permissions.as_deref(), Some("rwm"));

@@ -1,21 +1,22 @@
 //! Images: which image a job runs in (job `image:` or the config default, checked against
 //! `allowed_images`), the pull policies in effect (requested ∩ allowed, tried in order), registry
-//! credentials (`DOCKER_AUTH_CONFIG`, then the payload's `registry` credentials), the helper
-//! image's name, and the pull manager that applies all this against the Engine.
+//! credentials ([`auth`]: `DOCKER_AUTH_CONFIG`, the runner user's docker config with its
+//! credential helpers, the payload's `registry` credentials), the helper image's name, and the
+//! pull manager that applies all this against the Engine.
 //!
 //! The pure parts are free functions; [`Puller`] holds the per-job name → ID cache and talks to
 //! the Engine. It never decides job flow: it returns an image or a typed failure.
 
 use base64::Engine as _;
-use bollard::auth::DockerCredentials;
 
 use crate::executor::error::{FailureReason, JobFailure};
-use crate::job::Credentials;
+use crate::executor::glob;
 
+pub mod auth;
 mod pull;
 pub mod reference;
 
-pub use pull::{ImageError, Puller, ResolvedImage};
+pub use pull::{classify_pull_failure, ImageError, Puller, ResolvedImage};
 pub use reference::{ImageRef, ReferenceError};
 
 /// The upstream helper version drover's emitted helper commands are written for. The default
@@ -127,34 +128,6 @@ pub fn effective_pull_policies(
     Ok(effective)
 }
 
-/// Doublestar glob matching as upstream's `allowed_images`: `**` spans `/`, `*` and `?` do not.
-pub fn glob_match(pattern: &str, name: &str) -> bool {
-    fn go(p: &[u8], n: &[u8]) -> bool {
-        match p.first() {
-            None => n.is_empty(),
-            Some(b'*') if p.get(1) == Some(&b'*') => {
-                let rest = &p[2..];
-                (0..=n.len()).any(|i| go(rest, &n[i..]))
-            }
-            Some(b'*') => {
-                let rest = &p[1..];
-                for i in 0..=n.len() {
-                    if go(rest, &n[i..]) {
-                        return true;
-                    }
-                    if n.get(i) == Some(&b'/') {
-                        break;
-                    }
-                }
-                false
-            }
-            Some(b'?') => n.first().is_some_and(|c| *c != b'/') && go(&p[1..], &n[1..]),
-            Some(c) => n.first() == Some(c) && go(&p[1..], &n[1..]),
-        }
-    }
-    go(pattern.as_bytes(), name.as_bytes())
-}
-
 /// Which list a reference is checked against (named in the error).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AllowList {
@@ -164,12 +137,13 @@ pub enum AllowList {
     Services,
 }
 
-/// Checks a job-chosen image reference against an allow list, the way the Engine will see
-/// it: `reference` is parsed and normalised ([`ImageRef::parse`]; a reference a registry would
-/// refuse fails here), and a rule (upstream's doublestar glob) allows it when it matches any
-/// spelling of the normalised reference ([`ImageRef::spellings`]). `always_allowed` (the
-/// config's own image) is compared after normalisation too. An empty list allows every valid
-/// reference. Returns the normalised reference: run exactly that.
+/// Checks a job-chosen image reference against an allow list as upstream does: a rule
+/// ([`glob::matches`], doublestar semantics) must match the name **as written** (so
+/// `library/ruby` is judged as `library/ruby`, not as `ruby`). On top of upstream, the
+/// reference must also be valid ([`ImageRef::parse`]: a reference a registry would refuse
+/// never reaches the Engine). `always_allowed` (the config's own image) passes whatever the
+/// rules say, compared after normalisation (it names the same image). An empty list allows
+/// every valid reference. Returns the normalised reference: run exactly that.
 pub fn check_allowed(
     reference: &str,
     rules: &[String],
@@ -186,15 +160,10 @@ pub fn check_allowed(
     if rules.is_empty() {
         return Ok(parsed);
     }
-    let spellings = parsed.spellings();
     let same_as_config = always_allowed
         .and_then(|c| ImageRef::parse(c.trim()).ok())
         .is_some_and(|c| c == parsed);
-    if same_as_config
-        || rules
-            .iter()
-            .any(|rule| spellings.iter().any(|s| glob_match(rule, s)))
-    {
+    if same_as_config || glob::any_matches(&rules, reference) {
         return Ok(parsed);
     }
     let (what, key) = match list {
@@ -204,8 +173,8 @@ pub fn check_allowed(
     Err(JobFailure::new(
         FailureReason::RunnerConfigurationError,
         format!(
-            "the {reference:?} {what} (normalised: {}) is not present on list of {key}: {}",
-            parsed.canonical(),
+            "the {reference:?} {what} is not present on list of {key}: {}; ask the runner's \
+             operator to add it, or use an image that matches one of them",
             rules.join(", ")
         ),
     ))
@@ -252,16 +221,6 @@ pub fn default_helper_image(architecture: &str, flavor: Option<&str>) -> String 
     format!("{HELPER_IMAGE_REPO}:{flavor}{arch}-v{PINNED_HELPER_VERSION}")
 }
 
-/// The registry host of an image reference (`docker.io` for Docker Hub names).
-pub fn registry_of(image: &str) -> &str {
-    match image.split_once('/') {
-        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
-            first
-        }
-        _ => "docker.io",
-    }
-}
-
 /// Splits `name[:tag]` / `name@digest` into repository and tag (`latest` when missing).
 pub fn split_reference(image: &str) -> (String, String) {
     if let Some((repo, digest)) = image.split_once('@') {
@@ -274,17 +233,6 @@ pub fn split_reference(image: &str) -> (String, String) {
             image[last_slash + i + 1..].to_string(),
         ),
         None => (image.to_string(), "latest".to_string()),
-    }
-}
-
-fn registry_key(url: &str) -> String {
-    let u = url
-        .trim_start_matches("https://")
-        .trim_start_matches("http://");
-    let u = u.trim_end_matches('/');
-    match u {
-        "index.docker.io/v1" | "index.docker.io" | "registry-1.docker.io" => "docker.io".into(),
-        other => other.to_string(),
     }
 }
 
@@ -314,87 +262,6 @@ pub fn auth_config_secrets(text: &str) -> Vec<String> {
     }
     out.retain(|s| !s.is_empty());
     out
-}
-
-/// Credentials for `image`: the docker `config.json` texts in order (the `DOCKER_AUTH_CONFIG`
-/// variable, then the runner user's `~/.docker/config.json` or `~/.dockercfg`), then the
-/// payload's `registry` credentials; the first source with a match wins, and within a source
-/// the longest matching registry path.
-pub fn credentials_for(
-    image: &str,
-    docker_auth_configs: &[String],
-    payload: &[Credentials],
-) -> Option<DockerCredentials> {
-    let registry = registry_of(image);
-    let full = if registry == "docker.io" && !image.starts_with("docker.io/") {
-        format!("docker.io/{image}")
-    } else {
-        image.to_string()
-    };
-    let best = |entries: Vec<(String, String, String)>| {
-        entries
-            .into_iter()
-            .filter(|(key, _, _)| {
-                full == *key || full.starts_with(&format!("{key}/")) || registry == key
-            })
-            .max_by_key(|(key, _, _)| key.len())
-    };
-    for text in docker_auth_configs.iter().filter(|t| !t.trim().is_empty()) {
-        if let Ok(json) = serde_json::from_str::<serde_json::Value>(text) {
-            let mut entries = Vec::new();
-            // config.json has an "auths" map; the legacy ~/.dockercfg is the map itself.
-            let auths = json
-                .get("auths")
-                .or(Some(&json))
-                .and_then(|a| a.as_object());
-            if let Some(auths) = auths {
-                for (url, entry) in auths {
-                    let decoded = entry
-                        .get("auth")
-                        .and_then(|a| a.as_str())
-                        .and_then(|a| base64::engine::general_purpose::STANDARD.decode(a).ok())
-                        .and_then(|b| String::from_utf8(b).ok());
-                    let (user, pass) = match decoded.as_deref().and_then(|d| d.split_once(':')) {
-                        Some((u, p)) => (u.to_string(), p.to_string()),
-                        None => (
-                            entry
-                                .get("username")
-                                .and_then(|u| u.as_str())
-                                .unwrap_or_default()
-                                .to_string(),
-                            entry
-                                .get("password")
-                                .and_then(|u| u.as_str())
-                                .unwrap_or_default()
-                                .to_string(),
-                        ),
-                    };
-                    if !user.is_empty() {
-                        entries.push((registry_key(url), user, pass));
-                    }
-                }
-            }
-            if let Some((key, user, pass)) = best(entries) {
-                return Some(DockerCredentials {
-                    username: Some(user),
-                    password: Some(pass),
-                    serveraddress: Some(key),
-                    ..Default::default()
-                });
-            }
-        }
-    }
-    let entries = payload
-        .iter()
-        .filter(|c| c.r#type == "registry")
-        .map(|c| (registry_key(&c.url), c.username.clone(), c.password.clone()))
-        .collect();
-    best(entries).map(|(key, user, pass)| DockerCredentials {
-        username: Some(user),
-        password: Some(pass),
-        serveraddress: Some(key),
-        ..Default::default()
-    })
 }
 
 #[cfg(test)]
@@ -442,18 +309,6 @@ mod tests {
     }
 
     #[test]
-    fn globs() {
-        assert!(glob_match("ruby:*", "ruby:3.3"));
-        assert!(!glob_match("ruby:*", "ruby/x:3"));
-        assert!(glob_match(
-            "registry.example.com/**",
-            "registry.example.com/a/b:1"
-        ));
-        assert!(glob_match("*/*:*", "acme/app:1"));
-        assert!(!glob_match("alpine", "alpine:3"));
-    }
-
-    #[test]
     fn job_image_resolution() {
         let allowed = v(&["ruby:*"]);
         assert_eq!(
@@ -482,7 +337,7 @@ mod tests {
     }
 
     #[test]
-    fn references_and_credentials() {
+    fn references() {
         assert_eq!(split_reference("ruby"), ("ruby".into(), "latest".into()));
         assert_eq!(
             split_reference("localhost:5000/a/b:1"),
@@ -492,30 +347,6 @@ mod tests {
             split_reference("a@sha256:x"),
             ("a".into(), "sha256:x".into())
         );
-        assert_eq!(
-            registry_of("registry.gitlab.example.com/g/p:1"),
-            "registry.gitlab.example.com"
-        );
-        assert_eq!(registry_of("ruby:3"), "docker.io");
-        let payload = vec![Credentials {
-            r#type: "registry".into(),
-            url: "registry.gitlab.example.com".into(),
-            username: "gitlab-ci-token".into(),
-            password: "tok".into(),
-        }];
-        let c = credentials_for("registry.gitlab.example.com/g/p:1", &[], &payload).unwrap();
-        assert_eq!(c.password.as_deref(), Some("tok"));
-        assert!(credentials_for("ruby:3", &[], &payload).is_none());
-        let auth = base64::engine::general_purpose::STANDARD.encode("u:p");
-        let cfg =
-            format!(r#"{{"auths": {{"registry.gitlab.example.com": {{"auth": "{auth}"}}}}}}"#);
-        let c = credentials_for("registry.gitlab.example.com/g/p:1", &[cfg], &payload).unwrap();
-        assert_eq!(c.username.as_deref(), Some("u"));
-        let wrong_type = vec![Credentials {
-            r#type: "Registry".into(),
-            ..payload[0].clone()
-        }];
-        assert!(credentials_for("registry.gitlab.example.com/g/p", &[], &wrong_type).is_none());
     }
 }
 
@@ -527,11 +358,11 @@ mod allow_list_tests {
         s.iter().map(|x| x.to_string()).collect()
     }
 
-    /// The class: a reference that names (after Docker's normalisation) another image than the
-    /// one a rule was written for, or that a registry would refuse, never passes; the image
-    /// handed on is the normalised one.
+    /// The class: a reference a registry would refuse never passes, whatever the rules; a
+    /// valid one passes when a rule matches it as written (upstream's semantics), and the
+    /// image handed on is the normalised one.
     #[test]
-    fn allowed_images_judge_the_normalised_reference() {
+    fn allowed_images_judge_the_name_as_written() {
         let reg = rules(&["registry.example.com/**"]);
         for evil in [
             "registry.example.com/../busybox:test",
@@ -552,32 +383,30 @@ mod allow_list_tests {
             "registry.example.com/g/p:1"
         );
         let ruby = rules(&["ruby:*", "docker.io/acme/*"]);
-        // Every spelling of ruby:3 is ruby:3 and passes; none of another image does.
-        for ok in [
-            "ruby:3",
-            "docker.io/library/ruby:3",
-            "index.docker.io/library/ruby:3",
-        ] {
-            assert_eq!(
-                resolve_job_image(Some(ok), "alpine", &ruby).unwrap(),
-                "ruby:3"
-            );
-        }
         assert_eq!(
-            resolve_job_image(Some("acme/app"), "alpine", &ruby).unwrap(),
-            "acme/app"
+            resolve_job_image(Some("ruby:3"), "alpine", &ruby).unwrap(),
+            "ruby:3"
         );
+        // Rules are matched against the name as written, as upstream does: another spelling
+        // of an allowed image is not allowed by a rule written for the short one.
         for bad in [
+            "docker.io/library/ruby:3",
+            "library/ruby:3",
             "docker.io/library/evil:1",
             "ruby/x:3",
             "evil.io/ruby:3",
             "RUBY:3",
+            "acme/app",
         ] {
             assert!(
                 resolve_job_image(Some(bad), "alpine", &ruby).is_err(),
                 "{bad}"
             );
         }
+        assert_eq!(
+            resolve_job_image(Some("docker.io/acme/app"), "alpine", &ruby).unwrap(),
+            "acme/app"
+        );
         // The config image is always allowed, in any spelling, and nothing else rides on it.
         let none = rules(&["nothing"]);
         assert_eq!(

@@ -24,8 +24,8 @@ pub struct LabelFacts {
     pub timeout_secs: u64,
     /// Project ID.
     pub project_id: i64,
-    /// Pipeline ID.
-    pub pipeline_id: i64,
+    /// The pipeline ID: the payload's when positive, else `CI_PIPELINE_ID` (may be empty).
+    pub pipeline_id: String,
     /// Short runner token.
     pub runner_id: String,
     /// Runner system ID.
@@ -61,7 +61,7 @@ impl LabelFacts {
         put("job.timeout", go_duration(self.timeout_secs));
         put("project.id", self.project_id.to_string());
         put("project.runner_id", self.slot.project.to_string());
-        put("pipeline.id", self.pipeline_id.to_string());
+        put("pipeline.id", self.pipeline_id.clone());
         put("runner.id", self.runner_id.clone());
         put("runner.local_id", self.slot.runner.to_string());
         put("runner.system_id", self.system_id.clone());

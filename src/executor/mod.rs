@@ -16,7 +16,9 @@
 pub mod build_settings;
 pub mod connect;
 pub mod containers;
+pub mod docker_options;
 pub mod error;
+pub mod glob;
 pub mod image;
 pub mod labels;
 pub mod leftovers;

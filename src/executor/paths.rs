@@ -211,7 +211,7 @@ impl JobPaths {
 }
 
 /// Resolves `.` and `..` in an absolute path (never above `/`).
-fn normalize(p: &str) -> String {
+pub(crate) fn normalize(p: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     for seg in p.split('/') {
         match seg {

@@ -25,10 +25,13 @@ pub struct JobPlan {
     pub settings: BuildSettings,
     /// Warnings about those settings, for the job log.
     pub warnings: Vec<String>,
-    /// `[runners.docker] volumes`, expanded.
-    pub expanded_volumes: Vec<String>,
+    /// `[runners.docker] volumes`, parsed; only their destinations are expanded.
+    pub volumes: Vec<volumes::VolumeSpec>,
     /// The image to run (normalised, checked against `allowed_images`).
     pub image_name: String,
+    /// The image's name as written (the job's `image:` expanded, else the config `image`):
+    /// what `allowed_privileged_images` is matched against, as upstream does.
+    pub image_as_written: String,
     /// The per-build network (`FF_NETWORK_PER_BUILD` without a `network_mode`), if any.
     pub network_name: Option<String>,
 }
@@ -41,6 +44,20 @@ pub fn plan_job(
 ) -> Result<JobPlan, JobFailure> {
     let ds = &runner.docker;
     let short = paths::short_token(&runner.token);
+    // Upstream checks the builds dir before anything else (`prepareBuildsDir`).
+    let root = runner.builds_dir();
+    if !root.starts_with('/') {
+        return Err(JobFailure::new(
+            FailureReason::RunnerConfigurationError,
+            format!("build directory needs to be an absolute path: builds_dir is {root:?}"),
+        ));
+    }
+    if paths::normalize(root) == "/" {
+        return Err(JobFailure::new(
+            FailureReason::RunnerConfigurationError,
+            "build directory needs to be a non-root path: builds_dir is \"/\"",
+        ));
+    }
     // Variables are needed to find the paths and the paths to finish the variables: a
     // first pass with the default project dir reads the job-controlled settings.
     let default_paths = JobPaths::new(&PathInputs {
@@ -76,8 +93,10 @@ pub fn plan_job(
         settings.debug_trace = false;
         warnings.push("CI_DEBUG_TRACE: usage is disabled on this Runner".to_string());
     }
-    let expanded_volumes: Vec<String> = ds.volumes.iter().map(|v| first.expand(v)).collect();
-    let shared = volumes::builds_dir_host_mounted(&expanded_volumes, runner.builds_dir());
+    // Each entry is parsed first and only its destination expanded: a job variable can never
+    // change an entry's structure (a `:` in a value cannot make a bind of a host path).
+    let parsed_volumes = volumes::parse_volumes(&ds.volumes, &|d: &str| first.expand(d))?;
+    let shared = volumes::builds_dir_host_mounted(&parsed_volumes, runner.builds_dir());
     let clone_path = settings.clone_path.as_deref().filter(|p| !p.is_empty());
     if clone_path.is_some() && !runner.custom_build_dir_enabled.unwrap_or(true) {
         return Err(JobFailure::new(
@@ -122,19 +141,24 @@ pub fn plan_job(
     )
     .expanded();
 
-    let image_name = image::resolve_job_image(
-        job_image.as_deref(),
-        &first.expand(&ds.image),
-        &ds.allowed_images,
-    )?;
+    let config_image = first.expand(&ds.image);
+    let image_name =
+        image::resolve_job_image(job_image.as_deref(), &config_image, &ds.allowed_images)?;
+    let image_as_written = job_image
+        .as_deref()
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .unwrap_or(config_image.trim())
+        .to_string();
     Ok(JobPlan {
         short,
         paths,
         vars,
         settings,
         warnings,
-        expanded_volumes,
+        volumes: parsed_volumes,
         image_name,
+        image_as_written,
         network_name,
     })
 }

@@ -23,6 +23,7 @@ use crate::executor::trace::Trace;
 use crate::executor::volumes::Volumes;
 use crate::executor::{JobControl, JobRequest};
 
+mod ownership;
 mod prepare;
 
 /// Cleanup gets its own budget, detached from the job's cancellation.
@@ -39,6 +40,8 @@ pub(crate) fn deadline_in(d: Duration) -> Instant {
 
 /// Everything prepared for the stages.
 struct Prepared {
+    /// `[runners.docker]` as the job applies it (seccomp files inlined, options checked).
+    docker_settings: crate::executor::settings::DockerSettings,
     engine: Engine,
     vars: VarList,
     paths: JobPaths,
@@ -65,6 +68,8 @@ pub(crate) struct JobRun<'r> {
     network: Option<String>,
     /// The phase under a time limit of its own (`prepare_timeout`, `get_sources_timeout`).
     phase: Option<Phase>,
+    /// The services' logs followed into the job log (`CI_DEBUG_SERVICES`).
+    service_logs: Option<ServiceLogs>,
 }
 
 /// A phase of the job with its own time limit.
@@ -73,6 +78,23 @@ struct Phase {
     name: &'static str,
     limit: crate::config::GoDuration,
     deadline: Instant,
+}
+
+/// The services' log followers and the lines they send.
+struct ServiceLogs {
+    rx: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl JobRun<'_> {
+    /// Writes the service log lines received so far into the job log.
+    fn drain_service_logs(&mut self, trace: &mut Trace<'_>) {
+        if let Some(logs) = self.service_logs.as_mut() {
+            while let Ok(line) = logs.rx.try_recv() {
+                trace.write(&line);
+            }
+        }
+    }
 }
 
 impl<'r> JobRun<'r> {
@@ -90,6 +112,7 @@ impl<'r> JobRun<'r> {
             started: Instant::now(),
             network: None,
             phase: None,
+            service_logs: None,
         }
     }
 
@@ -326,6 +349,8 @@ impl<'r> JobRun<'r> {
 
         let mut job_status = "success";
         if ready {
+            // FF_DISABLE_UMASK_FOR_DOCKER_EXECUTOR: the checkout becomes the build image user's.
+            self.fix_ownership(trace, &p).await?;
             // One `step_<name>` stage per step except after_script (normally just `script`),
             // all bounded together by RUNNER_SCRIPT_TIMEOUT.
             let script_deadline = p.settings.script_timeout.map(deadline_in);
@@ -663,6 +688,7 @@ impl<'r> JobRun<'r> {
                 self.stop_failure(StopReason::PhaseTimeout, None),
             ));
         }
+        self.drain_service_logs(trace);
         trace.section_start(name, description);
         let script = body.finish(p.settings.debug_trace && !self.req.runner.debug_trace_disabled);
         // A container that vanished (removed from outside) is recreated and the stage run
@@ -672,7 +698,7 @@ impl<'r> JobRun<'r> {
             let result = async {
                 let id = self
                     .containers
-                    .get(&docker, role, &p.inputs, &self.req.runner.docker)
+                    .get(&docker, role, &p.inputs, &p.docker_settings)
                     .await?;
                 let stop = stop_signal(
                     self.control.clone(),
@@ -682,8 +708,17 @@ impl<'r> JobRun<'r> {
                     user_script,
                     self.cancel_consumed,
                 );
-                let end =
-                    run_stage(&docker, &id, &script, role == Role::Build, trace, stop).await?;
+                let side = self.service_logs.as_mut().map(|l| &mut l.rx);
+                let end = run_stage(
+                    &docker,
+                    &id,
+                    &script,
+                    role == Role::Build,
+                    trace,
+                    side,
+                    stop,
+                )
+                .await?;
                 Ok::<_, JobOrSystem>(end)
             }
             .await;
@@ -720,6 +755,7 @@ impl<'r> JobRun<'r> {
                 return Err(e.into());
             }
         };
+        self.drain_service_logs(trace);
         trace.section_end(name);
         self.mark(&format!("{name}: done"));
         Ok(outcome)
@@ -761,8 +797,15 @@ impl<'r> JobRun<'r> {
             return;
         };
         let docker = engine.docker;
+        self.drain_service_logs(trace);
+        if let Some(logs) = self.service_logs.take() {
+            for t in logs.tasks {
+                t.abort();
+            }
+        }
         let work = async {
-            let mut problems = self.containers.remove_all(&docker).await;
+            let keep = self.req.runner.docker.volume_keep;
+            let mut problems = self.containers.remove_all(&docker, keep).await;
             let init: Vec<String> = match self.volumes.init_containers.lock() {
                 Ok(mut v) => std::mem::take(&mut *v),
                 Err(p) => std::mem::take(&mut *p.into_inner()),

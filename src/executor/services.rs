@@ -10,8 +10,11 @@
 //! containers are recorded in the job's container list as soon as they exist, so cleanup
 //! removes them on every path.
 //!
-//! Not handled: `CI_DEBUG_SERVICES` log streaming, `services_devices`, `service_gpus` (the
-//! spec's deferred list).
+//! Service containers get `services_devices` (by image glob) and `service_gpus`; on a
+//! user-defined network (the per-build one or a named `network_mode`) they get their aliases.
+//!
+//! With `CI_DEBUG_SERVICES`, [`follow_logs`] streams each service's output (with Docker's
+//! timestamps) into the job log, one grey `[service:<aliases>] ` line per line, as upstream.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -30,7 +33,7 @@ use tokio::time::Instant;
 
 use crate::executor::containers::{force_remove, json_file_logging, nano_cpus, no_restart};
 use crate::executor::error::{not_found, FailureReason, JobFailure, SystemError};
-use crate::executor::image::{glob_match, split_reference};
+use crate::executor::glob;
 use crate::executor::script::variables::VarList;
 use crate::executor::settings::{DockerSettings, ServiceSettings};
 use crate::job::Image;
@@ -80,8 +83,12 @@ pub fn definitions(
     vars: &VarList,
 ) -> Result<Vec<ServiceDefinition>, JobFailure> {
     let mut out = Vec::new();
+    // The config's own services are "internal": a job service with the same name is allowed
+    // whatever `allowed_services` says, as upstream does.
+    let mut internal: Vec<String> = Vec::new();
     for s in &settings.services {
         let image = vars.expand(&s.name);
+        internal.push(image.clone());
         if image.is_empty() {
             continue;
         }
@@ -107,7 +114,10 @@ pub fn definitions(
         if image.is_empty() {
             continue;
         }
-        if !settings.allowed.is_empty() && !settings.allowed.iter().any(|p| glob_match(p, &image)) {
+        if !settings.allowed.is_empty()
+            && !glob::any_matches(&settings.allowed, &image)
+            && !internal.contains(&image)
+        {
             return Err(JobFailure::new(
                 FailureReason::RunnerConfigurationError,
                 format!(
@@ -123,7 +133,7 @@ pub fn definitions(
             entrypoint: s.entrypoint.clone(),
             variables: service_variables(&s.variables, vars),
             pull_policy: s.pull_policy.clone(),
-            user: Some(s.executor_opts.docker.user.clone()).filter(|u| !u.is_empty()),
+            user: Some(vars.expand(&s.executor_opts.docker.user)).filter(|u| !u.is_empty()),
         });
     }
     if let Some(limit) = settings.limit.filter(|l| *l >= 0) {
@@ -178,25 +188,45 @@ pub struct ServiceName {
     pub image: String,
 }
 
-/// Parses `registry[:port]/path[:tag][@digest]`.
+/// Parses `registry[:port]/path[:tag][@digest]` as upstream does: the service is the registry
+/// without its port plus the path; the version is the tag, else `@<digest>`, else `latest`
+/// (then `:latest` is added to the reference pulled).
 pub fn parse_name(image: &str) -> ServiceName {
-    let (repo, version) = split_reference(image);
+    if image.is_empty() {
+        return ServiceName {
+            service: String::new(),
+            version: "latest".into(),
+            image: String::new(),
+        };
+    }
+    let (named, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    let last_slash = named.rfind('/').map(|i| i + 1).unwrap_or(0);
+    let (repo, tag) = match named[last_slash..].rfind(':') {
+        Some(i) => (&named[..last_slash + i], Some(&named[last_slash + i + 1..])),
+        None => (named, None),
+    };
     let service = match repo.split_once('/') {
         Some((first, rest)) => {
-            let host = first.split_once(':').map(|(h, _)| h).unwrap_or(first);
+            let host = match first.split_once(':') {
+                Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+                _ => first,
+            };
             format!("{host}/{rest}")
         }
-        None => repo.clone(),
+        None => repo.to_string(),
     };
-    let tagged = image.contains('@') || image.rsplit('/').next().is_some_and(|l| l.contains(':'));
+    let (version, image) = match (tag, digest) {
+        (Some(t), _) => (t.to_string(), image.to_string()),
+        (None, Some(d)) => (format!("@{d}"), image.to_string()),
+        (None, None) => ("latest".to_string(), format!("{image}:latest")),
+    };
     ServiceName {
         service,
         version,
-        image: if tagged {
-            image.to_string()
-        } else {
-            format!("{image}:latest")
-        },
+        image,
     }
 }
 
@@ -223,12 +253,13 @@ impl ServiceName {
 pub struct Aliases(Vec<String>);
 
 impl Aliases {
-    /// The aliases of `def` not yet taken (default ones first), with one warning per alias
-    /// skipped.
+    /// The aliases of `def` (the job's `index`th service) not yet taken (default ones first),
+    /// with one warning per alias skipped.
     pub fn claim(
         &mut self,
         name: &ServiceName,
         def: &ServiceDefinition,
+        index: usize,
     ) -> (Vec<String>, Vec<String>) {
         let mut mine = Vec::new();
         let mut warnings = Vec::new();
@@ -242,7 +273,8 @@ impl Aliases {
             }
             if self.0.contains(&a) {
                 warnings.push(format!(
-                    "Service {} alias {a:?} is already used by an earlier service; skipping it",
+                    "Skipping alias {a:?} for service {:?} (services[{index}]): alias is already \
+                     in use by another service.",
                     def.image
                 ));
                 continue;
@@ -290,10 +322,12 @@ pub fn links(services: &[StartedService]) -> Vec<String> {
         .collect()
 }
 
-/// The IPs and the ports to probe of an inspected service container: `HEALTHCHECK_TCP_PORT`
-/// from its environment (name compared case-insensitively) if set, else its exposed TCP ports,
-/// sorted, at most 20.
-pub fn ips_and_ports(inspect: &ContainerInspectResponse) -> (Vec<String>, Vec<u16>) {
+/// The IPs and the ports to probe of an inspected service container: the first
+/// `HEALTHCHECK_TCP_PORT` of its environment (name compared case-insensitively) if set (a value
+/// that is not a port is an error, as upstream), else its exposed TCP ports, sorted, at most 20.
+pub fn ips_and_ports(
+    inspect: &ContainerInspectResponse,
+) -> Result<(Vec<String>, Vec<u16>), String> {
     let mut ips = Vec::new();
     if let Some(networks) = inspect
         .network_settings
@@ -318,11 +352,12 @@ pub fn ips_and_ports(inspect: &ContainerInspectResponse) -> (Vec<String>, Vec<u1
         .into_iter()
         .flatten()
         .filter_map(|e| e.split_once('='))
-        .filter(|(k, _)| k.eq_ignore_ascii_case("HEALTHCHECK_TCP_PORT"))
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .find_map(|(_, v)| v.trim().parse::<u16>().ok());
+        .find(|(k, _)| k.eq_ignore_ascii_case("HEALTHCHECK_TCP_PORT"))
+        .map(|(_, v)| {
+            v.parse::<u16>()
+                .map_err(|_| format!("invalid health check tcp port: {v}"))
+        })
+        .transpose()?;
     let ports = match from_env {
         Some(p) => vec![p],
         None => {
@@ -341,7 +376,7 @@ pub fn ips_and_ports(inspect: &ContainerInspectResponse) -> (Vec<String>, Vec<u1
             ports
         }
     };
-    (ips, ports)
+    Ok((ips, ports))
 }
 
 /// The per-build network's name: `runner-<short>-<project>-<project slot>-<job>`, DNS-cleaned.
@@ -370,8 +405,7 @@ pub fn host_config(
     let s = &ds.services;
     let none_if_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
     let privileged = s.privileged.unwrap_or(ds.privileged)
-        && (s.allowed_privileged.is_empty()
-            || s.allowed_privileged.iter().any(|p| glob_match(p, image)));
+        && (s.allowed_privileged.is_empty() || glob::any_matches(&s.allowed_privileged, image));
     HostConfig {
         binds: Some(binds.to_vec()),
         network_mode: network_mode.map(str::to_string),
@@ -392,7 +426,21 @@ pub fn host_config(
         runtime: ds.runtime.clone(),
         userns_mode: ds.userns_mode.clone(),
         restart_policy: Some(no_restart()),
-        log_config: Some(json_file_logging()),
+        log_config: Some(json_file_logging(&ds.log_options)),
+        devices: {
+            let devices: Vec<_> = s
+                .devices
+                .iter()
+                .filter(|(pattern, _)| glob::matches(pattern, image))
+                .flat_map(|(_, list)| list.iter().map(|d| crate::executor::containers::device(d)))
+                .collect();
+            (!devices.is_empty()).then_some(devices)
+        },
+        device_requests: s
+            .gpus
+            .as_deref()
+            .and_then(|g| crate::executor::docker_options::parse_gpus(g).ok())
+            .map(|r| vec![r]),
         ..Default::default()
     }
 }
@@ -402,22 +450,49 @@ pub fn host_config(
 pub struct JobNetwork {
     /// The network mode for every container (`None`: the default bridge).
     pub mode: Option<String>,
-    /// Whether it is the per-build network (containers get aliases on it).
+    /// Whether it is the per-build network.
     pub per_build: bool,
+    /// `mac_address`, set on the endpoint on Engine API 1.44 and later.
+    pub mac_address: Option<String>,
+    /// Whether the Engine's API is older than 1.44 (the legacy endpoint form, no MAC).
+    pub legacy_api: bool,
 }
 
 impl JobNetwork {
-    /// The networking config giving `aliases` on the per-build network.
+    /// Whether the network mode names a user-defined network (not the default bridge,
+    /// `host`, `none` or another container's network): containers get aliases there.
+    pub fn user_defined(&self) -> bool {
+        match self.mode.as_deref() {
+            None | Some("") | Some("default") | Some("bridge") | Some("host") | Some("none") => {
+                false
+            }
+            Some(m) => !m.starts_with("container:"),
+        }
+    }
+
+    /// The networking config, as upstream builds it: on a user-defined network the endpoint
+    /// carries `aliases`; on API 1.44 and later the endpoint (keyed `default` on the default
+    /// bridge) carries `mac_address`.
     pub fn endpoint(&self, aliases: Vec<String>) -> Option<NetworkingConfig> {
-        let mode = self.mode.as_ref().filter(|_| self.per_build)?;
+        let user_defined = self.user_defined();
+        let key = match self.mode.as_deref() {
+            None | Some("") => "default".to_string(),
+            Some(m) => m.to_string(),
+        };
+        if self.legacy_api && !user_defined {
+            return None;
+        }
+        let settings = EndpointSettings {
+            aliases: user_defined.then_some(aliases),
+            mac_address: if self.legacy_api {
+                None
+            } else {
+                self.mac_address.clone()
+            },
+            ..Default::default()
+        };
         Some(NetworkingConfig {
-            endpoints_config: Some(HashMap::from([(
-                mode.clone(),
-                EndpointSettings {
-                    aliases: Some(aliases),
-                    ..Default::default()
-                },
-            )])),
+            endpoints_config: Some(HashMap::from([(key, settings)])),
         })
     }
 
@@ -530,7 +605,7 @@ pub async fn start(
     svc: &ServiceToStart,
     i: &StartInputs<'_>,
     created: &mut Vec<String>,
-) -> Result<StartedService, SystemError> {
+) -> Result<StartedService, crate::executor::containers::JobOrSystem> {
     let container_name = format!("{}-{}-{index}", i.random_name, svc.name.slug());
     force_remove(docker, &container_name)
         .await
@@ -575,7 +650,12 @@ pub async fn start(
             body,
         )
         .await
-        .map_err(|e| SystemError::docker(format!("create service container {container_name}"), e))?
+        .map_err(|e| {
+            crate::executor::containers::create_error(
+                &format!("service container {container_name}"),
+                e,
+            )
+        })?
         .id;
     created.push(id.clone());
     docker
@@ -602,11 +682,13 @@ pub async fn start(
             return Err(SystemError::Engine(format!(
                 "service container {container_name} did not start within {}s",
                 i.wait_timeout.as_secs()
-            )));
+            ))
+            .into());
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
-    let (ips, ports) = ips_and_ports(&inspect);
+    let (ips, ports) = ips_and_ports(&inspect)
+        .map_err(|why| SystemError::Engine(format!("service {container_name}: {why}")))?;
     Ok(StartedService {
         image: svc.def.image.clone(),
         id,
@@ -730,7 +812,7 @@ async fn health_check(
             restart_policy: Some(no_restart()),
             extra_hosts: Some(vec![format!("{short}:{ip}")]),
             network_mode: network.mode.clone(),
-            log_config: Some(json_file_logging()),
+            log_config: Some(json_file_logging(&Default::default())),
             ..Default::default()
         }),
         ..Default::default()
@@ -827,6 +909,71 @@ async fn container_logs(docker: &Docker, id: &str, timestamps: bool) -> String {
     }
 }
 
+/// The longest service log line passed on whole; longer ones are cut into pieces.
+const SERVICE_LOG_LINE_LIMIT: usize = 64 * 1024;
+
+/// One service log line for the job log: grey `[service:<name>] <line>`, then a reset.
+pub fn service_log_line(name: &str, line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len() + name.len() + 24);
+    out.extend_from_slice(b"\x1b[0;37m[service:");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"] ");
+    out.extend_from_slice(line);
+    out.extend_from_slice(b"\x1b[0;m\n");
+    out
+}
+
+/// Follows every service's logs (stdout and stderr, with timestamps) until its container goes
+/// away, sending one formatted line ([`service_log_line`]) at a time to `tx`. Lines the job
+/// log cannot take fast enough (the channel is full) are dropped rather than held.
+pub fn follow_logs(
+    docker: &Docker,
+    services: &[StartedService],
+    tx: &tokio::sync::mpsc::Sender<Vec<u8>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    services
+        .iter()
+        .map(|svc| {
+            let docker = docker.clone();
+            let tx = tx.clone();
+            let id = svc.id.clone();
+            let name = svc.aliases.join("-");
+            tokio::spawn(async move {
+                let mut stream = docker.logs(
+                    &id,
+                    Some(LogsOptions {
+                        follow: true,
+                        stdout: true,
+                        stderr: true,
+                        timestamps: true,
+                        ..Default::default()
+                    }),
+                );
+                let mut pending: Vec<u8> = Vec::new();
+                let send = |line: &[u8]| {
+                    let _ = tx.try_send(service_log_line(&name, line));
+                };
+                while let Some(Ok(chunk)) = stream.next().await {
+                    pending.extend_from_slice(&chunk.into_bytes());
+                    while let Some(at) = pending.iter().position(|b| *b == b'\n') {
+                        let rest = pending.split_off(at + 1);
+                        pending.pop();
+                        send(&pending);
+                        pending = rest;
+                    }
+                    if pending.len() > SERVICE_LOG_LINE_LIMIT {
+                        send(&pending);
+                        pending.clear();
+                    }
+                }
+                if !pending.is_empty() {
+                    send(&pending);
+                }
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -865,7 +1012,7 @@ mod tests {
         assert_eq!(n.image, "postgres:latest");
         assert_eq!(n.default_aliases(), vec!["postgres"]);
         let n = parse_name("tutum/wordpress@sha256:abc");
-        assert_eq!(n.version, "sha256:abc");
+        assert_eq!(n.version, "@sha256:abc");
         assert_eq!(n.image, "tutum/wordpress@sha256:abc");
         assert_eq!(
             n.default_aliases(),
@@ -882,11 +1029,11 @@ mod tests {
             ..Default::default()
         };
         let first = def("postgres:14", "db, pg");
-        let (a, w) = taken.claim(&parse_name(&first.image), &first);
+        let (a, w) = taken.claim(&parse_name(&first.image), &first, 0);
         assert_eq!(a, vec!["postgres", "db", "pg"]);
         assert!(w.is_empty());
         let second = def("redis", "db cache");
-        let (a, w) = taken.claim(&parse_name(&second.image), &second);
+        let (a, w) = taken.claim(&parse_name(&second.image), &second, 1);
         assert_eq!(a, vec!["redis", "cache"]);
         assert_eq!(w.len(), 1);
         assert!(w[0].contains("\"db\""), "{w:?}");
@@ -956,13 +1103,18 @@ mod tests {
         let inspect: ContainerInspectResponse = serde_json::from_value(json).unwrap();
         assert_eq!(
             ips_and_ports(&inspect),
-            (vec!["172.17.0.5".to_string()], vec![80, 9000])
+            Ok((vec!["172.17.0.5".to_string()], vec![80, 9000]))
         );
         let json = serde_json::json!({
             "Config": {"Env": ["healthcheck_tcp_port=5432"], "ExposedPorts": {"80/tcp": {}}}
         });
         let inspect: ContainerInspectResponse = serde_json::from_value(json).unwrap();
-        assert_eq!(ips_and_ports(&inspect).1, vec![5432]);
+        assert_eq!(ips_and_ports(&inspect).map(|p| p.1), Ok(vec![5432]));
+        let json = serde_json::json!({
+            "Config": {"Env": ["HEALTHCHECK_TCP_PORT=web", "HEALTHCHECK_TCP_PORT=80"]}
+        });
+        let inspect: ContainerInspectResponse = serde_json::from_value(json).unwrap();
+        assert!(ips_and_ports(&inspect).is_err());
     }
 
     #[test]

@@ -63,6 +63,9 @@ pub struct RunnerSettings {
     pub debug_trace_disabled: bool,
     /// `[runners.docker]`.
     pub docker: DockerSettings,
+    /// Whether the runner's config has no `[runners.docker]` section at all (its jobs fail as
+    /// a configuration error, as upstream's do).
+    pub docker_section_missing: bool,
     /// `[runners.cache]` (the distributed cache; `None`: local archives only).
     pub cache: Option<crate::config::cache::CacheConfig>,
     /// `prepare_timeout` (`None`: the job timeout).
@@ -164,6 +167,22 @@ pub struct DockerSettings {
     pub devices: Vec<String>,
     /// `ulimit` (name → `soft[:hard]`).
     pub ulimit: BTreeMap<String, String>,
+    /// `pid_mode` (build container only).
+    pub pid_mode: Option<String>,
+    /// `gpus` (Docker CLI `--gpus` syntax).
+    pub gpus: Option<String>,
+    /// `device_cgroup_rules`.
+    pub device_cgroup_rules: Vec<String>,
+    /// `mac_address` (applied on Engine API 1.44 and later).
+    pub mac_address: Option<String>,
+    /// `log_options` for the `json-file` log driver (`env` and `labels` only).
+    pub log_options: BTreeMap<String, String>,
+    /// `volume_keep`: keep containers' anonymous volumes when they are removed.
+    pub volume_keep: bool,
+    /// `volume_driver_ops`: options of the volumes drover creates.
+    pub volume_driver_ops: BTreeMap<String, String>,
+    /// `isolation` (only the default is valid on Linux).
+    pub isolation: Option<String>,
     /// The service settings (`[[runners.docker.services]]`, `services_*`, `service_*`).
     pub services: ServiceSettings,
 }
@@ -221,6 +240,10 @@ pub struct ServiceSettings {
     pub network_mtu: i64,
     /// `enable_ipv6` on the per-build network.
     pub enable_ipv6: bool,
+    /// `service_gpus`.
+    pub gpus: Option<String>,
+    /// `services_devices`: image glob → devices.
+    pub devices: BTreeMap<String, Vec<String>>,
 }
 
 impl RunnerSettings {
@@ -301,6 +324,7 @@ impl RunnerSettings {
             cache: r.cache.as_deref().cloned(),
             prepare_timeout: r.prepare_timeout,
             get_sources_timeout: r.get_sources_timeout,
+            docker_section_missing: r.docker.is_none(),
             docker: DockerSettings {
                 image: d.image.clone(),
                 helper_image: non_empty(&d.helper_image),
@@ -347,6 +371,14 @@ impl RunnerSettings {
                 userns_mode: non_empty(&d.userns_mode),
                 devices: d.devices.clone(),
                 ulimit: d.ulimit.clone(),
+                pid_mode: non_empty(&d.pid_mode),
+                gpus: non_empty(&d.gpus),
+                device_cgroup_rules: d.device_cgroup_rules.clone(),
+                mac_address: non_empty(&d.mac_address),
+                log_options: d.log_options.clone(),
+                volume_keep: d.volume_keep,
+                volume_driver_ops: d.volume_driver_ops.clone(),
+                isolation: non_empty(&d.isolation),
                 services: ServiceSettings {
                     services: d
                         .services
@@ -375,6 +407,8 @@ impl RunnerSettings {
                     cgroup_parent: non_empty(&d.service_cgroup_parent),
                     network_mtu: d.network_mtu,
                     enable_ipv6: d.enable_ipv6,
+                    gpus: non_empty(&d.service_gpus),
+                    devices: d.services_devices.clone(),
                 },
             },
         }

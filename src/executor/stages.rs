@@ -67,14 +67,60 @@ exit 0
     )
 }
 
+/// Where a stage's output goes: the job's trace, or a bounded buffer ([`Captured`]).
+pub trait StageOutput {
+    /// Takes a chunk of the container's output.
+    fn write(&mut self, data: &[u8]);
+    /// Takes a chunk of one of the container's streams (the job log marks stdout and stderr
+    /// apart in its timestamp headers); by default, as [`StageOutput::write`].
+    fn write_stream(&mut self, stream: Stream, data: &[u8]) {
+        let _ = stream;
+        self.write(data);
+    }
+    /// The stage ended.
+    fn flush(&mut self) {}
+}
+
+impl StageOutput for Trace<'_> {
+    fn write(&mut self, data: &[u8]) {
+        Trace::write(self, data);
+    }
+
+    fn write_stream(&mut self, stream: Stream, data: &[u8]) {
+        Trace::write_stream(self, stream, data);
+    }
+
+    fn flush(&mut self) {
+        Trace::flush(self);
+    }
+}
+
+/// A stage's output kept in memory, at most `limit` bytes (the rest is dropped).
+#[derive(Debug, Default)]
+pub struct Captured {
+    /// What was kept.
+    pub bytes: Vec<u8>,
+    /// The most bytes kept.
+    pub limit: usize,
+}
+
+impl StageOutput for Captured {
+    fn write(&mut self, data: &[u8]) {
+        let room = self.limit.saturating_sub(self.bytes.len());
+        self.bytes.extend_from_slice(&data[..data.len().min(room)]);
+    }
+}
+
 /// Runs `script` in container `id`, streaming its output into `trace`, until it exits or
-/// `stop` resolves.
+/// `stop` resolves. Lines arriving on `side` meanwhile (the services' logs with
+/// `CI_DEBUG_SERVICES`) go into `trace` too.
 pub async fn run_stage(
     docker: &Docker,
     id: &str,
     script: &str,
     is_build: bool,
-    trace: &mut Trace<'_>,
+    trace: &mut impl StageOutput,
+    mut side: Option<&mut tokio::sync::mpsc::Receiver<Vec<u8>>>,
     stop: impl Future<Output = StopReason>,
 ) -> Result<StageEnd, SystemError> {
     let attach = docker
@@ -113,6 +159,12 @@ pub async fn run_stage(
                 stopped = Some(reason);
                 break;
             }
+            Some(line) = async {
+                match side.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => trace.write(&line),
             r = &mut write, if !written => {
                 written = true;
                 if let Err(e) = r {

@@ -9,11 +9,15 @@
 //!
 //! **Deliberate difference:** upstream runs the permission fix in one short-lived helper
 //! container per volume. When nothing but the helper container mounts the volumes before
-//! `prepare_script` (no services), drover defers the fix of every read-write volume to the top
-//! of `prepare_script`, which runs in that helper container as the same user with the same
-//! binds: the same `cache-init` on the same volume roots, before any build container exists,
-//! without starting one container per volume (about half a second per job). Read-only volumes
-//! cannot be fixed through their own mount and keep the container.
+//! `prepare_script` (no services), drover defers the fix of every volume (all are mounted
+//! read-write) to the top of `prepare_script`, which runs in that helper container as the same
+//! user with the same binds: the same `cache-init` on the same volume roots, before any build
+//! container exists, without starting one container per volume (about half a second per job).
+//!
+//! Entries are parsed as upstream's Linux parser does
+//! (`[source:]/destination[:ro|rw|O][(:|,)z|Z][(:|,)propagation]`) **before** the job's
+//! variables are expanded, and only in the destination, so a variable's value can never change
+//! the structure of an entry.
 
 use std::collections::HashMap;
 
@@ -31,64 +35,160 @@ use crate::executor::labels::LabelFacts;
 /// The container path the permission fix mounts a fresh volume at.
 const CACHE_INIT_PATH: &str = "/gitlab-runner-cache-init";
 
-/// One parsed `volumes` entry.
+/// One parsed `volumes` entry: `[source:]destination[:mode][(:|,)label][(:|,)propagation]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeSpec {
-    /// Host path or volume name, if given.
+    /// Host path or volume name, if given. Never variable-expanded.
     pub source: Option<String>,
-    /// Container path.
+    /// Container path, with the job's variables expanded.
     pub destination: String,
-    /// Mode (`ro`, `rw`, `z`, …), if given.
+    /// `ro`, `rw` or `O` (any case), if given.
     pub mode: Option<String>,
+    /// SELinux label `z` / `Z`, if given.
+    pub label: Option<String>,
+    /// Bind propagation (`rslave`, …), if given.
+    pub propagation: Option<String>,
 }
 
-fn is_mode(s: &str) -> bool {
-    !s.is_empty()
-        && s.split(',').all(|m| {
-            matches!(
-                m,
-                "ro" | "rw"
-                    | "O"
-                    | "z"
-                    | "Z"
-                    | "nocopy"
-                    | "private"
-                    | "rprivate"
-                    | "shared"
-                    | "rshared"
-                    | "slave"
-                    | "rslave"
-                    | "consistent"
-                    | "cached"
-                    | "delegated"
-            )
-        })
+impl VolumeSpec {
+    /// The bind string: `[source:]destination[:options]`, the options joined with `,`
+    /// (so `rw:rslave` is sent as `rw,rslave`).
+    pub fn definition(&self) -> String {
+        let mut out = String::new();
+        if let Some(src) = &self.source {
+            out.push_str(src);
+            out.push(':');
+        }
+        out.push_str(&self.destination);
+        let options: Vec<&str> = [&self.mode, &self.label, &self.propagation]
+            .into_iter()
+            .filter_map(|o| o.as_deref())
+            .collect();
+        if !options.is_empty() {
+            out.push(':');
+            out.push_str(&options.join(","));
+        }
+        out
+    }
 }
 
-/// Parses `[src:]dst[:mode]`.
-pub fn parse_volume(spec: &str) -> Result<VolumeSpec, JobFailure> {
-    let parts: Vec<&str> = spec.split(':').collect();
-    let bad = || {
-        JobFailure::new(
-            FailureReason::RunnerConfigurationError,
-            format!("invalid volume specification {spec:?}: use [source:]destination[:mode]"),
-        )
+/// A character a Linux path segment or volume name may not contain.
+fn forbidden(c: char) -> bool {
+    matches!(
+        c,
+        '\\' | '/' | ':' | '*' | '?' | '"' | '<' | '>' | '|' | '\r' | '\n'
+    )
+}
+
+/// A volume name: one or more allowed characters.
+fn is_volume_name(s: &str) -> bool {
+    !s.is_empty() && !s.chars().any(forbidden)
+}
+
+/// An absolute Linux directory: `/`, then non-empty segments, each optionally followed by `/`.
+fn is_dir(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix('/') else {
+        return false;
     };
-    let (source, destination, mode) = match parts.as_slice() {
-        [dst] => (None, *dst, None),
-        [a, b] if is_mode(b) => (None, *a, Some(*b)),
-        [src, dst] => (Some(*src), *dst, None),
-        [src, dst, mode] if is_mode(mode) => (Some(*src), *dst, Some(*mode)),
-        _ => return Err(bad()),
+    let body = rest.strip_suffix('/').unwrap_or(rest);
+    rest.is_empty()
+        || body
+            .split('/')
+            .all(|seg| !seg.is_empty() && !seg.chars().any(|c| forbidden(c) && c != '/'))
+}
+
+/// The options after the destination: `(:mode)?((:|,)label)?((:|,)propagation)?`.
+fn parse_options(rest: &str) -> Option<(Option<String>, Option<String>, Option<String>)> {
+    let mut rest = rest;
+    let mut take = |seps: &[char], words: &[&str]| -> Option<String> {
+        let mut chars = rest.chars();
+        let sep = chars.next()?;
+        if !seps.contains(&sep) {
+            return None;
+        }
+        let body = &rest[1..];
+        let end = body.find([':', ',']).unwrap_or(body.len());
+        let word = &body[..end];
+        if words.iter().any(|w| w.eq_ignore_ascii_case(word)) {
+            rest = &body[end..];
+            Some(word.to_string())
+        } else {
+            None
+        }
     };
-    if destination.is_empty() || source.is_some_and(str::is_empty) {
-        return Err(bad());
+    let mode = take(&[':'], &["ro", "rw", "O"]);
+    let label = take(&[':', ','], &["z"]);
+    let propagation = take(
+        &[':', ','],
+        &[
+            "shared", "slave", "private", "rshared", "rslave", "rprivate",
+        ],
+    );
+    rest.is_empty().then_some((mode, label, propagation))
+}
+
+fn invalid(spec: &str, why: &str) -> JobFailure {
+    JobFailure::new(
+        FailureReason::RunnerConfigurationError,
+        format!(
+            "invalid volume specification: {spec:?}: {why}; use \
+             [source:]/destination[:ro|rw|O][,z|Z][,propagation] in [runners.docker] volumes"
+        ),
+    )
+}
+
+/// Parses one `[runners.docker] volumes` entry as upstream's Linux parser does, then expands
+/// the job's variables in the **destination only** (`expand`). The source is never expanded,
+/// so a job variable cannot turn an entry into a bind of a host path; a destination that
+/// expands to something containing `:` is refused (Docker would read the rest as options).
+pub fn parse_volume(spec: &str, expand: &dyn Fn(&str) -> String) -> Result<VolumeSpec, JobFailure> {
+    let parts: Vec<&str> = spec.splitn(3, ':').collect();
+    // With a source first (upstream's pattern tries that reading first), then without.
+    let with_source = match parts.as_slice() {
+        [src, dst, ..] if (is_dir(src) || is_volume_name(src)) && is_dir(dst) => {
+            let rest = &spec[src.len() + 1 + dst.len()..];
+            parse_options(rest).map(|o| (Some(src.to_string()), dst.to_string(), o))
+        }
+        _ => None,
+    };
+    let parsed = with_source.or_else(|| {
+        let dst = parts.first().copied().unwrap_or_default();
+        if !is_dir(dst) {
+            return None;
+        }
+        parse_options(&spec[dst.len()..]).map(|o| (None, dst.to_string(), o))
+    });
+    let Some((source, destination, (mode, label, propagation))) = parsed else {
+        return Err(invalid(spec, "not a volume specification"));
+    };
+    let destination = expand(&destination);
+    if destination.contains(':') {
+        return Err(invalid(
+            spec,
+            &format!("its destination expands to {destination:?}, which contains ':'"),
+        ));
     }
     Ok(VolumeSpec {
-        source: source.map(str::to_string),
-        destination: destination.to_string(),
-        mode: mode.map(str::to_string),
+        source,
+        destination,
+        mode,
+        label,
+        propagation,
     })
+}
+
+/// Parses every entry (see [`parse_volume`]).
+pub fn parse_volumes(
+    specs: &[String],
+    expand: &dyn Fn(&str) -> String,
+) -> Result<Vec<VolumeSpec>, JobFailure> {
+    // An empty entry is an invalid specification, as upstream's parser says.
+    specs.iter().map(|s| parse_volume(s, expand)).collect()
+}
+
+/// A container path made clean for comparison (`/a/b/` and `/a//b` are `/a/b`).
+fn clean(path: &str) -> String {
+    crate::executor::paths::normalize(path)
 }
 
 /// A Docker volume the job needs.
@@ -100,14 +200,12 @@ pub struct PlannedVolume {
     pub destination: String,
     /// Removed at cleanup when true.
     pub temporary: bool,
-    /// Mode suffix for the bind.
-    pub mode: Option<String>,
 }
 
 /// The volumes of one job.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VolumePlan {
-    /// Binds passed through or pointing at host dirs (`src:dst[:mode]`).
+    /// Binds passed through or pointing at host dirs (`src:dst[:options]`).
     pub host_binds: Vec<String>,
     /// Docker volumes to create, in order.
     pub volumes: Vec<PlannedVolume>,
@@ -116,14 +214,12 @@ pub struct VolumePlan {
 }
 
 impl VolumePlan {
-    /// Every bind for the containers, volumes included.
+    /// Every bind for the containers, volumes included. A cache volume is bound without a
+    /// mode, as upstream does (a `"/data:ro"` entry gives a read-write cache volume).
     pub fn binds(&self) -> Vec<String> {
         let mut b = self.host_binds.clone();
         for v in &self.volumes {
-            match &v.mode {
-                Some(m) => b.push(format!("{}:{}:{m}", v.name, v.destination)),
-                None => b.push(format!("{}:{}", v.name, v.destination)),
-            }
+            b.push(format!("{}:{}", v.name, v.destination));
         }
         b
     }
@@ -132,8 +228,8 @@ impl VolumePlan {
 /// What [`plan`] needs.
 #[derive(Debug, Clone)]
 pub struct PlanInputs<'a> {
-    /// The `volumes` entries, variables expanded.
-    pub volumes: &'a [String],
+    /// The parsed `volumes` entries (destinations expanded).
+    pub volumes: &'a [VolumeSpec],
     /// The project dir (relative destinations are joined to it).
     pub build_dir: &'a str,
     /// The builds root, which gets its own volume.
@@ -148,7 +244,8 @@ pub struct PlanInputs<'a> {
     pub host_cache_dir: Option<&'a str>,
     /// Whether the ref is protected (adds `-protected`).
     pub protected: bool,
-    /// Whether the builds volume is reusable (`GIT_STRATEGY=fetch`).
+    /// Whether the builds volume is made like a cache volume (`GIT_STRATEGY=fetch`) rather
+    /// than temporary.
     pub reusable_builds: bool,
 }
 
@@ -157,15 +254,22 @@ fn md5_hex(s: &str) -> String {
 }
 
 /// Whether a host bind's destination contains the builds root (the builds dir is "shared").
-pub fn builds_dir_host_mounted(volumes: &[String], root_dir: &str) -> bool {
-    volumes
-        .iter()
-        .filter_map(|v| parse_volume(v).ok())
-        .any(|v| {
-            v.source.is_some()
-                && (root_dir == v.destination
-                    || root_dir.starts_with(&format!("{}/", v.destination.trim_end_matches('/'))))
-        })
+pub fn builds_dir_host_mounted(volumes: &[VolumeSpec], root_dir: &str) -> bool {
+    let root = clean(root_dir);
+    volumes.iter().any(|v| {
+        let dst = clean(&v.destination);
+        v.source.is_some() && (root == dst || dst == "/" || root.starts_with(&format!("{dst}/")))
+    })
+}
+
+fn already_defined(dst: &str) -> JobFailure {
+    JobFailure::new(
+        FailureReason::RunnerConfigurationError,
+        format!(
+            "volume for container path {dst:?} is already defined: remove one of the \
+             [runners.docker] volumes entries for it"
+        ),
+    )
 }
 
 /// Plans the job's volumes.
@@ -174,95 +278,87 @@ pub fn plan(i: &PlanInputs<'_>) -> Result<VolumePlan, JobFailure> {
         protected: i.protected,
         ..Default::default()
     };
-    let mut destinations: Vec<String> = Vec::new();
-    fn add_cache(
-        i: &PlanInputs<'_>,
-        out: &mut VolumePlan,
-        destinations: &mut Vec<String>,
-        dst: &str,
-        mode: Option<String>,
-        builds: bool,
-    ) -> Result<bool, JobFailure> {
-        let suffix = if i.protected { "-protected" } else { "" };
-        let dst = if dst.starts_with('/') {
-            dst.to_string()
-        } else {
-            format!("{}/{dst}", i.build_dir)
-        };
-        if dst == "/" {
+    let suffix = if i.protected { "-protected" } else { "" };
+    // Container paths taken so far, cleaned.
+    let mut taken: Vec<String> = Vec::new();
+    let absolute = |dst: &str| -> Result<String, JobFailure> {
+        if clean(dst) == "/" && dst.starts_with('/') {
             return Err(JobFailure::new(
                 FailureReason::RunnerConfigurationError,
-                "invalid volume: \"/\" cannot be a cache volume",
+                format!("invalid volume destination {dst:?}: it needs to be a non-root path"),
             ));
         }
-        if destinations.contains(&dst) {
+        Ok(if dst.starts_with('/') || i.build_dir.is_empty() {
+            dst.to_string()
+        } else {
+            format!("{}/{dst}", i.build_dir.trim_end_matches('/'))
+        })
+    };
+    // A cache volume (or, with `builds`, the builds volume): Ok(false) if its path is taken.
+    let add_cache = |out: &mut VolumePlan,
+                     taken: &mut Vec<String>,
+                     dst: &str,
+                     builds: bool|
+     -> Result<bool, JobFailure> {
+        let dst = absolute(dst)?;
+        let key = clean(&dst);
+        if taken.contains(&key) {
             return Ok(false);
         }
-        destinations.push(dst.clone());
+        taken.push(key);
         let hash = md5_hex(&dst);
-        let temporary = if builds {
-            !i.reusable_builds
+        let temporary = if builds && !i.reusable_builds {
+            true
         } else {
             i.disable_cache
         };
         if temporary {
             out.volumes.push(PlannedVolume {
-                name: format!("{}-cache-{hash}", i.random_name),
+                name: format!("{}-cache-{hash}{suffix}", i.random_name),
                 destination: dst,
                 temporary: true,
-                mode,
             });
-        } else if let Some(host) = i.host_cache_dir.filter(|h| !h.is_empty() && !builds) {
+        } else if let Some(host) = i.host_cache_dir.filter(|h| !h.is_empty()) {
             let host = host.trim_end_matches('/');
-            let mut bind = format!("{host}/{}/{hash}{suffix}:{dst}", i.real_unique_name);
-            if let Some(m) = mode {
-                bind.push(':');
-                bind.push_str(&m);
-            }
-            out.host_binds.push(bind);
+            out.host_binds.push(format!(
+                "{host}/{}/{hash}{suffix}:{dst}",
+                i.real_unique_name
+            ));
         } else {
             out.volumes.push(PlannedVolume {
                 name: format!("{}-cache-{hash}{suffix}", i.real_unique_name),
                 destination: dst,
                 temporary: false,
-                mode,
             });
         }
         Ok(true)
-    }
-    for entry in i.volumes {
-        let spec = parse_volume(entry)?;
-        match spec.source {
-            Some(src) => {
-                let dst = spec.destination.clone();
-                destinations.push(dst.clone());
-                out.host_binds.push(match spec.mode {
-                    Some(m) => format!("{src}:{dst}:{m}"),
-                    None => format!("{src}:{dst}"),
-                });
+    };
+    for spec in i.volumes {
+        match &spec.source {
+            Some(_) => {
+                let dst = absolute(&spec.destination)?;
+                let key = clean(&dst);
+                if taken.contains(&key) {
+                    return Err(already_defined(&key));
+                }
+                taken.push(key);
+                out.host_binds.push(
+                    VolumeSpec {
+                        destination: dst,
+                        ..spec.clone()
+                    }
+                    .definition(),
+                );
             }
             None => {
-                if !add_cache(
-                    i,
-                    &mut out,
-                    &mut destinations,
-                    &spec.destination,
-                    spec.mode,
-                    false,
-                )? {
-                    return Err(JobFailure::new(
-                        FailureReason::RunnerConfigurationError,
-                        format!("volume destination {:?} is defined twice", spec.destination),
-                    ));
+                if !add_cache(&mut out, &mut taken, &spec.destination, false)? {
+                    return Err(already_defined(&clean(&spec.destination)));
                 }
             }
         }
     }
-    // The builds volume; an entry that already covers the root wins silently.
-    let covered = destinations.iter().any(|d| d == i.root_dir);
-    if !covered && !builds_dir_host_mounted(i.volumes, i.root_dir) {
-        add_cache(i, &mut out, &mut destinations, i.root_dir, None, true)?;
-    }
+    // The builds volume; an entry for the same path wins silently.
+    add_cache(&mut out, &mut taken, i.root_dir, true)?;
     Ok(out)
 }
 
@@ -281,28 +377,30 @@ pub struct Volumes {
 pub enum PermissionFix {
     /// One `cache-init` container per volume, as upstream does.
     Containers,
-    /// In the helper container's first stage, for every volume mounted read-write there.
+    /// In the helper container's first stage, for every volume.
     DeferToHelper,
 }
 
-/// Whether a volume's permission fix can run through its own mount in the helper container.
-pub fn fixable_in_helper(v: &PlannedVolume) -> bool {
-    !v.mode
-        .as_deref()
-        .is_some_and(|m| m.split(',').any(|part| part == "ro"))
+/// `volume_driver` and `volume_driver_ops`, for the volumes drover creates.
+#[derive(Debug, Clone, Copy)]
+pub struct VolumeDriver<'a> {
+    /// The driver (the Engine's default when `None`).
+    pub name: Option<&'a str>,
+    /// Its options.
+    pub options: &'a std::collections::BTreeMap<String, String>,
 }
 
 impl Volumes {
     /// Creates the plan's volumes with labels, then runs the permission fix for each (in
-    /// parallel). With [`PermissionFix::DeferToHelper`], the volumes that
-    /// [`fixable_in_helper`] accepts are left out, and their container paths are returned for
-    /// the helper's first stage to fix.
+    /// parallel). With [`PermissionFix::DeferToHelper`], every volume is
+    /// left out (all are mounted read-write), and their container paths are returned for the
+    /// helper's first stage to fix.
     pub async fn create(
         &mut self,
         docker: &Docker,
         plan: &VolumePlan,
         facts: &LabelFacts,
-        driver: Option<&str>,
+        driver: &VolumeDriver<'_>,
         helper_image: &str,
         fix: PermissionFix,
     ) -> Result<Vec<String>, SystemError> {
@@ -319,7 +417,9 @@ impl Volumes {
             );
             let options = VolumeCreateOptions {
                 name: Some(v.name.clone()),
-                driver: driver.map(str::to_string),
+                driver: driver.name.map(str::to_string),
+                driver_opts: (!driver.options.is_empty())
+                    .then(|| driver.options.clone().into_iter().collect()),
                 labels: Some(labels),
                 ..Default::default()
             };
@@ -334,7 +434,7 @@ impl Volumes {
         let (deferred, now): (Vec<&PlannedVolume>, Vec<&PlannedVolume>) = plan
             .volumes
             .iter()
-            .partition(|v| fix == PermissionFix::DeferToHelper && fixable_in_helper(v));
+            .partition(|_| fix == PermissionFix::DeferToHelper);
         // The permission fixes are independent: run them side by side.
         let fixes = now
             .iter()
@@ -432,7 +532,15 @@ async fn run_to_exit(docker: &Docker, id: &str) -> Result<i64, SystemError> {
 mod tests {
     use super::*;
 
-    fn inputs<'a>(volumes: &'a [String]) -> PlanInputs<'a> {
+    fn same(s: &str) -> String {
+        s.to_string()
+    }
+
+    fn specs(v: &[&str]) -> Vec<VolumeSpec> {
+        v.iter().map(|s| parse_volume(s, &same).unwrap()).collect()
+    }
+
+    fn inputs<'a>(volumes: &'a [VolumeSpec]) -> PlanInputs<'a> {
         PlanInputs {
             volumes,
             build_dir: "/builds/g/p",
@@ -448,23 +556,39 @@ mod tests {
 
     #[test]
     fn parse_specs() {
-        assert_eq!(parse_volume("/cache").unwrap().source, None);
-        let v = parse_volume("/var/run/docker.sock:/var/run/docker.sock").unwrap();
+        assert_eq!(parse_volume("/cache", &same).unwrap().source, None);
+        let v = parse_volume("/var/run/docker.sock:/var/run/docker.sock", &same).unwrap();
         assert_eq!(v.source.as_deref(), Some("/var/run/docker.sock"));
         assert_eq!(
-            parse_volume("/data:ro").unwrap().mode.as_deref(),
+            parse_volume("/data:ro", &same).unwrap().mode.as_deref(),
             Some("ro")
         );
-        assert_eq!(
-            parse_volume("/a:/b:rw").unwrap().mode.as_deref(),
-            Some("rw")
-        );
-        assert!(parse_volume("a:b:c:d").is_err());
+        let v = parse_volume("/a:/b:rw:rslave", &same).unwrap();
+        assert_eq!(v.definition(), "/a:/b:rw,rslave");
+        assert!(parse_volume("a:b:c:d", &same).is_err());
+        assert!(parse_volume("/a:$X/b", &same).is_err());
+    }
+
+    /// The class: whatever a job variable holds, it lands in the destination and nowhere else;
+    /// the source is never expanded and a value cannot add a `:` to the entry.
+    #[test]
+    fn only_the_destination_is_expanded() {
+        let expand = |s: &str| {
+            s.replace("${X}", "1-2-3")
+                .replace("$EVIL", "../etc:/hostetc")
+                .replace("${", "")
+        };
+        let v = parse_volume("/host/${X}:/tmp/${X}", &expand).unwrap();
+        assert_eq!(v.definition(), "/host/${X}:/tmp/1-2-3");
+        let v = parse_volume("/${:/tmp", &expand).unwrap();
+        assert_eq!(v.source.as_deref(), Some("/${"));
+        assert_eq!(v.destination, "/tmp");
+        assert!(parse_volume("/cache/$EVIL", &expand).is_err());
     }
 
     #[test]
     fn cache_and_builds_volumes() {
-        let vols = vec!["/cache".to_string()];
+        let vols = specs(&["/cache"]);
         let p = plan(&inputs(&vols)).unwrap();
         assert_eq!(p.volumes.len(), 2);
         assert_eq!(
@@ -494,38 +618,24 @@ mod tests {
     }
 
     #[test]
-    fn only_read_write_volumes_are_fixed_in_the_helper() {
-        let vols = vec![
-            "/cache".to_string(),
-            "/data:ro".to_string(),
-            "/logs:ro,z".to_string(),
-            "/work:rw".to_string(),
-        ];
+    fn cache_volumes_are_bound_without_their_mode() {
+        let vols = specs(&["/data:ro"]);
         let p = plan(&inputs(&vols)).unwrap();
-        let fixable: Vec<(&str, bool)> = p
-            .volumes
-            .iter()
-            .map(|v| (v.destination.as_str(), fixable_in_helper(v)))
-            .collect();
         assert_eq!(
-            fixable,
-            [
-                ("/cache", true),
-                ("/data", false),
-                ("/logs", false),
-                ("/work", true),
-                ("/builds", true)
-            ]
+            p.binds()[0],
+            format!("runner-aaaa-cache-{}:/data", md5_hex("/data"))
         );
     }
 
     #[test]
     fn duplicates_and_root() {
-        let vols = vec!["/cache".to_string(), "/cache".to_string()];
+        let vols = specs(&["/cache", "/cache/"]);
         assert!(plan(&inputs(&vols)).is_err());
-        let vols = vec!["/".to_string()];
+        let vols = specs(&["/a:/x", "/b:/x/"]);
         assert!(plan(&inputs(&vols)).is_err());
-        let vols = vec!["/srv/builds:/builds".to_string()];
+        let vols = specs(&["/"]);
+        assert!(plan(&inputs(&vols)).is_err());
+        let vols = specs(&["/srv/builds:/builds"]);
         let p = plan(&inputs(&vols)).unwrap();
         assert!(p.volumes.is_empty());
         assert!(builds_dir_host_mounted(&vols, "/builds"));

@@ -437,6 +437,15 @@ fn serve(stream: TcpStream, root: &Path, expected_auth: &str) -> std::io::Result
     Ok(())
 }
 
+/// An image tag made for a test, removed when dropped.
+pub struct Tag(pub String);
+
+impl Drop for Tag {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rmi", &self.0]).output();
+    }
+}
+
 /// The drover binary under test.
 pub fn drover_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_drover"))

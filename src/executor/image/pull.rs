@@ -4,11 +4,11 @@
 
 use std::collections::HashMap;
 
-use bollard::auth::DockerCredentials;
 use bollard::query_parameters::CreateImageOptions;
 use bollard::Docker;
 use futures_util::StreamExt;
 
+use super::auth::AuthSources;
 use super::{split_reference, PullPolicy};
 use crate::executor::error::{not_found, FailureReason, JobFailure, SystemError};
 use crate::executor::trace::Trace;
@@ -67,29 +67,75 @@ impl<'d> Puller<'d> {
         }
     }
 
-    /// Gets `name` following `policies` in order (each a fallback for the previous one).
+    /// Gets `name` following `policies` in order (each a fallback for the previous one), with
+    /// upstream's pull-manager lines in the job log.
     pub async fn get(
         &mut self,
         name: &str,
         policies: &[PullPolicy],
-        credentials: Option<DockerCredentials>,
+        auth: &AuthSources,
         platform: Option<&str>,
         trace: &mut Trace<'_>,
+    ) -> Result<ResolvedImage, ImageError> {
+        self.get_inner(name, policies, auth, platform, trace, true)
+            .await
+    }
+
+    /// Gets the default helper image: used silently when present, pulled otherwise (upstream
+    /// looks it up without its pull manager, so none of its lines appear).
+    pub async fn get_default_helper(
+        &mut self,
+        name: &str,
+        auth: &AuthSources,
+        trace: &mut Trace<'_>,
+    ) -> Result<ResolvedImage, ImageError> {
+        self.get_inner(name, &[PullPolicy::IfNotPresent], auth, None, trace, false)
+            .await
+    }
+
+    async fn get_inner(
+        &mut self,
+        name: &str,
+        policies: &[PullPolicy],
+        auth: &AuthSources,
+        platform: Option<&str>,
+        trace: &mut Trace<'_>,
+        announce: bool,
     ) -> Result<ResolvedImage, ImageError> {
         if let Some(hit) = self.cache.get(name) {
             return Ok(hit.clone());
         }
+        if announce {
+            let list: Vec<&str> = policies.iter().map(|p| p.as_str()).collect();
+            trace.info(&format!(
+                "Using effective pull policy of [{}] for container {name}",
+                list.join(" ")
+            ));
+        }
         let mut last_error = None;
-        for policy in policies {
+        for (index, policy) in policies.iter().enumerate() {
+            if index > 0 {
+                trace.info(&format!(
+                    "Attempt #{}: Trying \"{}\" pull policy",
+                    index + 1,
+                    policy.as_str()
+                ));
+            }
             match self
-                .try_policy(name, *policy, credentials.clone(), platform, trace)
+                .try_policy(name, *policy, auth, platform, trace, announce)
                 .await
             {
                 Ok(image) => {
-                    trace.info(&format!(
-                        "Using docker image {} for {name} with digest {} ...",
-                        image.id, image.reference
-                    ));
+                    if announce && image.id != name {
+                        if image.reference != image.id {
+                            trace.info(&format!(
+                                "Using docker image {} for {name} with digest {} ...",
+                                image.id, image.reference
+                            ));
+                        } else {
+                            trace.info(&format!("Using docker image {} for {name} ...", image.id));
+                        }
+                    }
                     self.cache.insert(name.to_string(), image.clone());
                     return Ok(image);
                 }
@@ -118,9 +164,10 @@ impl<'d> Puller<'d> {
         &mut self,
         name: &str,
         policy: PullPolicy,
-        credentials: Option<DockerCredentials>,
+        auth: &AuthSources,
         platform: Option<&str>,
         trace: &mut Trace<'_>,
+        announce: bool,
     ) -> Result<ResolvedImage, ImageError> {
         let local = self.inspect(name).await.map_err(ImageError::System)?;
         match (policy, local) {
@@ -133,17 +180,49 @@ impl<'d> Puller<'d> {
             }
             (_, Some(img)) if img.id == name || name.starts_with("sha256:") => return Ok(img),
             (PullPolicy::IfNotPresent, Some(img)) => {
-                trace.info(
-                    "Using locally found image version due to \"if-not-present\" pull policy",
-                );
+                if announce {
+                    trace.info(
+                        "Using locally found image version due to \"if-not-present\" pull policy",
+                    );
+                }
                 return Ok(img);
             }
             _ => {}
         }
+        // Credentials are resolved only now that a pull is needed (credential helpers run
+        // then, as upstream does).
+        let mut warnings = Vec::new();
+        let resolved = auth.for_image(name, &mut warnings).await;
+        for w in warnings {
+            trace.warning(&w);
+        }
+        let credentials = match resolved {
+            Ok(Some(a)) => {
+                trace.info(&format!(
+                    "Authenticating with credentials from {}",
+                    a.source
+                ));
+                Some(a.docker_credentials())
+            }
+            Ok(None) => None,
+            Err(e) => {
+                return Err(ImageError::Job(JobFailure::new(
+                    FailureReason::RunnerConfigurationError,
+                    format!("pulling {name}: {e}"),
+                )))
+            }
+        };
         self.pull(name, credentials, platform, trace).await?;
+        // A failed inspect after a pull is classified like a pull failure, as upstream does.
         self.inspect(name)
             .await
-            .map_err(ImageError::System)?
+            .map_err(|e| {
+                let message = e.to_string();
+                ImageError::Job(JobFailure::new(
+                    classify_pull_failure(&message),
+                    format!("inspecting image {name:?} after pull: {message}"),
+                ))
+            })?
             .ok_or_else(|| {
                 ImageError::Job(JobFailure::new(
                     FailureReason::ImagePullFailure,
@@ -155,11 +234,14 @@ impl<'d> Puller<'d> {
     async fn pull(
         &self,
         name: &str,
-        credentials: Option<DockerCredentials>,
+        credentials: Option<bollard::auth::DockerCredentials>,
         platform: Option<&str>,
         trace: &mut Trace<'_>,
     ) -> Result<(), ImageError> {
-        trace.info(&format!("Pulling docker image {name} ..."));
+        match platform.filter(|p| !p.is_empty()) {
+            Some(p) => trace.info(&format!("Pulling docker image {name} for platform {p} ...")),
+            None => trace.info(&format!("Pulling docker image {name} ...")),
+        }
         let (repo, tag) = split_reference(name);
         let mut attempt = 0;
         loop {
@@ -178,44 +260,71 @@ impl<'d> Puller<'d> {
                 match item {
                     Ok(info) => {
                         if let Some(err) = info.error_detail.and_then(|d| d.message) {
-                            failure = Some((err, false));
+                            failure = Some(err);
                         }
                     }
-                    Err(bollard::errors::Error::DockerResponseServerError {
-                        status_code,
-                        message,
-                    }) => {
-                        let permanent = matches!(status_code, 401 | 403 | 404);
-                        failure = Some((message, permanent));
+                    Err(bollard::errors::Error::DockerResponseServerError { message, .. }) => {
+                        failure = Some(message);
                         break;
                     }
                     Err(e) => {
-                        failure = Some((e.to_string(), false));
+                        failure = Some(e.to_string());
                         break;
                     }
                 }
             }
             match failure {
                 None => return Ok(()),
-                Some((message, permanent)) => {
-                    let lower = message.to_lowercase();
-                    let permanent = permanent
-                        || lower.contains("not found")
-                        || lower.contains("denied")
-                        || lower.contains("unauthorized");
-                    if permanent || attempt >= 3 {
+                Some(message) => {
+                    let reason = classify_pull_failure(&message);
+                    // Only network and registry hiccups are retried (3 attempts in all).
+                    if reason != FailureReason::RunnerExternalDependencyFailure || attempt >= 3 {
                         return Err(ImageError::Job(JobFailure::new(
-                            FailureReason::ImagePullFailure,
+                            reason,
                             format!("failed to pull image {name:?}: {message}"),
                         )));
                     }
-                    let backoff = 2 + u64::from(rand::random::<u8>() % 8);
+                    let backoff = 2 + u64::from(rand::random::<u8>() % 9);
                     trace.warning(&format!(
-                        "Failed to pull image {name}: {message}; retrying in {backoff}s"
+                        "Failed to pull image {name:?} (attempt #{attempt}), retrying in \
+                         {backoff}s: {message}"
                     ));
                     tokio::time::sleep(std::time::Duration::from_secs(backoff)).await;
                 }
             }
         }
+    }
+}
+
+/// The failure reason of a pull error message, as upstream classifies it: network and registry
+/// connection problems are `runner_external_dependency_failure` (and retried), a missing image
+/// or denied access is `runner_configuration_error`, anything else `image_pull_failure`.
+pub fn classify_pull_failure(message: &str) -> FailureReason {
+    let lower = message.to_lowercase();
+    let has = |needles: &[&str]| needles.iter().any(|n| lower.contains(n));
+    if has(&[
+        "dial tcp",
+        "connection refused",
+        "no such host",
+        "i/o timeout",
+        "tls handshake",
+        "client.timeout exceeded",
+        "request canceled",
+        "connection reset",
+    ]) {
+        FailureReason::RunnerExternalDependencyFailure
+    } else if has(&[
+        "not found",
+        "manifest unknown",
+        "pull access denied",
+        "access to the resource is denied",
+        "no basic auth credentials",
+        "repository does not exist or may require",
+        "unauthorized",
+        "authentication required",
+    ]) {
+        FailureReason::RunnerConfigurationError
+    } else {
+        FailureReason::ImagePullFailure
     }
 }

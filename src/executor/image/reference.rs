@@ -136,22 +136,6 @@ impl ImageRef {
             .unwrap_or_default();
         format!("{tag}{digest}")
     }
-
-    /// Every spelling of this image a rule may be written against: the familiar and the fully
-    /// qualified name, each also with the implied `:latest` when neither tag nor digest is
-    /// written. All of them name the same image.
-    pub fn spellings(&self) -> Vec<String> {
-        let mut out = vec![self.familiar(), self.canonical()];
-        if self.tag.is_none() && self.digest.is_none() {
-            let latest = ImageRef {
-                tag: Some("latest".into()),
-                ..self.clone()
-            };
-            out.push(latest.familiar());
-            out.push(latest.canonical());
-        }
-        out
-    }
 }
 
 /// Docker's `splitDockerDomain`: the first path component is a registry when it has a `.` or
@@ -219,15 +203,6 @@ mod tests {
         assert_eq!(fam(&format!("alpine:3@{d}")), format!("alpine:3@{d}"));
         // An upper-case first component is a registry, as in Docker.
         assert_eq!(fam("Registry/a"), "Registry/a");
-        assert_eq!(
-            ImageRef::parse("ruby").unwrap().spellings(),
-            vec![
-                "ruby",
-                "docker.io/library/ruby",
-                "ruby:latest",
-                "docker.io/library/ruby:latest"
-            ]
-        );
     }
 
     #[test]

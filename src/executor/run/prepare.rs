@@ -60,6 +60,16 @@ impl JobRun<'_> {
             }
             .into());
         }
+        if runner.docker_section_missing {
+            return Err(JobFailure::new(
+                FailureReason::RunnerConfigurationError,
+                "missing docker configuration: add a [runners.docker] section (with at least \
+                 image = \"...\") to this runner in config.toml",
+            )
+            .into());
+        }
+        // Options upstream checks (and seccomp files it reads) when it builds a host config.
+        let effective = crate::executor::docker_options::resolve(ds)?;
         let plan = plan::plan_job(payload, runner, self.req.slot)?;
         for w in &plan.warnings {
             trace.warning(w);
@@ -69,8 +79,9 @@ impl JobRun<'_> {
             paths,
             vars,
             settings,
-            expanded_volumes,
+            volumes: volume_specs,
             image_name,
+            image_as_written,
             network_name,
             ..
         } = plan;
@@ -78,6 +89,12 @@ impl JobRun<'_> {
         trace.info(&format!(
             "Using Docker executor with image {image_name} ..."
         ));
+        if ds.volume_keep {
+            trace.warning(
+                "volume_keep is enabled: the containers' anonymous volumes are kept when they \
+                 are removed and may fill the disk",
+            );
+        }
         let (cache_remote, cache_warnings) = if payload
             .cache
             .iter()
@@ -100,33 +117,41 @@ impl JobRun<'_> {
         self.mark("connected");
         let docker = engine.docker.clone();
         let mut puller = Puller::new(&docker);
-        let auth_configs = docker_auth_configs(&vars);
+        let auth = image::auth::AuthSources {
+            docker_auth_config: vars.get("DOCKER_AUTH_CONFIG").map(|v| v.value.clone()),
+            home: std::env::var_os("HOME").map(std::path::PathBuf::from),
+            payload: payload.credentials.clone(),
+            helpers: image::auth::Helpers::default(),
+        };
 
         // Helper image: helper_image with the config policies, else the pinned upstream one.
         let config_policies =
             image::effective_pull_policies(&[], &ds.pull_policy, &ds.allowed_pull_policies)?;
-        let helper_name = match ds
+        // `${CI_RUNNER_VERSION}` in helper_image names the helper version drover's commands
+        // are written for (upstream's documented mirror pattern `…:x86_64-v${CI_RUNNER_VERSION}`
+        // must resolve to a helper tag that exists).
+        let helper_vars = helper_image_variables(&vars);
+        let default_helper =
+            image::default_helper_image(&engine.architecture, ds.helper_image_flavor.as_deref());
+        let configured_helper = ds
             .helper_image
             .as_deref()
-            .map(|h| vars.expand(h))
-            .filter(|h| !h.is_empty())
-        {
-            Some(h) => h,
-            None => {
-                image::default_helper_image(&engine.architecture, ds.helper_image_flavor.as_deref())
+            .map(|h| helper_vars.expand(h))
+            .filter(|h| !h.is_empty());
+        let helper = match &configured_helper {
+            Some(name) => {
+                trace.info(&format!(
+                    "Using helper image:  {name}  (overridden, default would be  {default_helper} )"
+                ));
+                puller.get(name, &config_policies, &auth, None, trace).await
             }
-        };
-        let helper_policies = if ds.helper_image.is_some() {
-            config_policies.clone()
-        } else {
-            vec![image::PullPolicy::IfNotPresent]
-        };
-        let helper_creds =
-            image::credentials_for(&helper_name, &auth_configs, &payload.credentials);
-        let helper = puller
-            .get(&helper_name, &helper_policies, helper_creds, None, trace)
-            .await
-            .map_err(map_image_error)?;
+            None => {
+                puller
+                    .get_default_helper(&default_helper, &auth, trace)
+                    .await
+            }
+        }
+        .map_err(map_image_error)?;
 
         self.mark("helper image ready");
         // Volumes.
@@ -147,7 +172,7 @@ impl JobRun<'_> {
                 .iter()
                 .any(|c| c.key.ends_with("-protected") && !c.key.ends_with("-non_protected"));
         let plan = volumes::plan(&volumes::PlanInputs {
-            volumes: &expanded_volumes,
+            volumes: &volume_specs,
             build_dir: &paths.build_dir,
             root_dir: &paths.root_dir,
             random_name: &random_name,
@@ -171,16 +196,28 @@ impl JobRun<'_> {
                 &docker,
                 &plan,
                 &facts,
-                ds.volume_driver.as_deref(),
+                &volumes::VolumeDriver {
+                    name: ds.volume_driver.as_deref(),
+                    options: &ds.volume_driver_ops,
+                },
                 &helper.id,
                 fix,
             )
             .await?;
 
         self.mark("volumes ready");
+        let legacy_api = api_older_than_1_44(&engine.api_version);
+        if legacy_api && ds.mac_address.is_some() {
+            trace.warning(
+                "mac_address is configured, but the Docker Engine's API is older than 1.44: it \
+                 cannot be applied to the job's containers",
+            );
+        }
         let network = services::JobNetwork {
             mode: network_name.clone().or_else(|| ds.network_mode.clone()),
             per_build: network_name.is_some(),
+            mac_address: ds.mac_address.clone(),
+            legacy_api,
         };
         if let Some(name) = &network_name {
             let mut labels = facts.labels("", &[]);
@@ -199,13 +236,15 @@ impl JobRun<'_> {
                 &service_defs,
                 &ServiceJob {
                     vars: &vars,
-                    auth_configs: &auth_configs,
+                    auth: &auth,
                     helper_image: &helper.id,
                     random_name: &random_name,
                     labels: &facts.labels("", &[]),
                     container_labels: &container_labels,
                     binds: &plan.binds(),
                     network: &network,
+                    settings: &effective,
+                    debug_services: settings.debug_services && !runner.debug_trace_disabled,
                 },
             )
             .await?;
@@ -217,25 +256,22 @@ impl JobRun<'_> {
             .unwrap_or_default();
         let policies =
             image::effective_pull_policies(requested, &ds.pull_policy, &ds.allowed_pull_policies)?;
-        trace.info(&format!(
-            "Using effective pull policy of [{}] for container {image_name}",
-            policies
-                .iter()
-                .map(|p| p.as_str())
-                .collect::<Vec<_>>()
-                .join(" ")
-        ));
+        // The image's docker options are expanded with the job's variables, as upstream does.
         let platform = image_opts
-            .map(|i| i.executor_opts.docker.platform.clone())
+            .map(|i| vars.expand(&i.executor_opts.docker.platform))
             .filter(|p| !p.is_empty());
-        let creds = image::credentials_for(&image_name, &auth_configs, &payload.credentials);
         let build_image = puller
-            .get(&image_name, &policies, creds, platform.as_deref(), trace)
+            .get(&image_name, &policies, &auth, platform.as_deref(), trace)
             .await
             .map_err(map_image_error)?;
 
+        let wants_entrypoint =
+            image_opts.is_some_and(|i| i.entrypoint.as_ref().is_some_and(|e| !e.is_empty()));
+        if wants_entrypoint && ds.disable_entrypoint_overwrite {
+            trace.warning("Entrypoint override disabled");
+        }
         let image_user = image_opts
-            .map(|i| i.executor_opts.docker.user.as_str())
+            .map(|i| vars.expand(&i.executor_opts.docker.user))
             .unwrap_or_default();
         let mut labels = facts.labels("", &[]);
         labels.retain(|k, _| !k.ends_with(".type"));
@@ -254,11 +290,11 @@ impl JobRun<'_> {
             labels,
             helper_image: helper.id.clone(),
             build_image: build_image.reference.clone(),
-            build_image_name: image_name.clone(),
+            build_image_name: image_as_written,
             build_entrypoint: image_opts
                 .and_then(|i| i.entrypoint.clone())
                 .filter(|e| !e.is_empty()),
-            build_user: build_user(ds, image_user)?,
+            build_user: build_user(ds, &image_user)?,
             build_platform: platform,
             build_cmd: detect_shell_command(),
             service_links: if network.needs_links() {
@@ -267,8 +303,12 @@ impl JobRun<'_> {
                 Vec::new()
             },
             network,
+            use_init: vars
+                .bool("FF_USE_INIT_WITH_DOCKER_EXECUTOR")
+                .unwrap_or(false),
         };
         Ok(Prepared {
+            docker_settings: effective,
             engine,
             vars,
             paths,
@@ -288,8 +328,7 @@ impl JobRun<'_> {
         defs: &[ServiceDefinition],
         job: &ServiceJob<'_>,
     ) -> Result<Vec<StartedService>, JobOrSystem> {
-        let ds = &self.req.runner.docker;
-        let payload = self.req.payload;
+        let ds = job.settings;
         let wait = services::wait_timeout(ds.services.wait_timeout);
         let start_inputs = services::StartInputs {
             random_name: job.random_name,
@@ -306,8 +345,22 @@ impl JobRun<'_> {
         let mut started = Vec::new();
         for (index, def) in defs.iter().enumerate() {
             let name = services::parse_name(&def.image);
+            // A service none of whose aliases is free is not started at all, as upstream does.
+            let (aliases, warnings) = taken.claim(&name, def, index);
+            for w in warnings {
+                trace.warning(&w);
+            }
+            if aliases.is_empty() {
+                continue;
+            }
+            // `service:version...`, or `service@sha256:...` for a digest, as upstream prints.
+            let sep = if name.version.starts_with("@sha256") {
+                ""
+            } else {
+                ":"
+            };
             trace.info(&format!(
-                "Starting service {}:{} ...",
+                "Starting service {}{sep}{}...",
                 name.service, name.version
             ));
             let policies = image::effective_pull_policies(
@@ -315,14 +368,14 @@ impl JobRun<'_> {
                 &ds.pull_policy,
                 &ds.allowed_pull_policies,
             )?;
-            let creds = image::credentials_for(&name.image, job.auth_configs, &payload.credentials);
             let image = puller
-                .get(&name.image, &policies, creds, None, trace)
+                .get(&name.image, &policies, job.auth, None, trace)
                 .await
                 .map_err(map_image_error)?;
-            let (aliases, warnings) = taken.claim(&name, def);
-            for w in warnings {
-                trace.warning(&w);
+            if ds.disable_entrypoint_overwrite
+                && def.entrypoint.as_ref().is_some_and(|e| !e.is_empty())
+            {
+                trace.warning("Entrypoint override disabled");
             }
             let svc = services::ServiceToStart {
                 env: services::service_env(job.vars, def),
@@ -340,6 +393,12 @@ impl JobRun<'_> {
             )
             .await?;
             started.push(s);
+        }
+        if job.debug_services && !started.is_empty() {
+            // Bounded: lines the job log cannot take fast enough are dropped.
+            let (tx, rx) = tokio::sync::mpsc::channel(4096);
+            let tasks = services::follow_logs(&self.engine_docker()?, &started, &tx);
+            self.service_logs = Some(super::ServiceLogs { rx, tasks });
         }
         if let (Some(timeout), false) = (wait, started.is_empty()) {
             trace.info(&format!(
@@ -364,6 +423,7 @@ impl JobRun<'_> {
                 }
             }
         }
+        self.drain_service_logs(trace);
         Ok(started)
     }
 
@@ -388,7 +448,10 @@ impl JobRun<'_> {
             r#ref: payload.git_info.r#ref.clone(),
             timeout_secs: self.timeout_secs,
             project_id: payload.job_info.project_id,
-            pipeline_id: payload.job_info.pipeline_id,
+            pipeline_id: match payload.job_info.pipeline_id {
+                id if id > 0 => id.to_string(),
+                _ => vars.value("CI_PIPELINE_ID").unwrap_or_default(),
+            },
             runner_id: short.to_string(),
             system_id: self.req.runner.system_id.clone(),
             slot: self.req.slot,
@@ -419,29 +482,33 @@ impl JobRun<'_> {
 /// The job facts the services need.
 struct ServiceJob<'a> {
     vars: &'a VarList,
-    auth_configs: &'a [String],
+    auth: &'a image::auth::AuthSources,
     helper_image: &'a str,
     random_name: &'a str,
     labels: &'a HashMap<String, String>,
     container_labels: &'a HashMap<String, String>,
     binds: &'a [String],
     network: &'a services::JobNetwork,
+    settings: &'a crate::executor::settings::DockerSettings,
+    /// `CI_DEBUG_SERVICES` (and not disabled on this runner).
+    debug_services: bool,
 }
 
-/// Registry auth sources in upstream's precedence: the `DOCKER_AUTH_CONFIG` variable, then
-/// the runner user's `~/.docker/config.json`, else `~/.dockercfg`.
-fn docker_auth_configs(vars: &VarList) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(v) = vars.get("DOCKER_AUTH_CONFIG") {
-        out.push(v.value.clone());
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        let home = std::path::PathBuf::from(home);
-        let file = std::fs::read_to_string(home.join(".docker/config.json"))
-            .or_else(|_| std::fs::read_to_string(home.join(".dockercfg")));
-        if let Ok(text) = file {
-            out.push(text);
-        }
+/// The variables `helper_image` is expanded with: the job's, with `CI_RUNNER_VERSION` set to
+/// the pinned upstream helper version.
+fn helper_image_variables(vars: &VarList) -> VarList {
+    let mut out = vars.clone();
+    for v in out.vars.iter_mut().filter(|v| v.key == "CI_RUNNER_VERSION") {
+        v.value = image::PINNED_HELPER_VERSION.to_string();
     }
     out
+}
+
+/// Whether an API version (`1.41`) is older than 1.44 (unparsable counts as older).
+fn api_older_than_1_44(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) < (1, 44),
+        _ => true,
+    }
 }
