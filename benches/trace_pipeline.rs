@@ -92,6 +92,7 @@ async fn one_upload(
             info,
             system_id: "s_0123456789ab",
             session: None,
+            runner_name: "",
         })
         .await
         .outcome

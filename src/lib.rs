@@ -12,6 +12,7 @@
 //! | [`gitlab`] | GitLab I/O (the API client comes with `drover run`) | the manager |
 //! | [`ledger`] | the crash-safe machine ledger beside `config.toml` (issue 13) | the manager |
 //! | [`metrics`] | gitlab-runner's Prometheus metrics and the `listen_address` HTTP server | the manager |
+//! | [`version`] | what drover reports about itself (version, revision, platform) | GitLab I/O, metrics, jobs' variables, `--version` |
 //! | [`sim`] | the discrete-event simulator that drives [`engine`] in virtual time | `drover simulate`, `drover compare` |
 //! | [`secrets`] | the secrets the process knows, redacted from its own log | the executor, the log writer |
 //! | [`cli`] | the `drover` command line: parsing, output, exit codes | `main.rs` |
@@ -38,3 +39,4 @@ pub mod secrets;
 pub mod signals;
 pub mod sim;
 pub mod upstream_log;
+pub mod version;

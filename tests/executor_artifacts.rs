@@ -36,6 +36,7 @@ async fn pickup(sim: &Sim) -> JobPayload {
             info: &info,
             system_id: "s_0123456789ab",
             session: None,
+            runner_name: "",
         })
         .await
         .outcome

@@ -67,6 +67,7 @@ async fn request(client: &Client, info: &Info) -> drover::gitlab::JobRequestResu
             info,
             system_id: SYSTEM_ID,
             session: None,
+            runner_name: "",
         })
         .await
 }
@@ -380,6 +381,7 @@ async fn retry_after_is_honoured_and_5xx_is_retried_five_times() {
             info: &info,
             system_id: SYSTEM_ID,
             session: None,
+            runner_name: "",
         })
         .await;
     assert!(matches!(r.outcome, JobRequestOutcome::Forbidden));
@@ -796,6 +798,7 @@ async fn no_token_reaches_a_log_line_at_debug_level() {
             info: &info,
             system_id: SYSTEM_ID,
             session: None,
+            runner_name: "",
         })
         .await;
     let bad_url = Client::new(&settings(&format!("{}/ci", sim.url()))).unwrap();

@@ -326,6 +326,7 @@ pub fn run_single(args: RunSingleArgs) -> ExitCode {
         Ok(v) => v,
         Err(e) => return fail(e),
     };
+    log_runtime_platform();
     // run-single's shutdown timeout is fixed at 30 s (spec §7.9).
     config.shutdown_timeout = 30;
     let rt = match runtime() {

@@ -40,6 +40,8 @@ pub struct JobRequest<'a> {
     pub system_id: &'a str,
     /// The session, when configured.
     pub session: Option<&'a SessionInfo>,
+    /// The runner's `name`, for the log lines upstream writes with `runner_name`.
+    pub runner_name: &'a str,
 }
 
 #[derive(Serialize)]
@@ -313,7 +315,7 @@ impl Client {
                         .and_then(|t| JobPayload::from_json(t).map_err(|e| e.to_string()))
                     {
                         Ok(job) => {
-                            tracing::info!(correlation_id = reply.header("x-request-id"), job = job.id, repo_url = %crate::executor::paths::url_without_credentials(&job.git_info.repo_url), runner = %runner, "Checking for jobs... received");
+                            tracing::info!(correlation_id = reply.header("x-request-id"), job = job.id, repo_url = %crate::executor::paths::url_without_credentials(&job.git_info.repo_url), runner = %runner, runner_name = req.runner_name, "Checking for jobs... received");
                             JobRequestOutcome::Job(Box::new(job))
                         }
                         Err(message) => {

@@ -41,7 +41,8 @@ pub mod runners;
 pub mod system_id;
 pub mod token;
 pub mod trace;
-pub mod version;
+/// What drover reports about itself (a crate-level module; kept here under its old path).
+pub use crate::version;
 
 pub use client::{retry_wait, Client, ClientSettings, RetryPolicy};
 pub use error::GitlabError;

@@ -106,6 +106,7 @@ impl JobSource for Gitlab {
             info: &info,
             system_id: &self.system_id,
             session: None,
+            runner_name: &runner.name,
         };
         let result = tokio::select! {
             r = client.request_job(&req) => r,

@@ -95,11 +95,11 @@ impl BuildInfo {
     pub fn current() -> BuildInfo {
         BuildInfo {
             name: "drover".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            revision: option_env!("DROVER_GIT_REVISION").unwrap_or("HEAD").into(),
-            branch: format!("drover-{}", env!("CARGO_PKG_VERSION")),
+            version: crate::version::DROVER_VERSION.into(),
+            revision: crate::version::revision().into(),
+            branch: crate::version::branch(),
             go_version: "rust".into(),
-            built_at: option_env!("DROVER_BUILD_DATE").unwrap_or("unknown").into(),
+            built_at: crate::version::built().into(),
             os: std::env::consts::OS.into(),
             architecture: go_arch(std::env::consts::ARCH).into(),
         }

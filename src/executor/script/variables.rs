@@ -381,10 +381,7 @@ pub fn job_variables(
         "CI_RUNNER_VERSION",
         crate::executor::image::PINNED_HELPER_VERSION,
     ));
-    vars.push(Var::plain(
-        "CI_RUNNER_REVISION",
-        crate::gitlab::version::revision(),
-    ));
+    vars.push(Var::plain("CI_RUNNER_REVISION", crate::version::revision()));
     vars.push(Var::plain(
         "CI_RUNNER_EXECUTABLE_ARCH",
         format!("linux/{}", go_arch()),

@@ -1,5 +1,5 @@
-//! What drover reports about itself to GitLab (`info.name/version/revision/…`, `User-Agent`)
-//! and in `drover --version`.
+//! What drover reports about itself: to GitLab (`info.name/version/revision/…`, `User-Agent`),
+//! to jobs (`CI_RUNNER_REVISION`) and in `drover --version`.
 //!
 //! drover speaks the job API of the upstream release it follows, [`UPSTREAM_VERSION`], and
 //! reports that version to GitLab, so that GitLab's version-gated behaviour and an operator's
