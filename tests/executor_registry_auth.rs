@@ -262,9 +262,10 @@ fn exec_job(dir: &Path, path: &str, port: u16) -> (i32, String) {
         .env("HOME", &home)
         .output()
         .unwrap();
+    // The job log as GitLab shows it (without the line timestamps), then drover's own log.
     let text = format!(
         "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&drover::executor::trace::timestamp::strip(&out.stdout)),
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.code().unwrap_or(-1), text)

@@ -252,7 +252,7 @@ fn config_log_level_and_format_apply_unless_a_flag_sets_them() {
         .find(|l| l.contains("loaded the config file"))
         .unwrap_or_else(|| panic!("no debug line: {stderr}"));
     let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-    assert_eq!(v["level"], "DEBUG", "{line}");
+    assert_eq!(v["level"], "debug", "{line}");
     assert!(
         !run(&["--log-format", "text"])
             .lines()

@@ -163,9 +163,11 @@ pub async fn run_job(
     trace.info(&format!("  on {} {short}{system_id}", req.runner.name));
     let result = run::JobRun::new(&req, &control).run(&mut trace).await;
     match &result {
-        Ok(()) => trace.notice("Job succeeded"),
-        Err(JobError::Failed(f)) => trace.error(&format!("Job failed: {}", f.message)),
-        Err(JobError::System(e)) => trace.error(&format!("Job failed (system failure): {e}")),
+        Ok(()) => trace.result(true, "Job succeeded"),
+        Err(JobError::Failed(f)) => trace.result(false, &format!("Job failed: {}", f.message)),
+        Err(JobError::System(e)) => {
+            trace.result(false, &format!("Job failed (system failure): {e}"))
+        }
     }
     trace.finish();
     result

@@ -373,6 +373,17 @@ impl<'a> Trace<'a> {
         self.line(&format!("{}ERROR: ", ansi::BOLD_RED), text);
     }
 
+    /// The job's result line (`Job succeeded` in bold green, `Job failed…` as an error), in
+    /// the job log only: the one who ran the job logs the result in its own log with the job's
+    /// fields (`drover run`'s run loop, as upstream's build logger does), so it is not teed.
+    pub fn result(&mut self, ok: bool, text: &str) {
+        if ok {
+            self.line(ansi::BOLD_GREEN, text);
+        } else {
+            self.line(&format!("{}ERROR: ", ansi::BOLD_RED), text);
+        }
+    }
+
     /// A plain runner line, after a clear-line code (upstream's `Println`).
     pub fn info(&mut self, text: &str) {
         tracing::debug!(target: "drover::job_log", "{text}");
