@@ -121,6 +121,21 @@ async fn serve(mut conn: TcpStream, handler: Arc<Handler>, seen: Arc<Mutex<Vec<S
     }
 }
 
+/// `drover run -c <config>` with its log in `drover.log` beside the config.
+fn drover_run(config: &std::path::Path) -> (std::process::Child, std::path::PathBuf) {
+    let log = config.with_file_name("drover.log");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
+        .arg("run")
+        .arg("-c")
+        .arg(config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("drover run");
+    (child, log)
+}
+
 fn client(url: &str, header_timeout: Option<Duration>) -> Arc<Client> {
     Arc::new(
         Client::new(&ClientSettings {
@@ -280,17 +295,8 @@ async fn a_hostile_error_message_forges_no_log_line() {
             ),
         )
         .expect("config");
-        let log = dir.path().join("drover.log");
         let before_start = server.count("POST");
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
-            .arg("run")
-            .arg("-c")
-            .arg(&config)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("drover run");
+        let (mut child, log) = drover_run(&config);
         let started = std::time::Instant::now();
         let before = before_start;
         while server.count("POST") < before + 2 && started.elapsed() < Duration::from_secs(30) {
@@ -348,16 +354,7 @@ async fn an_unhealthy_runner_is_paused_and_forced_again_with_upstreams_lines() {
         ),
     )
     .expect("config");
-    let log = dir.path().join("drover.log");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_drover"))
-        .arg("run")
-        .arg("-c")
-        .arg(&config)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("drover run");
+    let (mut child, log) = drover_run(&config);
     let id = format!("{}refusedRu", server.url);
     let paused = format!("Runner {id:?} is unhealthy and will be disabled for 2s seconds!");
     let forced = format!("Runner {id:?} is not healthy, but check for a new job will be forced!");

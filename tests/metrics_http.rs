@@ -179,12 +179,16 @@ impl Running {
     }
 }
 
-async fn start(metrics: &Metrics, readiness: &Readiness) -> Running {
-    let listener = ListenAddress::parse("127.0.0.1:0")
+async fn bind_loopback() -> tokio::net::TcpListener {
+    ListenAddress::parse("127.0.0.1:0")
         .unwrap()
         .bind()
         .await
-        .expect("bind");
+        .expect("bind")
+}
+
+async fn start(metrics: &Metrics, readiness: &Readiness) -> Running {
+    let listener = bind_loopback().await;
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
     let task = tokio::spawn(server::serve(
@@ -908,11 +912,7 @@ fn the_run_commands_subscriber_writes_and_counts_warnings_and_errors() {
 /// after the header timeout, and `/metrics` keeps answering meanwhile.
 #[tokio::test]
 async fn held_and_half_sent_connections_are_bounded_and_timed_out() {
-    let listener = ListenAddress::parse("127.0.0.1:0")
-        .unwrap()
-        .bind()
-        .await
-        .expect("bind");
+    let listener = bind_loopback().await;
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
     let limits = server::ServeLimits {

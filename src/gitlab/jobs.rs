@@ -382,6 +382,12 @@ impl Client {
             body: Body::Json(body),
             accept_json: false,
         };
+        tracing::info!(
+            bytesize = update.output.bytesize,
+            checksum = %update.output.checksum,
+            job = job.id,
+            "Updating job..."
+        );
         let reply = match self.call(&call).await {
             Ok(r) => r,
             Err(e) => {

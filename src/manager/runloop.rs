@@ -616,21 +616,7 @@ impl<S: JobSource> Manager<S> {
             slot
         };
         lock(&self.state).entry(r.token.clone()).or_default().builds += 1;
-        tracing::info!(
-            builds = self.builds(),
-            job = id,
-            max_builds = *lock(&self.concurrent),
-            namespace_id = payload.job_info.namespace_id,
-            pipeline_id = payload.job_info.pipeline_id,
-            project = payload.job_info.project_id,
-            project_full_path = %payload.job_info.project_full_path,
-            repo_url = %crate::executor::paths::url_without_credentials(&payload.git_info.repo_url),
-            root_namespace_id = payload.job_info.root_namespace_id,
-            runner = %short,
-            runner_name = %r.name,
-            time_in_queue_seconds = payload.job_info.time_in_queue_seconds.round() as i64,
-            "Added job to processing list"
-        );
+        self.log_processing_list(r, &payload, &short, "Added job to processing list");
         let job_url = payload
             .variable("CI_JOB_URL")
             .unwrap_or_default()
@@ -688,21 +674,7 @@ impl<S: JobSource> Manager<S> {
             let s = st.entry(r.token.clone()).or_default();
             s.builds = s.builds.saturating_sub(1);
         }
-        tracing::info!(
-            builds = self.builds(),
-            job = id,
-            max_builds = *lock(&self.concurrent),
-            namespace_id = payload.job_info.namespace_id,
-            pipeline_id = payload.job_info.pipeline_id,
-            project = payload.job_info.project_id,
-            project_full_path = %payload.job_info.project_full_path,
-            repo_url = %crate::executor::paths::url_without_credentials(&payload.git_info.repo_url),
-            root_namespace_id = payload.job_info.root_namespace_id,
-            runner = %short,
-            runner_name = %r.name,
-            time_in_queue_seconds = payload.job_info.time_in_queue_seconds.round() as i64,
-            "Removed job from processing list"
-        );
+        self.log_processing_list(r, &payload, &short, "Removed job from processing list");
     }
 
     #[allow(clippy::type_complexity)]
@@ -852,6 +824,31 @@ impl<S: JobSource> Manager<S> {
             _ => {}
         }
         (Some(outcome), used)
+    }
+
+    /// Upstream's `Added job to processing list` / `Removed job from processing list` line.
+    fn log_processing_list(
+        &self,
+        r: &RunnerConfig,
+        payload: &JobPayload,
+        short: &str,
+        message: &'static str,
+    ) {
+        tracing::info!(
+            builds = self.builds(),
+            job = payload.id,
+            max_builds = *lock(&self.concurrent),
+            namespace_id = payload.job_info.namespace_id,
+            pipeline_id = payload.job_info.pipeline_id,
+            project = payload.job_info.project_id,
+            project_full_path = %payload.job_info.project_full_path,
+            repo_url = %crate::executor::paths::url_without_credentials(&payload.git_info.repo_url),
+            root_namespace_id = payload.job_info.root_namespace_id,
+            runner = %short,
+            runner_name = %r.name,
+            time_in_queue_seconds = payload.job_info.time_in_queue_seconds.round() as i64,
+            "{message}"
+        );
     }
 
     /// `Use` a machine whose Docker Engine answers, in up to [`PREPARATION_ATTEMPTS`]
