@@ -9,7 +9,9 @@
 //! * `network/retry_requester_test.go`: calculateWaitTime, ShouldRetryRequest, NormalizedURI,
 //!   Do (scripted answers from a server in the test);
 //! * `common/config_test.go`: StringOrArray_UnmarshalFlag, RunnerCredentials_SameAs,
-//!   DockerMachine (idle settings in force at a time, through config.toml);
+//!   DockerMachine (idle settings in force at a time, through config.toml),
+//!   DockerConfig_GetPullPolicies and _GetAllowedPullPolicies (through the effective policies),
+//!   ParseVariable and InvalidParseVariable;
 //! * `helpers/timeperiod/period_test.go`: InPeriod, InvalidTimezone, TimeperiodsWithTimezone
 //!   (through an autoscaling section's `Periods` and `Timezone`);
 //! * `common/build_test.go`: GetPrepareTimeout, GetGetSourcesTimeout (the phase limits; the
@@ -952,6 +954,107 @@ fn time_periods(t: &mut Tally) {
     }
 }
 
+fn pull_policies(t: &mut Tally) {
+    use drover::executor::image::effective_pull_policies;
+    let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let names = |r: Result<Vec<drover::executor::image::PullPolicy>, _>| {
+        r.map(|v| v.iter().map(|p| p.as_str()).collect::<Vec<_>>())
+            .map_err(|_: drover::executor::JobFailure| ())
+    };
+    // (case, job's policies, pull_policy, allowed_pull_policies, effective or an error)
+    let rows: [(&str, &[&str], &[&str], &[&str], Result<Vec<&str>, ()>); 10] = [
+        (
+            "GetPullPolicies/nil pull_policy",
+            &[],
+            &[],
+            &[],
+            Ok(vec!["always"]),
+        ),
+        (
+            "GetPullPolicies/empty pull_policy",
+            &[],
+            &[],
+            &[],
+            Ok(vec!["always"]),
+        ),
+        (
+            "GetPullPolicies/empty string pull_policy",
+            &[],
+            &[""],
+            &[],
+            Err(()),
+        ),
+        (
+            "GetPullPolicies/known elements in pull_policy",
+            &[],
+            &["always", "if-not-present", "never"],
+            &[],
+            Ok(vec!["always", "if-not-present", "never"]),
+        ),
+        (
+            "GetPullPolicies/invalid pull_policy",
+            &[],
+            &["invalid"],
+            &[],
+            Err(()),
+        ),
+        (
+            "GetAllowedPullPolicies/nil allowed_pull_policies",
+            &[],
+            &[],
+            &[],
+            Ok(vec!["always"]),
+        ),
+        (
+            "GetAllowedPullPolicies/empty allowed_pull_policies",
+            &[],
+            &[],
+            &[],
+            Ok(vec!["always"]),
+        ),
+        (
+            "GetAllowedPullPolicies/empty string allowed_pull_policies",
+            &[],
+            &[],
+            &[""],
+            Err(()),
+        ),
+        (
+            "GetAllowedPullPolicies/known elements in allowed_pull_policies",
+            &["never"],
+            &[],
+            &["always", "never"],
+            Ok(vec!["never"]),
+        ),
+        (
+            "GetAllowedPullPolicies/invalid allowed_pull_policies",
+            &[],
+            &[],
+            &["invalid"],
+            Err(()),
+        ),
+    ];
+    for (case, job, config, allowed, want) in rows {
+        let got = names(effective_pull_policies(
+            &list(job),
+            &list(config),
+            &list(allowed),
+        ));
+        t.check(case, got, want);
+    }
+    use drover::executor::script::variables::parse_variable;
+    t.check(
+        "ParseVariable",
+        parse_variable("key=value=value2"),
+        Some(("key", "value=value2")),
+    );
+    t.check(
+        "InvalidParseVariable",
+        parse_variable("some_other_key"),
+        None,
+    );
+}
+
 fn phase_limits(t: &mut Tally) {
     use drover::config::GoDuration;
     use drover::executor::stage_limits::phase_limit;
@@ -1007,5 +1110,6 @@ async fn config_and_api_tables_of_upstream() {
     phase_limits(&mut t);
     docker_machine(&mut t);
     time_periods(&mut t);
+    pull_policies(&mut t);
     t.finish("config-api");
 }

@@ -40,9 +40,9 @@ pub enum PullPolicy {
 }
 
 impl PullPolicy {
-    /// Parses a policy name.
+    /// Parses a policy name, exactly as written (`""` and `" always "` are not policies).
     pub fn parse(s: &str) -> Option<Self> {
-        match s.trim() {
+        match s {
             "always" => Some(PullPolicy::Always),
             "if-not-present" => Some(PullPolicy::IfNotPresent),
             "never" => Some(PullPolicy::Never),
@@ -60,9 +60,9 @@ impl PullPolicy {
     }
 }
 
+/// Every entry of a policy list, as upstream checks it: an empty or unknown entry fails the job.
 fn parse_policies(list: &[String], what: &str) -> Result<Vec<PullPolicy>, JobFailure> {
     list.iter()
-        .filter(|s| !s.trim().is_empty())
         .map(|s| {
             PullPolicy::parse(s).ok_or_else(|| {
                 JobFailure::new(

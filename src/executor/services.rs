@@ -101,7 +101,7 @@ pub fn definitions(
                 .environment
                 .iter()
                 .filter_map(|e| {
-                    let (k, v) = e.split_once('=').unwrap_or((e.as_str(), ""));
+                    let (k, v) = crate::executor::script::variables::parse_variable(e)?;
                     (!k.is_empty()).then(|| (k.to_string(), vars.expand(v)))
                 })
                 .collect(),

@@ -320,8 +320,7 @@ pub fn job_variables(
         vars.push(Var::plain("CI_JOB_IMAGE", image));
     }
     vars.push(Var::plain("CI_RUNNER_SHORT_TOKEN", extra.short_token));
-    for entry in &runner.environment {
-        let (k, v) = entry.split_once('=').unwrap_or((entry.as_str(), ""));
+    for (k, v) in runner.environment.iter().filter_map(|e| parse_variable(e)) {
         if !k.is_empty() {
             vars.push(Var::plain(k, v));
         }
@@ -585,6 +584,13 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(total).ok()
 }
 
+/// A `KEY=value` entry of a runner's or a service's `environment`, split at the first `=`
+/// (`key=value=value2` is `key` and `value=value2`); an entry without `=` is no variable and
+/// is left out, as upstream leaves it out.
+pub fn parse_variable(entry: &str) -> Option<(&str, &str)> {
+    entry.split_once('=')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -727,6 +733,25 @@ mod tests {
         assert!(shell_expand("${A", &env).is_err());
         assert!(shell_expand("${NOPE?missing}", &env).is_err());
         assert!(shell_expand("${}", &env).is_err());
+    }
+
+    #[test]
+    fn environment_entries_without_an_equals_sign_are_left_out() {
+        let payload = JobPayload::from_json(r#"{"id": 1}"#).unwrap();
+        let paths = JobPaths {
+            root_dir: "/builds".into(),
+            build_dir: "/builds/p".into(),
+            tmp_dir: "/builds/p.tmp".into(),
+            cache_dir: "/cache/p".into(),
+        };
+        let runner = RunnerSettings {
+            environment: vec!["NOEQUALS".into(), "KEY=a=b".into(), "EMPTY=".into()],
+            ..RunnerSettings::default()
+        };
+        let l = job_variables(&payload, &runner, &paths, &VarInputs::default());
+        assert!(l.get("NOEQUALS").is_none(), "upstream drops it");
+        assert_eq!(l.value("KEY").as_deref(), Some("a=b"));
+        assert_eq!(l.value("EMPTY").as_deref(), Some(""));
     }
 
     #[test]
