@@ -59,6 +59,16 @@ type DoRow = (&'static str, Script, i32, u32);
 /// DockerMachine rows: case, `[runners.machine]` body, (IdleCount, IdleTime) or a load error.
 type MachineRow = (&'static str, String, Option<(i64, i64)>);
 
+/// Pull-policy rows: case, the job's policies, pull_policy, allowed_pull_policies, the
+/// effective policies or an error.
+type PolicyRow = (
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+    &'static [&'static str],
+    Result<Vec<&'static str>, ()>,
+);
+
 /// One case's verdict.
 enum Verdict {
     Agree,
@@ -962,7 +972,7 @@ fn pull_policies(t: &mut Tally) {
             .map_err(|_: drover::executor::JobFailure| ())
     };
     // (case, job's policies, pull_policy, allowed_pull_policies, effective or an error)
-    let rows: [(&str, &[&str], &[&str], &[&str], Result<Vec<&str>, ()>); 10] = [
+    let rows: [PolicyRow; 10] = [
         (
             "GetPullPolicies/nil pull_policy",
             &[],
