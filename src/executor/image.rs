@@ -427,8 +427,8 @@ mod allow_list_tests {
 mod pull_policy_spelling_tests {
     use super::*;
 
-    /// No spelling of a policy gets a job past `allowed_pull_policies`: unknown spellings are
-    /// refused, padded ones mean the policy they name and are checked like it.
+    /// No spelling of a policy gets a job past `allowed_pull_policies`: unknown spellings,
+    /// padded ones included (as upstream compares them), are refused.
     #[test]
     fn spellings_never_widen_the_allowed_policies() {
         let job = |p: &str| vec![p.to_string()];
@@ -448,8 +448,9 @@ mod pull_policy_spelling_tests {
             );
         }
         assert!(effective_pull_policies(&job(" never "), &[], &allowed).is_err());
+        assert!(effective_pull_policies(&job(" always "), &[], &allowed).is_err());
         assert_eq!(
-            effective_pull_policies(&job(" always "), &[], &allowed).unwrap(),
+            effective_pull_policies(&job("always"), &[], &allowed).unwrap(),
             vec![PullPolicy::Always]
         );
     }
