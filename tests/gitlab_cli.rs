@@ -540,20 +540,10 @@ async fn register_splits_pull_policy_lists() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_beside_the_config_file_are_not_the_fallback() {
     let dir = tempfile::tempdir().unwrap();
-    test_certs::make_ca(dir.path(), "ca");
-    test_certs::leaf(
-        dir.path(),
-        "ca",
-        "server-key.pem",
-        "server.pem",
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    );
-    let sim = Sim::start_tls(gitlab_sim::TlsFiles {
-        cert: dir.path().join("server.pem"),
-        key: dir.path().join("server-key.pem"),
-    })
-    .await
-    .unwrap();
+    let (cert, key) = test_certs::localhost_server(dir.path());
+    let sim = Sim::start_tls(gitlab_sim::TlsFiles { cert, key })
+        .await
+        .unwrap();
     let live = "glrt-t1_CertsDirRunner0000";
     sim.add_runner(live);
     let url = sim.url().replace("127.0.0.1", "localhost");

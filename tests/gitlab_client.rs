@@ -832,20 +832,10 @@ async fn no_token_reaches_a_log_line_at_debug_level() {
 #[tokio::test]
 async fn tls_ca_file_is_trusted_and_required() {
     let dir = tempfile::tempdir().unwrap();
-    test_certs::make_ca(dir.path(), "ca");
-    test_certs::leaf(
-        dir.path(),
-        "ca",
-        "server-key.pem",
-        "server.pem",
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    );
-    let sim = Sim::start_tls(gitlab_sim::TlsFiles {
-        cert: dir.path().join("server.pem"),
-        key: dir.path().join("server-key.pem"),
-    })
-    .await
-    .unwrap();
+    let (cert, key) = test_certs::localhost_server(dir.path());
+    let sim = Sim::start_tls(gitlab_sim::TlsFiles { cert, key })
+        .await
+        .unwrap();
     sim.add_runner(TOKEN);
     assert!(sim.url().starts_with("https://"));
     let info = Info::registration();

@@ -163,6 +163,16 @@ fn job() -> JobPayload {
     JobPayload::from_json(r#"{"id": 77, "token": "job-token-77"}"#).expect("payload")
 }
 
+/// A status update with no log.
+fn update(state: JobState) -> JobUpdate {
+    JobUpdate {
+        state,
+        failure_reason: None,
+        exit_code: 0,
+        output: TraceOutput::default(),
+    }
+}
+
 fn fast() -> TraceOptions {
     TraceOptions {
         update_interval: Duration::from_millis(40),
@@ -200,12 +210,7 @@ async fn a_202_whose_range_goes_back_to_zero_does_not_loop_the_trace() {
 async fn a_server_that_never_answers_fails_the_call_after_the_header_timeout() {
     let server = Hostile::start(|_, _| Answer::Hang).await;
     let client = client(&server.url, Some(Duration::from_millis(300)));
-    let update = JobUpdate {
-        state: JobState::Running,
-        failure_reason: None,
-        exit_code: 0,
-        output: TraceOutput::default(),
-    };
+    let update = update(JobState::Running);
     let creds = JobCredentials::of(&job());
     let r = within(
         "a PUT to a silent server",
@@ -223,12 +228,7 @@ async fn a_200_with_a_huge_body_is_an_accepted_update() {
     let body = vec![b'x'; 17 * 1024 * 1024];
     let server = Hostile::start(move |_, _| Answer::Reply(200, Vec::new(), body.clone())).await;
     let client = client(&server.url, None);
-    let update = JobUpdate {
-        state: JobState::Success,
-        failure_reason: None,
-        exit_code: 0,
-        output: TraceOutput::default(),
-    };
+    let update = update(JobState::Success);
     let creds = JobCredentials::of(&job());
     let r = within("the PUT", 30, client.update_job(&creds, &info(), &update)).await;
     assert_eq!(r.state, UpdateState::Succeeded, "{r:?}");
@@ -246,12 +246,7 @@ async fn a_busy_client_still_reconnects_after_connection_max_age() {
         })
         .expect("client"),
     );
-    let update = JobUpdate {
-        state: JobState::Running,
-        failure_reason: None,
-        exit_code: 0,
-        output: TraceOutput::default(),
-    };
+    let update = update(JobState::Running);
     let creds = JobCredentials::of(&job());
     // A call every 50 ms for a second: the connection is never idle, yet it is renewed.
     let started = std::time::Instant::now();

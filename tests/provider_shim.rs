@@ -615,6 +615,22 @@ async fn a_killed_command_takes_its_driver_plugin_with_it() {
     );
 }
 
+/// The store's `cert.pem` is signed by its `ca.pem` (`openssl verify`).
+fn assert_client_cert_signed(world: &FakeWorld, what: &str) {
+    let certs = world.store().join("certs");
+    let out = Command::new("openssl")
+        .args(["verify", "-CAfile"])
+        .arg(certs.join("ca.pem"))
+        .arg(certs.join("cert.pem"))
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "{what}: cert.pem is not signed by ca.pem: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_first_creates_leave_a_client_cert_signed_by_the_final_ca() {
     // Against the fake and, when it is there, the real docker-machine (9 runs in 10 raced there).
@@ -637,18 +653,7 @@ async fn concurrent_first_creates_leave_a_client_cert_signed_by_the_final_ca() {
         for r in futures_util::future::join_all(creates).await {
             r.expect("create");
         }
-        let certs = world.store().join("certs");
-        let out = Command::new("openssl")
-            .args(["verify", "-CAfile"])
-            .arg(certs.join("ca.pem"))
-            .arg(certs.join("cert.pem"))
-            .output()
-            .expect("run openssl");
-        assert!(
-            out.status.success(),
-            "round {round}: cert.pem is not signed by ca.pem: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_client_cert_signed(&world, &format!("round {round}"));
     }
 }
 
@@ -674,19 +679,7 @@ async fn two_shim_processes_on_one_store_leave_a_client_cert_signed_by_the_final
         for r in futures_util::future::join_all(creates).await {
             r.expect("create");
         }
-        let certs = world.store().join("certs");
-        let out = Command::new("openssl")
-            .args(["verify", "-CAfile"])
-            .arg(certs.join("ca.pem"))
-            .arg(certs.join("cert.pem"))
-            .output()
-            .expect("run openssl");
-        assert!(
-            out.status.success(),
-            "round {round} ({}): cert.pem is not signed by ca.pem: {}",
-            dm.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_client_cert_signed(&world, &format!("round {round} ({})", dm.display()));
     }
 }
 

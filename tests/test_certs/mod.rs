@@ -89,6 +89,21 @@ pub fn make_ca(dir: &Path, name: &str) {
 /// What a docker-machine TLS machine needs: in `store_certs` the store's CA and the client
 /// certificate (what docker-machine bootstraps), in `tls` a copy of that CA and the server
 /// certificate the machine's Engine presents (SAN 127.0.0.1).
+/// A CA named `ca` and a server certificate for `localhost` and 127.0.0.1 signed by it, in
+/// `dir`: (`server.pem`, `server-key.pem`), as an HTTPS server under test presents them.
+#[allow(dead_code)] // only the GitLab TLS tests serve HTTPS
+pub fn localhost_server(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    make_ca(dir, "ca");
+    leaf(
+        dir,
+        "ca",
+        "server-key.pem",
+        "server.pem",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    (dir.join("server.pem"), dir.join("server-key.pem"))
+}
+
 #[allow(dead_code)] // not every test binary that includes this module makes machines
 pub fn machine_tls(store_certs: &Path, tls: &Path) {
     std::fs::create_dir_all(store_certs).expect("mkdir certs");
