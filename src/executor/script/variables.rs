@@ -735,15 +735,20 @@ mod tests {
         assert!(shell_expand("${}", &env).is_err());
     }
 
-    #[test]
-    fn environment_entries_without_an_equals_sign_are_left_out() {
-        let payload = JobPayload::from_json(r#"{"id": 1}"#).unwrap();
-        let paths = JobPaths {
+    /// A job's paths under `/builds/p`.
+    fn test_paths() -> JobPaths {
+        JobPaths {
             root_dir: "/builds".into(),
             build_dir: "/builds/p".into(),
             tmp_dir: "/builds/p.tmp".into(),
             cache_dir: "/cache/p".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn environment_entries_without_an_equals_sign_are_left_out() {
+        let payload = JobPayload::from_json(r#"{"id": 1}"#).unwrap();
+        let paths = test_paths();
         let runner = RunnerSettings {
             environment: vec!["NOEQUALS".into(), "KEY=a=b".into(), "EMPTY=".into()],
             ..RunnerSettings::default()
@@ -757,12 +762,7 @@ mod tests {
     #[test]
     fn tls_files_become_file_variables() {
         let payload = JobPayload::from_json(r#"{"id": 1}"#).unwrap();
-        let paths = JobPaths {
-            root_dir: "/builds".into(),
-            build_dir: "/builds/p".into(),
-            tmp_dir: "/builds/p.tmp".into(),
-            cache_dir: "/cache/p".into(),
-        };
+        let paths = test_paths();
         let mut runner = RunnerSettings::default();
         runner.tls.ca_chain = "-----BEGIN CERTIFICATE-----\nCA\n".into();
         runner.tls.auth_cert = "CERT".into();
