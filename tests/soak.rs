@@ -1,7 +1,7 @@
 //! Soak harness (issue 13): `drover run` as a real process against the GitLab simulator and the
-//! fake docker-machine with seeded fault injection (create failures and hangs, removal
-//! failures, GitLab 5xx and dropped connections) and `kill -9` at seeded points, restarting
-//! drover each time, over N create/use/remove cycles (MaxBuilds 1: one job per machine;
+//! real archived docker-machine when it is there (else the fake), with seeded fault injection
+//! (create failures and hangs, removal failures, GitLab 5xx and dropped connections) and
+//! `kill -9` at seeded points (mid-create, mid-job, after a job), restarting drover each time, over N create/use/remove cycles (MaxBuilds 1: one job per machine;
 //! `limit` set). At the end drover drains (SIGQUIT with `[machine.shutdown_drain]`) and the
 //! harness reports machines leaked, `limit` breaches (the store sampled while running), jobs
 //! lost or stuck, traces that differ from what the script printed, and machines removed while
@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use gitlab_sim::{Fault, FaultKind, JobState, Route, Sim};
 use provider_support::{shim_bin, FakeWorld};
-use run_machine_support::{env, machines, tls_endpoint};
+use run_machine_support::{env_with, machines, tls_endpoint};
 use run_support::{exit_code, job};
 use serde_json::json;
 
@@ -97,20 +97,39 @@ struct Proc {
     starts: u32,
 }
 
-/// Processes whose command line names this world's directory (the fake docker-machine).
-fn world_pids(world: &str) -> Vec<i32> {
+/// This world's docker-machine processes: those whose command line names docker-machine and
+/// whose command line (the fake, the real binary's wrapper) or environment (the real binary,
+/// started by the wrapper with the world's store) names this world's directory. With `verb`,
+/// only those running that subcommand.
+fn world_pids_running(world: &str, verb: Option<&str>) -> Vec<i32> {
     let Ok(d) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     d.filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                let c = String::from_utf8_lossy(&c);
-                c.contains(world) && c.contains("docker-machine")
-            })
+            let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<String> = raw
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            if !args.iter().any(|a| a.contains("docker-machine")) {
+                return false;
+            }
+            if verb.is_some_and(|v| !args.iter().any(|a| a == v)) {
+                return false;
+            }
+            args.iter().any(|a| a.contains(world))
+                || std::fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|e| String::from_utf8_lossy(&e).contains(world))
         })
         .collect()
+}
+
+fn world_pids(world: &str) -> Vec<i32> {
+    world_pids_running(world, None)
 }
 
 impl Proc {
@@ -287,7 +306,11 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
         .tempdir()
         .expect("tempdir");
     std::fs::write(dir.path().join("config.toml"), config(&sim, port)).expect("config");
-    let env = env(&world);
+    // The real archived docker-machine when it is there (CI has it), with the same faults
+    // injected around it by its wrapper; the fake otherwise.
+    let real = provider_support::real_dm();
+    let dm_kind = if real.is_some() { "real" } else { "fake" };
+    let env = env_with(&world, &real.unwrap_or_else(provider_support::fake_dm));
     let wdir = world.dir.path().display().to_string();
     let before_containers: BTreeSet<String> = containers().into_iter().map(|(n, _)| n).collect();
 
@@ -351,6 +374,7 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
     let mut drover = Proc::start(dir.path(), &wdir, &env, 1);
     let mut kills = 0u32;
     let mut stall_kills = 0u32;
+    let (mut kills_mid_create, mut kills_no_create, mut kills_mid_job) = (0u32, 0u32, 0u32);
     // (job, container of a dead drover's job running while it ran)
     let mut beside: Vec<(i64, String)> = Vec::new();
     let mut gitlab_faults = 0u32;
@@ -397,7 +421,7 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
             }
         }
         let kill_at = rng.chance(0.35).then(|| rng.below(3));
-        let delay_ms = rng.below(1500);
+        let delay_ms = rng.below(500);
         let id = sim.enqueue(job(&[
             "echo soak-start",
             "sleep 2",
@@ -429,13 +453,26 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
                 }
                 break;
             }
-            if !killed
-                && ((kill_at == Some(0) && waited.elapsed() >= Duration::from_millis(delay_ms))
-                    || (kill_at == Some(1)
-                        && j.state == JobState::Running
-                        && String::from_utf8_lossy(&j.trace).contains("$ sleep 2")))
-            {
+            // Plan 0 kills while a `create` runs (mid-create; after a while without one, at
+            // once), plan 1 while the job's script sleeps (mid-job).
+            let mid_create = kill_at == Some(0)
+                && waited.elapsed() >= Duration::from_millis(delay_ms)
+                && (!world_pids_running(&wdir, Some("create")).is_empty()
+                    || waited.elapsed() >= Duration::from_secs(10));
+            let mid_job = kill_at == Some(1)
+                && j.state == JobState::Running
+                && String::from_utf8_lossy(&j.trace).contains("$ sleep 2");
+            if !killed && (mid_create || mid_job) {
                 killed = true;
+                if mid_create {
+                    if world_pids_running(&wdir, Some("create")).is_empty() {
+                        kills_no_create += 1;
+                    } else {
+                        kills_mid_create += 1;
+                    }
+                } else {
+                    kills_mid_job += 1;
+                }
                 kill_now(&mut drover, &mut kills);
                 waited = Instant::now();
                 continue;
@@ -631,7 +668,9 @@ async fn drover_survives_faults_and_kill_9_without_leaks_breaches_or_lost_jobs()
     let requeues: u32 = sim.jobs().iter().map(|j| j.requeues).sum();
     eprintln!(
         "SOAK seed={seed} cycles={cycles} elapsed={:.1}s drover_starts={} kills={kills} \
-         (stall restarts {stall_kills}) gitlab_faults={gitlab_faults}\n\
+         (mid-create {kills_mid_create}, planned mid-create without one running \
+         {kills_no_create}, mid-job {kills_mid_job}, stall restarts {stall_kills}) \
+         gitlab_faults={gitlab_faults} docker_machine={dm_kind}\n\
          SOAK dm_creates={creates} dm_removes={removes} max_machines={} limit={LIMIT} \
          limit_breaches={} store_samples={}\n\
          SOAK jobs={} succeeded={succeeded} failed={} interrupted_by_kill={} lost={} stuck={} \
