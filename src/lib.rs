@@ -22,7 +22,9 @@
 
 #![warn(missing_docs)]
 
-pub mod bounded;
+/// Bounded reads of outside input (files, plugin and command output lines): drover-protocol's,
+/// shared with the provider plugins.
+pub use drover_protocol::bounded;
 pub mod cache;
 pub mod cli;
 pub mod config;

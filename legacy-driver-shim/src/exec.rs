@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use drover::bounded::{read_line, skip_line, Line, MAX_LINE};
+use drover_protocol::bounded::{read_line, skip_line, Line, MAX_LINE};
 use tokio::io::{AsyncRead, BufReader};
 use tokio::process::Command;
 use tokio::task::JoinHandle;

@@ -11,11 +11,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use drover::provider::protocol::{
+use drover_protocol::{
     CanConnectResult, CreateParams, CredentialsResult, ErrorKind, ExistsResult, ListResult,
     MachineEntry, MachineState, RemoveResult,
 };
-use drover::provider::{Endpoint, InspectResult};
+use drover_protocol::{Endpoint, InspectResult};
 use tokio_util::sync::CancellationToken;
 
 use crate::argv::Argv;
@@ -412,7 +412,7 @@ impl Shim {
                 ErrorKind::Failed,
                 format!(
                     "docker-machine {command} {name} printed a line longer than {} bytes (the limit); the value was cut, so it is refused",
-                    drover::bounded::MAX_LINE
+                    drover_protocol::bounded::MAX_LINE
                 ),
             ));
         }

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use drover::bounded::{read_line, skip_line, Line, MAX_LINE};
-use drover::provider::protocol::{
+use drover_protocol::bounded::{read_line, skip_line, Line, MAX_LINE};
+use drover_protocol::{
     ErrorKind, Operation, PluginInfo, Request, Response, CAP_CANCEL, CAP_CONCURRENT,
     PROTOCOL_VERSION,
 };

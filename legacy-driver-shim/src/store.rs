@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use drover::provider::InspectResult;
+use drover_protocol::InspectResult;
 
 /// The google driver's `config.json` `Driver` fields reported as metric labels, with the
 /// label names they get.
@@ -177,11 +177,14 @@ impl Store {
             return Err(StoreError::NotFound(name.to_string()));
         }
         let path = self.machine_dir(name).join("config.json");
-        let text = drover::bounded::read_file_string(&path, drover::bounded::MAX_SMALL_FILE)
-            .map_err(|source| StoreError::Io {
-                path: path.clone(),
-                source,
-            })?;
+        let text = drover_protocol::bounded::read_file_string(
+            &path,
+            drover_protocol::bounded::MAX_SMALL_FILE,
+        )
+        .map_err(|source| StoreError::Io {
+            path: path.clone(),
+            source,
+        })?;
         let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| StoreError::Parse {
             path: path.clone(),
             message: e.to_string(),

@@ -14,7 +14,8 @@ pub mod conformance;
 pub mod error;
 pub mod observe;
 pub mod plugin;
-pub mod protocol;
+/// The provider protocol's wire types: the `drover-protocol` crate, shared with the plugins.
+pub use drover_protocol as protocol;
 
 use std::future::Future;
 use std::time::Duration;

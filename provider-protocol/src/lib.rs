@@ -1,12 +1,21 @@
-//! The provider protocol's wire types: what drover and a provider plugin say to each other.
+//! drover's provider protocol: what drover and a provider plugin say to each other, and the
+//! bounded readers both sides use on what comes from outside ([`bounded`]).
+//!
+//! This crate is shared by drover and its plugins (`legacy-driver-shim`), so a plugin links the
+//! protocol, not drover. It depends on serde (and serde_json for a response's free-form
+//! result), thiserror and tokio's I/O traits only: no runtime, no networking.
 //!
 //! One JSON object per line: drover writes [`Request`]s to the plugin's stdin, the plugin writes
 //! [`Response`]s to its stdout and free-form log lines to its stderr. Every request carries an
 //! `id` that its response repeats. Unknown fields are ignored on both sides, so either side can
 //! grow optional fields without a version bump; [`PROTOCOL_VERSION`] is checked once, at the
 //! handshake. This module only defines data and (de)serialisation: spawning and speaking to a
-//! plugin is `plugin.rs`, and no scaling decision is ever made here. `docs/provider-plugins.md`
+//! plugin is drover's `provider::plugin`, and no scaling decision is ever made here. `docs/provider-plugins.md`
 //! is the prose specification of the same types.
+
+#![warn(missing_docs)]
+
+pub mod bounded;
 
 use std::collections::BTreeMap;
 use std::fmt;
