@@ -3,7 +3,7 @@
 
 use chrono::{TimeZone, Utc};
 use drover::config::load_str;
-use drover::engine::{AcquireStep, DrainSettings, Engine, RunnerId, RunnerPolicy};
+use drover::engine::{AcquireStep, Engine, RunnerId};
 
 const CONFIG: &str = r#"
 shutdown_timeout = 600
@@ -38,7 +38,7 @@ shutdown_timeout = 600
 #[test]
 fn policy_from_runner_follows_the_periods() {
     let loaded = load_str(CONFIG, "config.toml").expect("loads");
-    let p = RunnerPolicy::from_runner(&loaded.config.runners[0]).unwrap();
+    let p = drover::engine::policy_from_runner(&loaded.config.runners[0]).unwrap();
     assert_eq!(p.limits.limit, 4);
     assert_eq!(p.limits.max_builds, 10);
     assert_eq!(p.limits.max_growth_rate, 2);
@@ -84,14 +84,14 @@ fn policy_from_runner_follows_the_periods() {
 #[test]
 fn drain_settings_from_config() {
     let loaded = load_str(CONFIG, "config.toml").expect("loads");
-    let d = DrainSettings::from_config(&loaded.config);
+    let d = drover::engine::drain_settings(&loaded.config);
     assert!(d.enabled);
     assert_eq!(d.concurrency(), 3);
     assert_eq!(d.attempts(), 4, "max_retries 0 still means 3 retries");
     assert_eq!(d.backoff().num_seconds(), 2);
     assert_eq!(d.timeout().num_seconds(), 600);
     let none = load_str("concurrent = 1\n", "c.toml").unwrap();
-    assert!(!DrainSettings::from_config(&none.config).enabled);
+    assert!(!drover::engine::drain_settings(&none.config).enabled);
 }
 
 #[test]
@@ -101,6 +101,6 @@ fn a_runner_without_machine_section_has_no_policy() {
         "c.toml",
     )
     .unwrap();
-    let err = RunnerPolicy::from_runner(&loaded.config.runners[0]).unwrap_err();
+    let err = drover::engine::policy_from_runner(&loaded.config.runners[0]).unwrap_err();
     assert!(err.to_string().contains("[runners.machine]"));
 }

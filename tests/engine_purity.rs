@@ -1,14 +1,98 @@
-//! Keeps the boundaries visible: no runtime, processes, files or clock reads in `src/engine/`,
-//! and no GitLab client or manager in `src/executor/`.
+//! Keeps the boundaries visible. The engine is the `drover-engine` crate: its dependency tree
+//! holds no runtime, network, Docker or process crate (checked here on `cargo tree`), clippy
+//! refuses clock reads, files, processes and sockets in it (`engine/clippy.toml`), and a text
+//! scan of its sources backs both. The provider plugin links the protocol crate, not drover.
+//! And no GitLab client or manager in `src/executor/`.
 
 use std::path::Path;
+use std::process::Command;
+
+/// The packages `package`'s normal (non-dev, non-build) dependency tree holds, itself included.
+fn dependency_closure(package: &str) -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-p",
+            package,
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn the_engine_crate_links_no_runtime_network_docker_or_process_crate() {
+    let deps = dependency_closure("drover-engine");
+    // The listing is real: the engine and its time crate are in it.
+    assert!(
+        deps.iter().any(|d| d == "drover-engine") && deps.iter().any(|d| d == "chrono"),
+        "{deps:?}"
+    );
+    let banned = [
+        "tokio",
+        "mio",
+        "bollard",
+        "reqwest",
+        "hyper",
+        "socket2",
+        "rustls",
+        "ssh2",
+        "axum",
+        "getrandom",
+        "drover",
+    ];
+    let found: Vec<&String> = deps
+        .iter()
+        .filter(|d| banned.contains(&d.as_str()))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "drover-engine must stay sans-IO, but its dependency tree holds {found:?}"
+    );
+}
+
+#[test]
+fn the_provider_plugin_links_the_protocol_not_drover() {
+    let deps = dependency_closure("legacy-driver-shim");
+    assert!(deps.iter().any(|d| d == "drover-protocol"), "{deps:?}");
+    assert!(
+        !deps
+            .iter()
+            .any(|d| d == "drover" || d == "drover-engine" || d == "bollard"),
+        "legacy-driver-shim links more than the protocol: {deps:?}"
+    );
+    // Issue 24's target: at most 80 packages.
+    assert!(deps.len() <= 80, "{} packages: {deps:?}", deps.len());
+}
 
 #[test]
 fn engine_has_no_io_and_no_clock() {
     let mut hits = Vec::new();
     // Docs may mention the drivers; code may not use them.
     mentions(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine"),
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("engine/src"),
         &[
             "tokio",
             "std::process",

@@ -392,6 +392,50 @@ fn short_token_table() {
     }
 }
 
+/// Upstream's `ShortenToken` table (helpers/shorten_token_test.go), case for case, plus the
+/// orders its three strips imply, with tokens of our own.
+#[test]
+fn short_token_conformance() {
+    let cases = [
+        // no prefix
+        ("brief", "brief"),
+        ("averyverylongtoken", "averyvery"),
+        // a partition prefix alone: t1..t3 stripped, t4 kept
+        ("t1_Xq7Wm-K2pLz9-rT", "Xq7Wm-K2p"),
+        ("t2_Xq7Wm-K2pLz9-rT", "Xq7Wm-K2p"),
+        ("t3_Xq7Wm-K2pLz9-rT", "Xq7Wm-K2p"),
+        ("t4_Xq7Wm-K2pLz9-rT", "t4_Xq7Wm-"),
+        // glrt-, with and without a partition
+        ("glrt-Xq7Wm-K2pLz9-rT", "Xq7Wm-K2p"),
+        ("glrt-t1_Xq7Wm-K2pLz9-rT", "Xq7Wm-K2p"),
+        // glrtr-: its partition is not stripped
+        ("glrtr-Xq7Wm-K2pLz9-rT", "Xq7Wm-K2p"),
+        ("glrtr-t1_Xq7Wm-K2pLz9-rT", "t1_Xq7Wm-"),
+        // glcbt-: its partition is not stripped
+        ("glcbt-Xq7Wm-K2pLz9-rT", "Xq7Wm-K2p"),
+        ("glcbt-t2_Xq7Wm-K2pLz9-rT", "t2_Xq7Wm-"),
+        // old registration tokens: GR + 7 hex digits stripped, anything else kept
+        ("GR1348941Pq83LmWz0kAa", "Pq83LmWz0"),
+        ("GR134894-Pq83LmWz0kAa", "GR134894-"),
+        // the strips run in order, one prefix each
+        ("glrt-glcbt-Pq83LmWz0kAa", "Pq83LmWz0"),
+        ("t1_GR1348941Pq83LmWz0kAa", "Pq83LmWz0"),
+        ("glcbt-glrt-Pq83LmWz0kAa", "glrt-Pq83"),
+        ("glrt-glrt-Pq83LmWz0kAa", "glrt-Pq83"),
+    ];
+    let agree = cases
+        .iter()
+        .filter(|(token, want)| short_token(token) == *want)
+        .count();
+    println!(
+        "short-token conformance: {} cases, {agree} agree, 0 deliberate differences",
+        cases.len()
+    );
+    for (token, want) in cases {
+        assert_eq!(short_token(token), want, "{token}");
+    }
+}
+
 #[test]
 fn rfc1123_table() {
     let cases = [

@@ -632,7 +632,7 @@ async fn concurrent_jobs_of_one_project_get_their_own_slot_and_builds_volume() {
         s
     };
     // The run's volumes are told apart from other runs' by what was there before.
-    let short = drover::executor::paths::short_token(token);
+    let short = drover::engine::naming::short_token(token);
     let volumes = || {
         executor_common::output_of(std::process::Command::new("docker").args([
             "volume",

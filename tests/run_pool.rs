@@ -43,7 +43,7 @@ concurrent = 2
 "#
     );
     let loaded = drover::config::load_str(text, "test.toml").expect("config");
-    RunnerPolicy::from_runner(&loaded.config.runners[0]).expect("policy")
+    drover::engine::policy_from_runner(&loaded.config.runners[0]).expect("policy")
 }
 
 fn pool(world: &FakeWorld, p: RunnerPolicy) -> Pool {

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use crate::config::{self, Config};
 use crate::engine::{
     explain, naming, AcquireOutcome, AcquireResult, AcquireStep, Counts, Engine, MachineState,
-    Notice, Reason, RunnerId, RunnerPolicy, Time, TrackedMachine,
+    Notice, Reason, RunnerId, Time, TrackedMachine,
 };
 
 /// `drover autoscale …` subcommands.
@@ -231,7 +231,7 @@ pub fn prepare(
     now: Time,
 ) -> anyhow::Result<Prepared> {
     let rc = pick_runner(config, runner)?;
-    let policy = RunnerPolicy::from_runner(rc)?;
+    let policy = crate::engine::policy_from_runner(rc)?;
     if policy.machine_name.is_empty() {
         bail!(
             "runner {:?} has an empty MachineName in [runners.machine] (missing Machine \

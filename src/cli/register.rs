@@ -472,7 +472,7 @@ fn register(args: &RegisterArgs) -> Result<(), String> {
 
     let (creds, how) = block_on(obtain(args, &client, &executor, &system_id))??;
     let mut entry = runner_table(args, template, &url, &executor, &creds);
-    let short = token::short_token(&creds.token);
+    let short = crate::engine::naming::short_token(&creds.token);
     let saved = file
         .runners_mut()
         .map(|runners| runners.push(std::mem::take(&mut entry)))

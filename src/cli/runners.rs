@@ -12,7 +12,8 @@ use super::config_file::{ConfigFile, Selection};
 use super::gitlab_util::{block_on, client_for, fail, flag_bool};
 use super::register::write_credentials;
 use crate::config::RunnerConfig;
-use crate::gitlab::{self, token::short_token, ClientSettings, Info};
+use crate::engine::naming::short_token;
+use crate::gitlab::{self, ClientSettings, Info};
 
 fn config_path(config: &Option<PathBuf>) -> PathBuf {
     config

@@ -149,7 +149,7 @@ pub async fn run_job(
         flag("FF_TIMESTAMPS", true),
         trace::timestamp::system_clock(),
     );
-    let short = paths::short_token(&req.runner.token);
+    let short = crate::engine::naming::short_token(&req.runner.token);
     trace.info(&format!(
         "Running with drover {} (gitlab-runner {} compatible)",
         script::variables::RUNNER_VERSION,

@@ -1,26 +1,8 @@
-//! Names and paths of one job, as upstream computes them: the short token, the project's
-//! unique names (containers, volumes), the per-job random name and the builds, project,
+//! Names and paths of one job, as upstream computes them (the short token is
+//! [`crate::engine::naming::short_token`]): the project's unique names (containers, volumes), the per-job random name and the builds, project,
 //! temporary and cache directories inside the containers. Pure functions; no Docker calls.
 
 use sha2::{Digest, Sha256};
-
-/// The runner token without its known prefixes, cut to 9 characters.
-pub fn short_token(token: &str) -> String {
-    let mut t = token;
-    for p in ["glrtr-", "glrt-", "glcbt-"] {
-        if let Some(rest) = t.strip_prefix(p) {
-            t = rest;
-            break;
-        }
-    }
-    for p in ["t1_", "t2_", "t3_"] {
-        if let Some(rest) = t.strip_prefix(p) {
-            t = rest;
-            break;
-        }
-    }
-    t.chars().take(9).collect()
-}
 
 /// Lowercases, drops characters outside `[-a-z0-9]` and cuts to 63 characters (RFC 1123).
 pub fn dns_clean(s: &str) -> String {
@@ -235,13 +217,6 @@ mod tests {
         for bad in ["", ".", "..", "../x", "a/b", "/abs", "nul\0"] {
             assert_eq!(child_path("/b/p.tmp", bad), None, "{bad:?}");
         }
-    }
-
-    #[test]
-    fn short_tokens() {
-        assert_eq!(short_token("glrt-t1_abcdefghijkl"), "abcdefghi");
-        assert_eq!(short_token("glrt-abcdefghijkl"), "abcdefghi");
-        assert_eq!(short_token("abc"), "abc");
     }
 
     #[test]

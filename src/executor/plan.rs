@@ -43,7 +43,7 @@ pub fn plan_job(
     slot: Slot,
 ) -> Result<JobPlan, JobFailure> {
     let ds = &runner.docker;
-    let short = paths::short_token(&runner.token);
+    let short = crate::engine::naming::short_token(&runner.token);
     // Upstream checks the builds dir before anything else (`prepareBuildsDir`).
     let root = runner.builds_dir();
     if !root.starts_with('/') {
@@ -65,7 +65,7 @@ pub fn plan_job(
         cache_root: runner.cache_root(),
         repo_url: &payload.git_info.repo_url,
         project_id: payload.job_info.project_id,
-        short_token: &short,
+        short_token: short,
         project_slot: slot.project,
         ..Default::default()
     })
@@ -81,7 +81,7 @@ pub fn plan_job(
         &default_paths,
         &VarInputs {
             job_image: job_image_raw,
-            short_token: &short,
+            short_token: short,
             network_name: None,
             slot,
         },
@@ -110,7 +110,7 @@ pub fn plan_job(
         cache_root: runner.cache_root(),
         repo_url: &payload.git_info.repo_url,
         project_id: payload.job_info.project_id,
-        short_token: &short,
+        short_token: short,
         shared_builds_dir: shared,
         project_slot: slot.project,
         empty_strategy: settings.git_strategy == GitStrategy::Empty,
@@ -122,7 +122,7 @@ pub fn plan_job(
     let network_name =
         (ds.network_mode.is_none() && first.flag("FF_NETWORK_PER_BUILD")).then(|| {
             crate::executor::services::network_name(
-                &short,
+                short,
                 payload.job_info.project_id,
                 slot.project,
                 payload.id,
@@ -134,7 +134,7 @@ pub fn plan_job(
         &paths,
         &VarInputs {
             job_image: job_image.as_deref(),
-            short_token: &short,
+            short_token: short,
             network_name: network_name.as_deref(),
             slot,
         },
@@ -151,7 +151,7 @@ pub fn plan_job(
         .unwrap_or(config_image.trim())
         .to_string();
     Ok(JobPlan {
-        short,
+        short: short.to_string(),
         paths,
         vars,
         settings,

@@ -11,7 +11,7 @@ use super::client::{Body, Call, Client, Reply};
 use super::error::GitlabError;
 use super::info::Info;
 use super::observer::Endpoint;
-use super::token::short_token;
+use crate::engine::naming::short_token;
 use crate::job::JobPayload;
 
 /// The longest update interval GitLab may ask for (15 min).

@@ -27,7 +27,7 @@
 //! * [`RequestObserver`]: a hook for the `gitlab_runner_api_request_*` metrics.
 //! * [`failure::negotiate`]: failure reasons against the job's supported list.
 //!
-//! Logs carry only the short token ([`token::short_token`]), never a token.
+//! Logs carry only the short token ([`crate::engine::naming::short_token`]), never a token.
 
 pub use crate::job;
 

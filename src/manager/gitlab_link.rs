@@ -69,7 +69,7 @@ impl Gitlab {
         let mut c = Client::new(&settings)?;
         if let Some(m) = &self.metrics {
             let labels = crate::metrics::RunnerLabels::new(
-                crate::gitlab::token::short_token(&r.token),
+                crate::engine::naming::short_token(&r.token),
                 r.name.clone(),
             );
             c = c.with_observer(Arc::new(super::observe::ApiObserver {

@@ -18,7 +18,7 @@ use super::pool::{NoticeObserver, Pool, PoolError};
 use super::runloop::{Manager, Pools, Turn};
 use super::source::JobSource;
 use crate::config::model::{Config, RunnerConfig};
-use crate::engine::{naming, DrainSettings, RunnerId, RunnerPolicy};
+use crate::engine::{naming, RunnerId, RunnerPolicy};
 use crate::ledger::LedgerFile;
 use crate::metrics::server::Readiness;
 use crate::provider::cache::CredentialCache;
@@ -220,7 +220,7 @@ pub fn start_pools(
         .filter(|r| r.executor == "docker+machine")
     {
         let cmd = plugin_for(r)?;
-        let policy = RunnerPolicy::from_runner(r).map_err(|error| StartError::Policy {
+        let policy = crate::engine::policy_from_runner(r).map_err(|error| StartError::Policy {
             runner: r.name.clone(),
             error,
         })?;
@@ -291,7 +291,7 @@ pub fn describe_changes(old: &Config, new: &Config) -> Vec<String> {
     if old.session_server != new.session_server {
         out.push("[session_server] changed: not applied until drover restarts".into());
     }
-    let short = |r: &RunnerConfig| crate::executor::paths::short_token(&r.token);
+    let short = |r: &RunnerConfig| crate::engine::naming::short_token(&r.token).to_string();
     for r in &new.runners {
         match old.runners.iter().find(|o| o.token == r.token) {
             None => out.push(format!("runner {:?} ({}) added", r.name, short(r))),
@@ -353,7 +353,7 @@ async fn apply_machine_runners<S: JobSource>(
     let mut pools = (*manager.pools()).clone();
     let mut added = false;
     for r in new.runners.iter().filter(machine) {
-        let policy = match RunnerPolicy::from_runner(r) {
+        let policy = match crate::engine::policy_from_runner(r) {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!(runner = %r.name, "autoscaling settings not applied: {e}");
@@ -518,7 +518,7 @@ async fn shutdown_providers<S: JobSource>(
         "shutdown-timeout" = crate::cli::logging::duration_field(timeout),
         "Shutting down executor providers"
     );
-    let drain = DrainSettings::from_config(&manager.config());
+    let drain = crate::engine::drain_settings(&manager.config());
     let shutdown = async {
         for p in pools {
             tracing::info!(

@@ -951,8 +951,8 @@ impl<P: Provider + 'static> PoolTask<P> {
                 };
                 if let Err(Ok(m)) = reply.send(r) {
                     // The job went away before it got its machine.
-                    let runner = self.engine.machine(&m.used.name).and_then(|x| x.runner);
-                    if let Some(runner) = runner.map(RunnerId) {
+                    let runner = self.engine.machine(&m.used.name).and_then(|x| x.runner());
+                    if let Some(runner) = runner {
                         let _ = self.engine.release(runner, &m.used.name, Utc::now());
                     }
                 }

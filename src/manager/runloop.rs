@@ -218,7 +218,7 @@ fn unhealthy_interval(r: &RunnerConfig) -> Duration {
 
 /// How upstream names a runner in its health messages: the URL and the short token.
 fn unique_id(r: &RunnerConfig) -> String {
-    format!("{}{}", r.url, crate::gitlab::token::short_token(&r.token))
+    format!("{}{}", r.url, crate::engine::naming::short_token(&r.token))
 }
 
 fn has_token(r: &RunnerConfig) -> bool {
@@ -227,10 +227,7 @@ fn has_token(r: &RunnerConfig) -> bool {
 
 /// A runner's metric labels.
 fn runner_labels(r: &RunnerConfig) -> crate::metrics::RunnerLabels {
-    crate::metrics::RunnerLabels::new(
-        crate::executor::paths::short_token(&r.token),
-        r.name.clone(),
-    )
+    crate::metrics::RunnerLabels::new(crate::engine::naming::short_token(&r.token), r.name.clone())
 }
 
 /// The executors this drover runs.
@@ -438,7 +435,7 @@ impl<S: JobSource> Manager<S> {
     pub async fn work(self: Arc<Self>, r: RunnerConfig) -> Turn {
         if !supported_executor(&r.executor) {
             tracing::error!(
-                runner = %crate::executor::paths::short_token(&r.token),
+                runner = %crate::engine::naming::short_token(&r.token),
                 executor = %r.executor,
                 "Executor not found; drover runs `docker` and `docker+machine` runners"
             );
@@ -549,11 +546,11 @@ impl<S: JobSource> Manager<S> {
         }
         match got {
             Some(Requested::Unhealthy(msg)) => {
-                tracing::error!(runner = %crate::executor::paths::short_token(&r.token), "Checking for jobs... forbidden: {msg}");
+                tracing::error!(runner = %crate::engine::naming::short_token(&r.token), "Checking for jobs... forbidden: {msg}");
                 self.health(r, false);
             }
             Some(Requested::Failed(msg)) => {
-                tracing::warn!(runner = %crate::executor::paths::short_token(&r.token), "Checking for jobs... failed: {msg}");
+                tracing::warn!(runner = %crate::engine::naming::short_token(&r.token), "Checking for jobs... failed: {msg}");
                 self.health(r, true);
             }
             Some(_) => self.health(r, true),
@@ -564,7 +561,7 @@ impl<S: JobSource> Manager<S> {
     /// The Acquire pass as the capacity gate: `Err` means "do not request a job".
     #[allow(clippy::type_complexity)]
     async fn acquire(&self, r: &RunnerConfig) -> Result<(Pool, RunnerId, Option<String>), ()> {
-        let short = crate::executor::paths::short_token(&r.token);
+        let short = crate::engine::naming::short_token(&r.token);
         let Some((pool, id)) = self.pools().by_token.get(&r.token).cloned() else {
             tracing::error!(runner = %short, "no machine pool for this runner (its autoscaling settings were refused; see the reload's error)");
             return Err(());
@@ -595,7 +592,7 @@ impl<S: JobSource> Manager<S> {
         machine: Option<(Pool, RunnerId)>,
         acquired: Option<String>,
     ) {
-        let short = crate::executor::paths::short_token(&r.token);
+        let short = crate::engine::naming::short_token(&r.token);
         let id = payload.id;
         let slot = {
             let mut jobs = lock(&self.jobs);
@@ -605,7 +602,7 @@ impl<S: JobSource> Manager<S> {
                 id,
                 RunningJob {
                     id,
-                    runner: short.clone(),
+                    runner: short.to_string(),
                     project: payload.job_info.project_full_path.clone(),
                     started: Instant::now(),
                     token: r.token.clone(),
@@ -616,7 +613,7 @@ impl<S: JobSource> Manager<S> {
             slot
         };
         lock(&self.state).entry(r.token.clone()).or_default().builds += 1;
-        self.log_processing_list(r, &payload, &short, "Added job to processing list");
+        self.log_processing_list(r, &payload, short, "Added job to processing list");
         let job_url = payload
             .variable("CI_JOB_URL")
             .unwrap_or_default()
@@ -674,7 +671,7 @@ impl<S: JobSource> Manager<S> {
             let s = st.entry(r.token.clone()).or_default();
             s.builds = s.builds.saturating_sub(1);
         }
-        self.log_processing_list(r, &payload, &short, "Removed job from processing list");
+        self.log_processing_list(r, &payload, short, "Removed job from processing list");
     }
 
     #[allow(clippy::type_complexity)]
@@ -688,7 +685,7 @@ impl<S: JobSource> Manager<S> {
         slot: Slot,
     ) -> (Option<JobOutcome>, Option<crate::engine::UsedMachine>) {
         let started = Instant::now();
-        let short = crate::executor::paths::short_token(&r.token);
+        let short = crate::engine::naming::short_token(&r.token);
         match link.start().await {
             Ack::Proceed => {}
             Ack::Drop => return (None, None),
@@ -931,12 +928,12 @@ impl<S: JobSource> Manager<S> {
         docker: &bollard::Docker,
         machine: Option<&str>,
     ) -> Result<(), crate::executor::leftovers::LeftoverError> {
-        let short = crate::executor::paths::short_token(&r.token);
+        let short = crate::engine::naming::short_token(&r.token);
         // Jobs of this process may share the Engine (several "machines" in front of one
         // Engine, as in tests): theirs are not leftovers.
         let running: Vec<i64> = lock(&self.jobs).keys().copied().collect();
         let ended =
-            crate::executor::leftovers::end_leftovers(docker, &short, &self.system_id, &running)
+            crate::executor::leftovers::end_leftovers(docker, short, &self.system_id, &running)
                 .await?;
         for l in ended {
             tracing::warn!(

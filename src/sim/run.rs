@@ -18,7 +18,7 @@ use super::scenario::{is_machine_runner, Resolved, Scenario, ScenarioError, GIVE
 use super::store::Store;
 use super::trace::{Counts, Decision, JobOutcome, RunEvent, Trace};
 use super::workers::Worker;
-use crate::engine::{self, Command, Engine, MachineState, Notice, RunnerId, RunnerPolicy, UseId};
+use crate::engine::{self, Command, Engine, MachineState, Notice, RunnerId, UseId};
 
 /// Machines the simulator follows at once, at most: a config that makes more exist (an absurd
 /// `IdleCount`) stops the run with a warning instead of growing without bound. The engine's
@@ -107,7 +107,7 @@ impl Simulation {
         let mut runners = Vec::with_capacity(config.runners.len());
         for (i, r) in config.runners.iter().enumerate() {
             let engine = if is_machine_runner(r) {
-                let policy = RunnerPolicy::from_runner(r)
+                let policy = engine::policy_from_runner(r)
                     .map_err(|e| ScenarioError::Policy(e.to_string()))?;
                 policies.push(policy);
                 by_engine_id.push(i);

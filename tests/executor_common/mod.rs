@@ -74,7 +74,7 @@ pub fn settings(test: &str) -> RunnerSettings {
 
 /// The short token the executor derives from [`settings`].
 pub fn short_token(s: &RunnerSettings) -> String {
-    executor::paths::short_token(&s.token)
+    drover::engine::naming::short_token(&s.token).to_string()
 }
 
 /// A job's outcome and trace.

@@ -138,9 +138,7 @@ mod tests {
     use chrono::{TimeDelta, TimeZone, Utc};
 
     use super::*;
-    use crate::engine::{
-        AcquireStep, Command, Event, IdleSettings, Limits, RemovalDecision, RunnerPolicy,
-    };
+    use crate::{AcquireStep, Command, Event, IdleSettings, Limits, RemovalDecision, RunnerPolicy};
 
     const R: RunnerId = RunnerId(0);
 

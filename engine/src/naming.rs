@@ -8,10 +8,15 @@
 
 use std::fmt::Write as _;
 
-/// The runner token shortened as upstream's `ShortenToken`: one known prefix stripped, then
-/// the first 9 bytes.
+/// The runner token shortened as upstream's `ShortenToken`, the one short form drover uses
+/// (machine names, container and volume names, cache paths, `CI_RUNNER_SHORT_TOKEN`, metric
+/// and log labels). Three strips, in order, each of at most one leading prefix: a runner
+/// token's (`glrt-` with an optional partition `t1_`/`t2_`/`t3_`, a bare partition, or
+/// `glrtr-`), then a job token's `glcbt-`, then an old registration token's `GR` and 7 hex
+/// digits; then the first 9 bytes (never splitting a character).
 pub fn short_token(token: &str) -> &str {
-    let rest = strip_token_prefix(token);
+    let rest = strip_job_prefix(strip_runner_prefix(token));
+    let rest = strip_registration_prefix(rest);
     let mut end = rest.len().min(9);
     while !rest.is_char_boundary(end) {
         end -= 1;
@@ -19,26 +24,26 @@ pub fn short_token(token: &str) -> &str {
     &rest[..end]
 }
 
-fn strip_token_prefix(token: &str) -> &str {
-    const PARTITIONS: [&str; 3] = ["t1_", "t2_", "t3_"];
+fn strip_partition(token: &str) -> Option<&str> {
+    ["t1_", "t2_", "t3_"]
+        .iter()
+        .find_map(|p| token.strip_prefix(p))
+}
+
+fn strip_runner_prefix(token: &str) -> &str {
     if let Some(rest) = token.strip_prefix("glrt-") {
-        for p in PARTITIONS {
-            if let Some(r) = rest.strip_prefix(p) {
-                return r;
-            }
-        }
-        return rest;
+        return strip_partition(rest).unwrap_or(rest);
     }
-    for p in PARTITIONS {
-        if let Some(r) = token.strip_prefix(p) {
-            return r;
-        }
-    }
-    for p in ["glrtr-", "glcbt-"] {
-        if let Some(r) = token.strip_prefix(p) {
-            return r;
-        }
-    }
+    strip_partition(token)
+        .or_else(|| token.strip_prefix("glrtr-"))
+        .unwrap_or(token)
+}
+
+fn strip_job_prefix(token: &str) -> &str {
+    token.strip_prefix("glcbt-").unwrap_or(token)
+}
+
+fn strip_registration_prefix(token: &str) -> &str {
     let b = token.as_bytes();
     if b.len() >= 9 && b.starts_with(b"GR") && b[2..9].iter().all(u8::is_ascii_hexdigit) {
         return &token[9..];

@@ -6,6 +6,11 @@
 //! caller. The manager (a tokio driver), the simulator (virtual time) and
 //! `drover autoscale decide` all drive this one implementation.
 //!
+//! It is a crate of its own (`drover-engine`) so that this is a compile-time fact: its
+//! dependencies are chrono, rand, serde, thiserror and rustc-hash, with no runtime, process,
+//! network or file crate among them. How `config.toml` becomes a [`RunnerPolicy`] is drover's
+//! (`drover::engine::policy_from_runner`): the engine only sees the policy.
+//!
 //! # Driving the engine
 //!
 //! Methods fall into three groups, as in quinn-proto's `Connection`:
@@ -80,7 +85,6 @@ mod drain;
 mod event;
 pub mod explain;
 mod find;
-mod from_config;
 mod growth;
 mod machine;
 pub mod naming;
@@ -103,7 +107,6 @@ pub use command::{Command, Notice, Reason, ReconcileDecision};
 pub use drain::{DrainReport, DrainSettings};
 pub use event::Event;
 pub use find::{FindId, FindStep};
-pub use from_config::PolicyError;
 pub use machine::{zero_time, Counts, Machine, MachineState, TargetLabels, STUCK_AFTER_RETRIES};
 pub use orphans::{OrphanEntry, OrphanRetry};
 pub use pass::{
