@@ -5,8 +5,10 @@
 //! | module | concern | driven by |
 //! |---|---|---|
 //! | [`config`] | machine shape: `config.toml` model, loader, schedules | everything reads it |
-//! | [`provider`] | machine lifecycle: the provider plugin protocol, its client, credentials cache, conformance suite | the manager, `drover provider test` |
-//! | [`engine`] | autoscaling, sans-IO: docker+machine's decisions as a pure state machine | the manager, the simulator, `drover autoscale decide` |
+//! | [`provider`] | machine lifecycle: the plugin client, credentials cache, conformance suite; the protocol's wire types are the `drover-protocol` crate | the manager, `drover provider test` |
+//! | [`engine`] | autoscaling, sans-IO: the `drover-engine` crate (no runtime, I/O or clock in its dependency tree), re-exported with the policies built from the config | the manager, the simulator, `drover autoscale decide` |
+//! | [`bounded`] | bounded reads of outside input (the `drover-protocol` crate's) | every reader of files and plugin output |
+//! | [`manager`] | `drover run`: the run loop, the per-provider pool that drives the engine, GitLab links, lifecycle, reload | `drover run`, `drover run-single` |
 //! | [`executor`] | in-machine execution: one job on a Docker Engine, trace and result out | the manager, `drover exec-job` |
 //! | [`job`] | the job model: the payload GitLab sends, shared by the GitLab client and the executor | both |
 //! | [`gitlab`] | GitLab I/O (the API client comes with `drover run`) | the manager |
@@ -17,8 +19,9 @@
 //! | [`secrets`] | the secrets the process knows, redacted from its own log | the executor, the log writer |
 //! | [`cli`] | the `drover` command line: parsing, output, exit codes | `main.rs` |
 //!
-//! The job manager (`drover run`), which routes facts between GitLab, the engine, the providers
-//! and the executor, is the next concern to land; see `docs/architecture.md`.
+//! The workspace's other crates: `drover-engine` (`engine/`), `drover-protocol`
+//! (`provider-protocol/`), `legacy-driver-shim` (links only the protocol) and `gitlab-sim`
+//! (the tests' GitLab). See `docs/architecture.md`.
 
 #![warn(missing_docs)]
 
