@@ -145,6 +145,16 @@ fn cut(mut s: String) -> String {
     s
 }
 
+/// Whether the file starts with zstd's magic number.
+fn is_zstd(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == [0x28, 0xb5, 0x2f, 0xfd]
+}
+
 /// `docker load`, then tags the image it reports as `name`.
 async fn load_saved(docker: &Docker, path: &Path, name: &str) -> Result<(), String> {
     let mut stream = docker.import_image(
@@ -157,7 +167,15 @@ async fn load_saved(docker: &Docker, path: &Path, name: &str) -> Result<(), Stri
     );
     let mut image = None;
     while let Some(item) = stream.next().await {
-        let info = item.map_err(|e| cut(format!("the Engine refused it: {e}")))?;
+        let info = item.map_err(|e| {
+            let hint = if is_zstd(path) {
+                " (a zstd archive needs an Engine that reads zstd; `zstd -dc <archive> | gzip` \
+                 makes one every Engine reads)"
+            } else {
+                ""
+            };
+            cut(format!("the Engine refused it: {e}{hint}"))
+        })?;
         let text = info.stream.unwrap_or_default();
         for prefix in ["Loaded image ID:", "Loaded image:"] {
             if let Some(rest) = text.trim().strip_prefix(prefix) {
