@@ -49,6 +49,21 @@ impl Drop for Cleanup {
     }
 }
 
+/// A unique flavor, its default helper name, where its loadable archive goes, and the clean-up
+/// of both.
+fn installed_archive(prefix: &str) -> (String, String, PathBuf, Cleanup) {
+    let flavor = format!("{prefix}{}", std::process::id());
+    let default_helper = image::default_helper_image("x86_64", Some(&flavor));
+    let dir = helper_images_dir();
+    std::fs::create_dir_all(&dir).expect("helper-images dir");
+    let archive = dir.join(format!("prebuilt-{flavor}-x86_64.docker.tar.zst"));
+    let cleanup = Cleanup {
+        files: vec![archive.clone()],
+        images: vec![default_helper.clone()],
+    };
+    (flavor, default_helper, archive, cleanup)
+}
+
 fn image_id(name: &str) -> Option<String> {
     let out = Command::new("docker")
         .args(["image", "inspect", "--format", "{{.Id}}", name])
@@ -70,20 +85,12 @@ fn sh(script: &str) {
 #[tokio::test]
 async fn the_default_helper_is_loaded_from_an_installed_archive() {
     let _guard = engine_test!();
-    let flavor = format!("droverprebuilt{}", std::process::id());
-    let default_helper = image::default_helper_image("x86_64", Some(&flavor));
+    let (flavor, default_helper, archive, _cleanup) = installed_archive("droverprebuilt");
     assert_eq!(
         image_id(&default_helper),
         None,
         "{default_helper} already exists"
     );
-    let dir = helper_images_dir();
-    std::fs::create_dir_all(&dir).expect("helper-images dir");
-    let archive = dir.join(format!("prebuilt-{flavor}-x86_64.docker.tar.zst"));
-    let _cleanup = Cleanup {
-        files: vec![archive.clone()],
-        images: vec![default_helper.clone()],
-    };
     sh(&format!(
         "docker save {HELPER_IMAGE} | gzip -1 > '{}'",
         archive.display()
@@ -112,15 +119,7 @@ async fn the_default_helper_is_loaded_from_an_installed_archive() {
 #[tokio::test]
 async fn a_broken_archive_is_named_and_the_pull_follows() {
     let _guard = engine_test!();
-    let flavor = format!("droverbroken{}", std::process::id());
-    let default_helper = image::default_helper_image("x86_64", Some(&flavor));
-    let dir = helper_images_dir();
-    std::fs::create_dir_all(&dir).expect("helper-images dir");
-    let archive = dir.join(format!("prebuilt-{flavor}-x86_64.docker.tar.zst"));
-    let _cleanup = Cleanup {
-        files: vec![archive.clone()],
-        images: vec![default_helper.clone()],
-    };
+    let (flavor, default_helper, archive, _cleanup) = installed_archive("droverbroken");
     std::fs::write(&archive, b"this is not an image archive").expect("write archive");
 
     let mut s = settings("prebuiltbroken");
@@ -170,7 +169,8 @@ async fn a_root_filesystem_archive_is_imported_with_the_helper_entrypoint() {
         archive.display()
     ));
     let docker = bollard::Docker::connect_with_local_defaults().expect("docker client");
-    let candidates = prebuilt::archive_candidates(&[dir.path().to_path_buf()], "x86_64", None);
+    let candidates =
+        prebuilt::archive_candidates(&[dir.path().to_path_buf()], "prebuilt-alpine-x86_64");
     let outcome = prebuilt::load(&docker, &candidates, &tag).await;
     assert!(outcome.loaded, "{:?}", outcome.warnings);
     assert!(outcome.warnings.is_empty(), "{:?}", outcome.warnings);

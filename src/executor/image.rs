@@ -254,12 +254,68 @@ pub fn resolve_job_image(
 
 /// The default helper image for an Engine architecture and a flavor (`alpine` omitted).
 pub fn default_helper_image(architecture: &str, flavor: Option<&str>) -> String {
+    helper_image_info(architecture, flavor, &format!("v{PINNED_HELPER_VERSION}")).reference()
+}
+
+/// Upstream's helper image facts for a Linux Engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelperImageInfo {
+    /// `x86_64`, `arm64`, `arm`, or the Engine's own name.
+    pub architecture: String,
+    /// The repository.
+    pub name: String,
+    /// `[<flavor>-]<arch>-<revision>` (no flavor part for `alpine`).
+    pub tag: String,
+    /// The prebuilt archive's base name, `prebuilt-<flavor>-<arch>` (flavor `alpine` kept).
+    pub prebuilt: String,
+}
+
+impl HelperImageInfo {
+    /// `name:tag`.
+    pub fn reference(&self) -> String {
+        format!("{}:{}", self.name, self.tag)
+    }
+}
+
+/// The helper image of an Engine architecture (empty: the machine drover runs on), a flavor
+/// (default `alpine`) and a helper revision (`v19.4.0`), as upstream names it.
+pub fn helper_image_info(
+    architecture: &str,
+    flavor: Option<&str>,
+    revision: &str,
+) -> HelperImageInfo {
     let arch = prebuilt::helper_architecture(architecture);
     let flavor = match flavor.map(str::trim) {
-        None | Some("") | Some("alpine") => String::new(),
-        Some(f) => format!("{f}-"),
+        None | Some("") => "alpine",
+        Some(f) => f,
     };
-    format!("{HELPER_IMAGE_REPO}:{flavor}{arch}-v{PINNED_HELPER_VERSION}")
+    let tag_prefix = match flavor {
+        "alpine" => String::new(),
+        f => format!("{f}-"),
+    };
+    HelperImageInfo {
+        name: HELPER_IMAGE_REPO.to_string(),
+        tag: format!("{tag_prefix}{arch}-{revision}"),
+        prebuilt: format!("prebuilt-{flavor}-{arch}"),
+        architecture: arch,
+    }
+}
+
+/// Whether an image's configured user means root: none, empty or `root` (a numeric `0` is
+/// found out by `id -u` later), as upstream decides before it looks any further.
+pub fn image_user_is_root(user: &str) -> bool {
+    user.is_empty() || user == "root"
+}
+
+/// The id printed by `id -u` / `id -g`: the last line of the output, trimmed; no output at all
+/// and anything but a number are errors (upstream's rules).
+pub fn user_id_from_output(stdout: &str) -> Result<u32, String> {
+    let last = stdout.trim().lines().last().unwrap_or_default().trim();
+    if last.is_empty() {
+        return Err("the id command returned no output on stdout".to_string());
+    }
+    last.parse::<u32>()
+        .map_err(|e| format!("the id command printed {last:?}, not an id: {e}"))
 }
 
 /// Splits `name[:tag]` / `name@digest` into repository and tag (`latest` when missing).

@@ -49,34 +49,37 @@ pub fn search_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-/// Upstream's helper architecture name for an Engine architecture (`x86_64`, `arm64`, `arm`).
-pub fn helper_architecture(engine_arch: &str) -> &str {
-    match engine_arch {
-        "amd64" | "x86_64" | "" => "x86_64",
-        "aarch64" | "arm64" => "arm64",
-        "armv6l" | "armv7l" | "arm" => "arm",
+/// Upstream's helper architecture name for an Engine architecture (`x86_64`, `arm64`, `arm`,
+/// else the Engine's own; an empty one is the machine drover runs on, in Go's names).
+pub fn helper_architecture(engine_arch: &str) -> String {
+    let arch = match engine_arch {
+        "" => match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            "x86" => "386",
+            other => other,
+        },
+        other => other,
+    };
+    match arch {
+        "amd64" => "x86_64",
+        "aarch64" => "arm64",
+        "armv6l" | "armv7l" => "arm",
         other => other,
     }
+    .to_string()
 }
 
-/// The archive paths tried for the default helper, in order: per folder, the loadable then the
-/// importable archive, then the same with `amd64` for `x86_64`.
-pub fn archive_candidates(
-    dirs: &[PathBuf],
-    engine_arch: &str,
-    flavor: Option<&str>,
-) -> Vec<PathBuf> {
-    let flavor = match flavor.map(str::trim) {
-        None | Some("") => "alpine",
-        Some(f) => f,
-    };
-    let base = format!("prebuilt-{flavor}-{}", helper_architecture(engine_arch));
+/// The archive paths tried for a helper whose prebuilt base name is `prebuilt` (see
+/// [`super::HelperImageInfo`]), in order: per folder, the loadable then the importable archive,
+/// then the same with `amd64` for `x86_64`.
+pub fn archive_candidates(dirs: &[PathBuf], prebuilt: &str) -> Vec<PathBuf> {
     let mut names = vec![
-        format!("{base}{LOAD_SUFFIX}"),
-        format!("{base}{IMPORT_SUFFIX}"),
+        format!("{prebuilt}{LOAD_SUFFIX}"),
+        format!("{prebuilt}{IMPORT_SUFFIX}"),
     ];
-    if base.contains("x86_64") {
-        let amd = base.replace("x86_64", "amd64");
+    if prebuilt.contains("x86_64") {
+        let amd = prebuilt.replace("x86_64", "amd64");
         names.push(format!("{amd}{LOAD_SUFFIX}"));
         names.push(format!("{amd}{IMPORT_SUFFIX}"));
     }
@@ -238,7 +241,7 @@ mod tests {
     #[test]
     fn candidates_follow_upstream_names_and_order() {
         let dirs = vec![PathBuf::from("/a"), PathBuf::from("/b")];
-        let got: Vec<String> = archive_candidates(&dirs, "x86_64", None)
+        let got: Vec<String> = archive_candidates(&dirs, "prebuilt-alpine-x86_64")
             .iter()
             .map(|p| p.display().to_string())
             .collect();
@@ -255,7 +258,7 @@ mod tests {
                 "/b/prebuilt-alpine-amd64.tar.xz",
             ]
         );
-        let got: Vec<String> = archive_candidates(&dirs[..1], "aarch64", Some("ubuntu"))
+        let got: Vec<String> = archive_candidates(&dirs[..1], "prebuilt-ubuntu-arm64")
             .iter()
             .map(|p| p.display().to_string())
             .collect();

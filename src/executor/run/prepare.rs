@@ -164,10 +164,14 @@ impl JobRun<'_> {
             None => match puller.find_local(&default_helper).await {
                 Ok(Some(found)) => Ok(found),
                 Ok(None) => {
-                    let archives = image::prebuilt::archive_candidates(
-                        &image::prebuilt::search_dirs(),
+                    let info = image::helper_image_info(
                         &engine.architecture,
                         ds.helper_image_flavor.as_deref(),
+                        &format!("v{}", image::PINNED_HELPER_VERSION),
+                    );
+                    let archives = image::prebuilt::archive_candidates(
+                        &image::prebuilt::search_dirs(),
+                        &info.prebuilt,
                     );
                     let outcome = image::prebuilt::load(&docker, &archives, &default_helper).await;
                     for w in &outcome.warnings {
