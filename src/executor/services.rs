@@ -314,13 +314,14 @@ impl StartedService {
     }
 }
 
-/// The link emulation on the default bridge: an `alias:ip` entry per alias and IP.
+/// The link emulation on the default bridge: an `alias:ip` entry per alias and IP, and, as
+/// upstream adds, the container's 12-character ID as a host name too.
 pub fn links(services: &[StartedService]) -> Vec<String> {
     services
         .iter()
         .flat_map(|s| {
-            s.aliases
-                .iter()
+            std::iter::once(s.short_id())
+                .chain(s.aliases.iter().map(String::as_str))
                 .flat_map(move |a| s.ips.iter().map(move |ip| format!("{a}:{ip}")))
         })
         .collect()
@@ -1094,11 +1095,15 @@ mod tests {
     #[test]
     fn links_pair_every_alias_with_every_ip() {
         let s = StartedService {
+            id: "0123456789abcdef0123".into(),
             aliases: vec!["db".into(), "pg".into()],
             ips: vec!["172.17.0.3".into()],
             ..Default::default()
         };
-        assert_eq!(links(&[s]), vec!["db:172.17.0.3", "pg:172.17.0.3"]);
+        assert_eq!(
+            links(&[s]),
+            vec!["0123456789ab:172.17.0.3", "db:172.17.0.3", "pg:172.17.0.3"]
+        );
     }
 
     #[test]
