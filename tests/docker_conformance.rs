@@ -7,6 +7,14 @@
 
 #[path = "docker_conformance/doublestar.rs"]
 mod doublestar;
+#[path = "docker_conformance/helperimage.rs"]
+mod helperimage;
+#[path = "docker_conformance/labels.rs"]
+mod labels_table;
+#[path = "docker_conformance/pull.rs"]
+mod pull;
+#[path = "docker_conformance/user.rs"]
+mod user;
 
 use drover::executor::containers;
 use drover::executor::docker_options;
@@ -2275,6 +2283,10 @@ fn docker_conformance() {
     classify_pull_failure_table(&mut t);
     volume_manager_tables(&mut t);
     prepare_builds_dir_table(&mut t);
+    pull::pull_manager_tables(&mut t);
+    labels_table::labels_tables(&mut t);
+    helperimage::helperimage_tables(&mut t);
+    user::user_tables(&mut t);
     for (table, cases, agree) in &t.tables {
         println!("  {table}: {cases} cases, {agree} agree");
     }

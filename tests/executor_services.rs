@@ -60,6 +60,7 @@ fn alias_job(id: i64, extra_vars: serde_json::Value) -> drover::job::JobPayload 
         601,
         &[
             "echo uid=$(id -u)",
+            "sed 's/^/hosts: /' /etc/hosts",
             "for h in db web cache drover-test-executor-service from-config; do exec 3<>/dev/tcp/$h/8080 && printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' >&3 && echo \"reached $h: $(tail -n 1 <&3)\"; exec 3<&-; done",
         ],
         json!({
@@ -120,6 +121,14 @@ async fn service_reached_by_every_alias_on_the_default_bridge() {
     let ran = run_job(&alias_job(41, json!([])), &runner).await;
     assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
     assert_reached_every_alias(&ran.trace);
+    // As upstream, each service's 12-character container ID is a host name too.
+    let id_host = regex::Regex::new(r"(?m)^hosts: [0-9.]+\s+[0-9a-f]{12}$").expect("regex");
+    assert_eq!(
+        id_host.find_iter(&ran.trace).count(),
+        2,
+        "no service ID host entries:\n{}",
+        ran.trace
+    );
     let short = short_token(&runner);
     assert!(networks(&short).is_empty());
     assert_clean_and_remove_reusable(&short);

@@ -13,10 +13,15 @@ use crate::executor::error::{FailureReason, JobFailure};
 use crate::executor::glob;
 
 pub mod auth;
+pub mod platform;
+pub mod prebuilt;
 mod pull;
 pub mod reference;
 
-pub use pull::{classify_pull_failure, ImageError, Puller, ResolvedImage};
+pub use pull::{
+    classify_pull_failure, platform_aware_inspect, DockerImages, ImageEngine, ImageError, Puller,
+    ResolvedImage,
+};
 pub use reference::{ImageRef, ReferenceError};
 
 /// The upstream helper version drover's emitted helper commands are written for. The default
@@ -60,14 +65,15 @@ impl PullPolicy {
     }
 }
 
-/// Every entry of a policy list, as upstream checks it: an empty or unknown entry fails the job.
+/// Every entry of a policy list, as upstream checks it: an empty or unknown entry fails the job
+/// (`unsupported pull_policy config: "x"`, as upstream words it).
 fn parse_policies(list: &[String], what: &str) -> Result<Vec<PullPolicy>, JobFailure> {
     list.iter()
         .map(|s| {
             PullPolicy::parse(s).ok_or_else(|| {
                 JobFailure::new(
                     FailureReason::RunnerConfigurationError,
-                    format!("unsupported {what} {s:?}: use always, if-not-present or never"),
+                    format!("unsupported {what} config: {s:?}"),
                 )
             })
         })
@@ -79,6 +85,17 @@ fn names(p: &[PullPolicy]) -> String {
     format!("[{}]", v.join(" "))
 }
 
+/// Where the requested pull policies come from, as upstream names it in its error.
+pub fn pull_policy_source(job_policies: &[String], config_policies: &[String]) -> &'static str {
+    if !job_policies.is_empty() {
+        "GitLab pipeline config"
+    } else if !config_policies.is_empty() {
+        "Runner config"
+    } else {
+        "Runner config (default)"
+    }
+}
+
 /// The effective pull policies: the image's own (from the job) or the config's (default
 /// `always`), intersected with `allowed_pull_policies` (default: the config's), in requested
 /// order. An empty intersection is a configuration error.
@@ -87,14 +104,44 @@ pub fn effective_pull_policies(
     config_policies: &[String],
     allowed_policies: &[String],
 ) -> Result<Vec<PullPolicy>, JobFailure> {
-    let config = parse_policies(config_policies, "pull_policy")?;
+    effective(image_policies, config_policies, allowed_policies).map_err(|(_, f)| f)
+}
+
+/// [`effective_pull_policies`] for the image `image`: an empty intersection says which image,
+/// as upstream's pull manager does (`invalid pull policy for image "x": …`).
+pub fn effective_pull_policies_for(
+    image: &str,
+    image_policies: &[String],
+    config_policies: &[String],
+    allowed_policies: &[String],
+) -> Result<Vec<PullPolicy>, JobFailure> {
+    effective(image_policies, config_policies, allowed_policies).map_err(|(incompatible, f)| {
+        if incompatible {
+            JobFailure::new(
+                f.reason,
+                format!("invalid pull policy for image {image:?}: {}", f.message),
+            )
+        } else {
+            f
+        }
+    })
+}
+
+/// The effective policies, or the failure and whether it is the empty intersection.
+fn effective(
+    image_policies: &[String],
+    config_policies: &[String],
+    allowed_policies: &[String],
+) -> Result<Vec<PullPolicy>, (bool, JobFailure)> {
+    let config = parse_policies(config_policies, "pull_policy").map_err(|f| (false, f))?;
     let config = if config.is_empty() {
         vec![PullPolicy::Always]
     } else {
         config
     };
-    let from_job = parse_policies(image_policies, "pull_policy")?;
-    let allowed = parse_policies(allowed_policies, "allowed_pull_policies")?;
+    let allowed =
+        parse_policies(allowed_policies, "allowed_pull_policies").map_err(|f| (false, f))?;
+    let from_job = parse_policies(image_policies, "pull_policy").map_err(|f| (false, f))?;
     let allowed = if allowed.is_empty() {
         config.clone()
     } else {
@@ -111,17 +158,16 @@ pub fn effective_pull_policies(
         .filter(|p| allowed.contains(p))
         .collect();
     if effective.is_empty() {
-        return Err(JobFailure::new(
-            FailureReason::RunnerConfigurationError,
-            format!(
-                "pull_policy ({}) defined in {} is not one of the allowed_pull_policies ({})",
-                names(&requested),
-                if from_job.is_empty() {
-                    "Runner config"
-                } else {
-                    "GitLab pipeline config"
-                },
-                names(&allowed)
+        return Err((
+            true,
+            JobFailure::new(
+                FailureReason::RunnerConfigurationError,
+                format!(
+                    "pull_policy ({}) defined in {} is not one of the allowed_pull_policies ({})",
+                    names(&requested),
+                    pull_policy_source(image_policies, config_policies),
+                    names(&allowed)
+                ),
             ),
         ));
     }
@@ -208,17 +254,68 @@ pub fn resolve_job_image(
 
 /// The default helper image for an Engine architecture and a flavor (`alpine` omitted).
 pub fn default_helper_image(architecture: &str, flavor: Option<&str>) -> String {
-    let arch = match architecture {
-        "amd64" | "x86_64" | "" => "x86_64",
-        "aarch64" | "arm64" => "arm64",
-        "armv6l" | "armv7l" | "arm" => "arm",
-        other => other,
-    };
+    helper_image_info(architecture, flavor, &format!("v{PINNED_HELPER_VERSION}")).reference()
+}
+
+/// Upstream's helper image facts for a Linux Engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelperImageInfo {
+    /// `x86_64`, `arm64`, `arm`, or the Engine's own name.
+    pub architecture: String,
+    /// The repository.
+    pub name: String,
+    /// `[<flavor>-]<arch>-<revision>` (no flavor part for `alpine`).
+    pub tag: String,
+    /// The prebuilt archive's base name, `prebuilt-<flavor>-<arch>` (flavor `alpine` kept).
+    pub prebuilt: String,
+}
+
+impl HelperImageInfo {
+    /// `name:tag`.
+    pub fn reference(&self) -> String {
+        format!("{}:{}", self.name, self.tag)
+    }
+}
+
+/// The helper image of an Engine architecture (empty: the machine drover runs on), a flavor
+/// (default `alpine`) and a helper revision (`v19.4.0`), as upstream names it.
+pub fn helper_image_info(
+    architecture: &str,
+    flavor: Option<&str>,
+    revision: &str,
+) -> HelperImageInfo {
+    let arch = prebuilt::helper_architecture(architecture);
     let flavor = match flavor.map(str::trim) {
-        None | Some("") | Some("alpine") => String::new(),
-        Some(f) => format!("{f}-"),
+        None | Some("") => "alpine",
+        Some(f) => f,
     };
-    format!("{HELPER_IMAGE_REPO}:{flavor}{arch}-v{PINNED_HELPER_VERSION}")
+    let tag_prefix = match flavor {
+        "alpine" => String::new(),
+        f => format!("{f}-"),
+    };
+    HelperImageInfo {
+        name: HELPER_IMAGE_REPO.to_string(),
+        tag: format!("{tag_prefix}{arch}-{revision}"),
+        prebuilt: format!("prebuilt-{flavor}-{arch}"),
+        architecture: arch,
+    }
+}
+
+/// Whether an image's configured user means root: none, empty or `root` (a numeric `0` is
+/// found out by `id -u` later), as upstream decides before it looks any further.
+pub fn image_user_is_root(user: &str) -> bool {
+    user.is_empty() || user == "root"
+}
+
+/// The id printed by `id -u` / `id -g`: the last line of the output, trimmed; no output at all
+/// and anything but a number are errors (upstream's rules).
+pub fn user_id_from_output(stdout: &str) -> Result<u32, String> {
+    let last = stdout.trim().lines().last().unwrap_or_default().trim();
+    if last.is_empty() {
+        return Err("the id command returned no output on stdout".to_string());
+    }
+    last.parse::<u32>()
+        .map_err(|e| format!("the id command printed {last:?}, not an id: {e}"))
 }
 
 /// Splits `name[:tag]` / `name@digest` into repository and tag (`latest` when missing).

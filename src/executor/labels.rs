@@ -46,6 +46,40 @@ pub fn go_duration(secs: u64) -> String {
     }
 }
 
+/// The label facts of a job: its payload's, the job URL from `CI_PROJECT_URL` (else the
+/// repository URL without credentials and `.git`), the pipeline ID from the payload when
+/// positive, else `CI_PIPELINE_ID` (possibly empty), the runner's short token and system ID,
+/// and the job's slots (`runner.local_id`, `project.runner_id`).
+pub fn job_facts(
+    payload: &crate::job::JobPayload,
+    vars: &crate::executor::script::variables::VarList,
+    short_token: &str,
+    system_id: &str,
+    slot: crate::executor::paths::Slot,
+    timeout_secs: u64,
+) -> LabelFacts {
+    let project_url = vars.value("CI_PROJECT_URL").unwrap_or_else(|| {
+        let u = crate::executor::paths::url_without_credentials(&payload.git_info.repo_url);
+        u.strip_suffix(".git").unwrap_or(&u).to_string()
+    });
+    LabelFacts {
+        job_id: payload.id,
+        job_url: format!("{project_url}/-/jobs/{}", payload.id),
+        sha: payload.git_info.sha.clone(),
+        before_sha: payload.git_info.before_sha.clone(),
+        r#ref: payload.git_info.r#ref.clone(),
+        timeout_secs,
+        project_id: payload.job_info.project_id,
+        pipeline_id: match payload.job_info.pipeline_id {
+            id if id > 0 => id.to_string(),
+            _ => vars.value("CI_PIPELINE_ID").unwrap_or_default(),
+        },
+        runner_id: short_token.to_string(),
+        system_id: system_id.to_string(),
+        slot,
+    }
+}
+
 impl LabelFacts {
     /// The default labels plus `type=<kind>` and any extra prefixed labels.
     pub fn labels(&self, kind: &str, extra: &[(&str, &str)]) -> HashMap<String, String> {

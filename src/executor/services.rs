@@ -65,6 +65,8 @@ pub struct ServiceDefinition {
     pub pull_policy: Vec<String>,
     /// The service's `docker: user`.
     pub user: Option<String>,
+    /// The service's `docker: platform` (expanded), pulled and created for as upstream.
+    pub platform: Option<String>,
 }
 
 fn split_aliases(s: &str) -> Vec<String> {
@@ -107,6 +109,7 @@ pub fn definitions(
                 .collect(),
             pull_policy: Vec::new(),
             user: None,
+            platform: None,
         });
     }
     for s in job {
@@ -134,6 +137,7 @@ pub fn definitions(
             variables: service_variables(&s.variables, vars),
             pull_policy: s.pull_policy.clone(),
             user: Some(vars.expand(&s.executor_opts.docker.user)).filter(|u| !u.is_empty()),
+            platform: Some(vars.expand(&s.executor_opts.docker.platform)).filter(|p| !p.is_empty()),
         });
     }
     if let Some(limit) = settings.limit.filter(|l| *l >= 0) {
@@ -310,13 +314,14 @@ impl StartedService {
     }
 }
 
-/// The link emulation on the default bridge: an `alias:ip` entry per alias and IP.
+/// The link emulation on the default bridge: an `alias:ip` entry per alias and IP, and, as
+/// upstream adds, the container's 12-character ID as a host name too.
 pub fn links(services: &[StartedService]) -> Vec<String> {
     services
         .iter()
         .flat_map(|s| {
-            s.aliases
-                .iter()
+            std::iter::once(s.short_id())
+                .chain(s.aliases.iter().map(String::as_str))
                 .flat_map(move |a| s.ips.iter().map(move |ip| format!("{a}:{ip}")))
         })
         .collect()
@@ -591,6 +596,9 @@ pub struct ServiceToStart {
     pub name: ServiceName,
     /// The image reference to create from (digest or ID).
     pub image_ref: String,
+    /// The platform to create the container for (the image's own, when the service asked for
+    /// one).
+    pub platform: Option<String>,
     /// Its aliases (default and user, minus taken ones).
     pub aliases: Vec<String>,
     /// `KEY=VALUE` environment.
@@ -645,7 +653,7 @@ pub async fn start(
         .create_container(
             Some(CreateContainerOptions {
                 name: Some(container_name.clone()),
-                platform: String::new(),
+                platform: svc.platform.clone().unwrap_or_default(),
             }),
             body,
         )
@@ -1087,11 +1095,15 @@ mod tests {
     #[test]
     fn links_pair_every_alias_with_every_ip() {
         let s = StartedService {
+            id: "0123456789abcdef0123".into(),
             aliases: vec!["db".into(), "pg".into()],
             ips: vec!["172.17.0.3".into()],
             ..Default::default()
         };
-        assert_eq!(links(&[s]), vec!["db:172.17.0.3", "pg:172.17.0.3"]);
+        assert_eq!(
+            links(&[s]),
+            vec!["0123456789ab:172.17.0.3", "db:172.17.0.3", "pg:172.17.0.3"]
+        );
     }
 
     #[test]

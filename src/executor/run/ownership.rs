@@ -19,6 +19,8 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+use crate::executor::image::{image_user_is_root, user_id_from_output};
+
 impl JobRun<'_> {
     /// Runs `script` in the container of `role` and returns its exit code and output.
     async fn capture(
@@ -67,21 +69,21 @@ impl JobRun<'_> {
         Ok((code, String::from_utf8_lossy(&out.bytes).into_owned()))
     }
 
-    /// The build container user's id from `command` (`id -u` / `id -g`).
+    /// The build container user's id from `command` (`id -u` / `id -g`), read from its
+    /// standard output only, as upstream does.
     async fn build_user_id(&mut self, p: &Prepared, command: &str) -> Result<u32, JobError> {
-        let (code, out) = self.capture(p, Role::Build, command).await?;
-        let last = out
-            .trim()
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        match (code, last.parse::<u32>()) {
+        let (code, out) = self
+            .capture(p, Role::Build, &format!("{command} 2>/dev/null"))
+            .await?;
+        match (code, user_id_from_output(&out)) {
             (0, Ok(id)) => Ok(id),
-            _ => Err(SystemError::Engine(format!(
+            (_, Err(e)) => Err(SystemError::Engine(format!(
+                "checking the job image's user with {command:?} in the build container: {e}"
+            ))
+            .into()),
+            (code, Ok(_)) => Err(SystemError::Engine(format!(
                 "checking the job image's user with {command:?} in the build container: exit \
-                 code {code}, output {last:?}"
+                 code {code}"
             ))
             .into()),
         }
@@ -108,7 +110,7 @@ impl JobRun<'_> {
             .config
             .and_then(|c| c.user)
             .unwrap_or_default();
-        if user.is_empty() || user == "root" {
+        if image_user_is_root(&user) {
             return Ok(());
         }
         let uid = self.build_user_id(p, "id -u").await?;

@@ -116,7 +116,10 @@ impl JobRun<'_> {
         let engine = self.connect(trace).await?;
         self.mark("connected");
         let docker = engine.docker.clone();
-        let mut puller = Puller::new(&docker);
+        let mut puller = Puller::new(image::DockerImages::new(
+            docker.clone(),
+            &engine.api_version,
+        ));
         let auth = image::auth::AuthSources {
             docker_auth_config: vars.get("DOCKER_AUTH_CONFIG").map(|v| v.value.clone()),
             home: std::env::var_os("HOME").map(std::path::PathBuf::from),
@@ -125,8 +128,15 @@ impl JobRun<'_> {
         };
 
         // Helper image: helper_image with the config policies, else the pinned upstream one.
-        let config_policies =
-            image::effective_pull_policies(&[], &ds.pull_policy, &ds.allowed_pull_policies)?;
+        let helper_policies = |name: &str| {
+            image::effective_pull_policies_for(
+                name,
+                &[],
+                &ds.pull_policy,
+                &ds.allowed_pull_policies,
+            )
+            .map_err(ImageError::Job)
+        };
         // `${CI_RUNNER_VERSION}` in helper_image names the helper version drover's commands
         // are written for (upstream's documented mirror pattern `…:x86_64-v${CI_RUNNER_VERSION}`
         // must resolve to a helper tag that exists).
@@ -143,13 +153,52 @@ impl JobRun<'_> {
                 trace.info(&format!(
                     "Using helper image:  {name}  (overridden, default would be  {default_helper} )"
                 ));
-                puller.get(name, &config_policies, &auth, None, trace).await
+                match helper_policies(name) {
+                    Ok(policies) => puller.get(name, &policies, &auth, None, trace).await,
+                    Err(e) => Err(e),
+                }
             }
-            None => {
-                puller
-                    .get_default_helper(&default_helper, &auth, trace)
-                    .await
-            }
+            // The default helper: used as it is when present, else loaded from an archive
+            // installed with the runner, else pulled with the config's policies (upstream's
+            // order).
+            None => match puller.find_local(&default_helper).await {
+                Ok(Some(found)) => Ok(found),
+                Ok(None) => {
+                    let info = image::helper_image_info(
+                        &engine.architecture,
+                        ds.helper_image_flavor.as_deref(),
+                        &format!("v{}", image::PINNED_HELPER_VERSION),
+                    );
+                    let archives = image::prebuilt::archive_candidates(
+                        &image::prebuilt::search_dirs(),
+                        &info.prebuilt,
+                    );
+                    let outcome = image::prebuilt::load(&docker, &archives, &default_helper).await;
+                    for w in &outcome.warnings {
+                        trace.warning(w);
+                    }
+                    let loaded = match outcome.loaded {
+                        true => puller.find_local(&default_helper).await,
+                        false => Ok(None),
+                    };
+                    match loaded {
+                        Ok(Some(found)) => Ok(found),
+                        Ok(None) => {
+                            trace.info(&format!("Using helper image:  {default_helper}"));
+                            match helper_policies(&default_helper) {
+                                Ok(policies) => {
+                                    puller
+                                        .get(&default_helper, &policies, &auth, None, trace)
+                                        .await
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            },
         }
         .map_err(map_image_error)?;
 
@@ -254,8 +303,12 @@ impl JobRun<'_> {
         let requested: &[String] = image_opts
             .map(|i| i.pull_policy.as_slice())
             .unwrap_or_default();
-        let policies =
-            image::effective_pull_policies(requested, &ds.pull_policy, &ds.allowed_pull_policies)?;
+        let policies = image::effective_pull_policies_for(
+            &image_name,
+            requested,
+            &ds.pull_policy,
+            &ds.allowed_pull_policies,
+        )?;
         // The image's docker options are expanded with the job's variables, as upstream does.
         let platform = image_opts
             .map(|i| vars.expand(&i.executor_opts.docker.platform))
@@ -295,7 +348,9 @@ impl JobRun<'_> {
                 .and_then(|i| i.entrypoint.clone())
                 .filter(|e| !e.is_empty()),
             build_user: build_user(ds, &image_user)?,
-            build_platform: platform,
+            // As upstream: with a `platform` asked for, the container is created for the
+            // platform of the image that was found or pulled.
+            build_platform: platform.map(|_| build_image.platform.clone()),
             build_cmd: detect_shell_command(),
             service_links: if network.needs_links() {
                 services::links(&started)
@@ -324,7 +379,7 @@ impl JobRun<'_> {
     async fn start_services(
         &mut self,
         trace: &mut Trace<'_>,
-        puller: &mut Puller<'_>,
+        puller: &mut Puller<image::DockerImages>,
         defs: &[ServiceDefinition],
         job: &ServiceJob<'_>,
     ) -> Result<Vec<StartedService>, JobOrSystem> {
@@ -363,13 +418,20 @@ impl JobRun<'_> {
                 "Starting service {}{sep}{}...",
                 name.service, name.version
             ));
-            let policies = image::effective_pull_policies(
+            let policies = image::effective_pull_policies_for(
+                &name.image,
                 &def.pull_policy,
                 &ds.pull_policy,
                 &ds.allowed_pull_policies,
             )?;
             let image = puller
-                .get(&name.image, &policies, job.auth, None, trace)
+                .get(
+                    &name.image,
+                    &policies,
+                    job.auth,
+                    def.platform.as_deref(),
+                    trace,
+                )
                 .await
                 .map_err(map_image_error)?;
             if ds.disable_entrypoint_overwrite
@@ -381,6 +443,7 @@ impl JobRun<'_> {
                 env: services::service_env(job.vars, def),
                 def: def.clone(),
                 name,
+                platform: def.platform.as_ref().map(|_| image.platform.clone()),
                 image_ref: image.reference,
                 aliases,
             };
@@ -435,27 +498,14 @@ impl JobRun<'_> {
     }
 
     fn label_facts(&self, short: &str, vars: &VarList) -> LabelFacts {
-        let payload = self.req.payload;
-        let project_url = vars.value("CI_PROJECT_URL").unwrap_or_else(|| {
-            let u = paths::url_without_credentials(&payload.git_info.repo_url);
-            u.strip_suffix(".git").unwrap_or(&u).to_string()
-        });
-        LabelFacts {
-            job_id: payload.id,
-            job_url: format!("{project_url}/-/jobs/{}", payload.id),
-            sha: payload.git_info.sha.clone(),
-            before_sha: payload.git_info.before_sha.clone(),
-            r#ref: payload.git_info.r#ref.clone(),
-            timeout_secs: self.timeout_secs,
-            project_id: payload.job_info.project_id,
-            pipeline_id: match payload.job_info.pipeline_id {
-                id if id > 0 => id.to_string(),
-                _ => vars.value("CI_PIPELINE_ID").unwrap_or_default(),
-            },
-            runner_id: short.to_string(),
-            system_id: self.req.runner.system_id.clone(),
-            slot: self.req.slot,
-        }
+        crate::executor::labels::job_facts(
+            self.req.payload,
+            vars,
+            short,
+            &self.req.runner.system_id,
+            self.req.slot,
+            self.timeout_secs,
+        )
     }
 
     /// Connects with upstream's preparation retries (3 attempts, 3 s apart).
