@@ -8,8 +8,9 @@
 use drover::executor::build_settings::BuildSettings;
 use drover::executor::plan::{plan_job, ref_protected};
 use drover::executor::script::cache::{self, CacheInputs, LocalOnly};
-use drover::executor::script::sources::GitAuth;
+use drover::executor::script::sources::{GitAuth, GitCleanup};
 use drover::executor::script::variables::{loose_bool, Var, VarList};
+use drover::executor::script::{quote, ScriptBody};
 use drover::executor::services;
 use drover::executor::settings::ServiceSettings;
 use drover::executor::{RunnerSettings, Slot};
@@ -837,12 +838,880 @@ fn cache_fallback_guard(cases: &mut Vec<Case>) {
     }
 }
 
+/// `cache/cachekey` Sanitize: (input, key upstream gives; `None`: refused).
+const SANITIZE: &[(&str, Option<&str>)] = &[
+    ("", Some("")),
+    ("fallback_key", Some("fallback_key")),
+    ("some-job/some-ref", Some("some-job/some-ref")),
+    (".../....", Some(".../....")),
+    ("...", Some("...")),
+    ("fallback_key/", Some("fallback_key")),
+    ("fallback_key ", Some("fallback_key")),
+    ("fallback_key\\", Some("fallback_key")),
+    ("fallback_key/ \\", Some("fallback_key")),
+    ("fallback_key/ / \\  \\", Some("fallback_key")),
+    ("fallback_key/o", Some("fallback_key/o")),
+    ("fallback_key / \\o", Some("fallback_key / /o")),
+    ("\t foo bar \t\r", Some("\t foo bar")),
+    (" foo / bar ", Some(" foo / bar")),
+    ("foo\r", Some("foo")),
+    ("foo\t", Some("foo")),
+    ("foo \t \r ", Some("foo")),
+    ("\\", None),
+    ("\\.", None),
+    ("/", None),
+    (" ", None),
+    (".", None),
+    ("..", None),
+    (" / ", None),
+    ("//", None),
+    ("//\\", None),
+    ("../.", None),
+    ("foo\\bar\\..\\..", None),
+    ("foo/bar/../..", None),
+    (" \t\r\n", None),
+    ("something %2F something", Some("something / something")),
+    ("something %2f something", Some("something / something")),
+    ("some%2f../job/some/ref/.", Some("job/some/ref")),
+    ("%2E", None),
+    ("%2E%2E", None),
+    ("%2E%2E%2E", Some("...")),
+    ("%2e", None),
+    ("%2e%2E", None),
+    (".%2E", None),
+    ("%2e.", None),
+    ("%2E%2e%2E", Some("...")),
+    ("%5C", Some("%5C")),
+    ("%5c", Some("%5c")),
+    ("foo/./bar", Some("foo/bar")),
+    ("foo/blipp/../bar", Some("foo/bar")),
+    ("/foo/bar", Some("foo/bar")),
+    ("//foo/bar", Some("foo/bar")),
+    ("./foo/bar", Some("foo/bar")),
+    ("../foo/bar", Some("foo/bar")),
+    (".../foo/bar", Some(".../foo/bar")),
+    ("foo/bar/..", Some("foo")),
+    ("foo/bar/../../../.././blerp", Some("blerp")),
+    ("a/b/c/../../d", Some("a/d")),
+    ("job\\name/git\\ref", Some("job/name/git/ref")),
+    ("foo\\.\\bar", Some("foo/bar")),
+    ("foo\\blipp\\..\\bar", Some("foo/bar")),
+    ("\\foo\\bar", Some("foo/bar")),
+    ("\\\\foo\\bar", Some("foo/bar")),
+    (".\\foo\\bar", Some("foo/bar")),
+    ("..\\foo\\bar", Some("foo/bar")),
+    ("...\\foo\\bar", Some(".../foo/bar")),
+    ("foo\\bar\\..", Some("foo")),
+    ("foo\\bar\\..\\..\\..\\..\\.\\blerp", Some("blerp")),
+    ("foo/ /bar", Some("foo/ /bar")),
+    ("foo/ /", Some("foo")),
+    ("foo/ / /", Some("foo")),
+];
+
+fn cache_key_tables(cases: &mut Vec<Case>) {
+    const T: &str = "cache/cachekey/cachekey_test.go";
+    for (raw, want) in SANITIZE {
+        check(cases, T, format!("Sanitize/{raw:?}"), || {
+            match (cache::sanitize_key(raw), want) {
+                (Ok(got), Some(w)) => eq("key", got.as_str(), *w),
+                (Err(e), None) => eq(
+                    "error",
+                    e,
+                    format!("cache key {raw:?} could not be sanitized"),
+                ),
+                (got, _) => Err(format!("got {got:?}, want {want:?}")),
+            }
+        });
+    }
+    for raw in [
+        "a",
+        "a/b",
+        "../a",
+        "a/../b",
+        "a/./b",
+        "a\\b",
+        "a\\..\\\\b",
+        "/a/b/",
+        " a ",
+        "...",
+        "%2e%2e/%2f",
+        "a/b/c/../../d/e",
+    ] {
+        check(cases, T, format!("SanitizeInvariants/{raw:?}"), || {
+            let Ok(key) = cache::sanitize_key(raw) else {
+                return Ok(());
+            };
+            let segments: Vec<&str> = key.split('/').collect();
+            let broken = [
+                ("starts with /", key.starts_with('/')),
+                ("starts with ..", key == ".." || key.starts_with("../")),
+                ("has a backslash", key.contains('\\')),
+                ("ends with a space", key.ends_with(' ')),
+                ("ends with /", key.ends_with('/')),
+                (
+                    "has a . or .. segment",
+                    segments.contains(&".") || segments.contains(&".."),
+                ),
+            ];
+            match broken.iter().find(|(_, b)| *b) {
+                Some((what, _)) => Err(format!("{key:?} {what}")),
+                None => Ok(()),
+            }
+        });
+    }
+    for raw in [
+        "fallback_key",
+        "some-job/some-ref",
+        "a/b/c",
+        "...",
+        ".../foo/bar",
+    ] {
+        check(cases, T, format!("SanitizeIdempotent/{raw:?}"), || {
+            let first = cache::sanitize_key(raw)?;
+            eq("second pass", cache::sanitize_key(&first)?, first)
+        });
+    }
+}
+
+/// upstream's `test` cache adapter, as a fake: URLs under `test://…/project/1000/<key>`.
+struct TestRemote;
+
+impl cache::Remote for TestRemote {
+    fn download(&self, key: &str) -> Option<cache::Download> {
+        Some(cache::Download {
+            url: format!("test://download/project/1000/{key}"),
+            head_url: Some(format!("test://head/project/1000/{key}")),
+        })
+    }
+    fn upload(&self, key: &str) -> Option<cache::Upload> {
+        Some(cache::Upload {
+            url: format!("test://upload/project/1000/{key}"),
+            headers: vec![],
+        })
+    }
+}
+
+/// The `echo` lines of a body, sorted: what the trace shows, whatever the order of the ifs.
+fn echoes(s: &str) -> Vec<String> {
+    let mut v: Vec<String> = s
+        .lines()
+        .filter(|l| l.starts_with("echo "))
+        .map(String::from)
+        .collect();
+    v.sort();
+    v
+}
+
+/// The echo lines `f` writes, sorted.
+fn expected_echoes(f: impl FnOnce(&mut ScriptBody)) -> Vec<String> {
+    let mut b = ScriptBody::new();
+    f(&mut b);
+    echoes(b.as_str())
+}
+
+/// One cache stage of upstream's fixtures: job `some-job-name` on `some-ref-name`, builds in
+/// `/builds`, cache in `/cache`, one entry with two paths.
+struct CacheJob<'a> {
+    key: &'a str,
+    policy: &'a str,
+    fallback_keys: &'a [&'a str],
+    vars: Vec<Var>,
+    job: &'a str,
+    git_ref: &'a str,
+    build_dir: &'a str,
+    cache_dir: &'a str,
+}
+
+impl Default for CacheJob<'_> {
+    fn default() -> Self {
+        CacheJob {
+            key: "",
+            policy: "pull-push",
+            fallback_keys: &[],
+            vars: vec![],
+            job: "some-job-name",
+            git_ref: "some-ref-name",
+            build_dir: "/builds",
+            cache_dir: "/cache",
+        }
+    }
+}
+
+impl CacheJob<'_> {
+    /// The stage's body: restore, or archive of a successful job (`when: always`).
+    fn body(&self, restore: bool) -> Result<String, String> {
+        let p = payload(json!({
+            "job_info": {"project_id": 1000, "name": self.job},
+            "git_info": {"repo_url": "https://h/g/p.git", "sha": "0", "ref": self.git_ref},
+            "cache": [{"key": self.key, "policy": self.policy, "when": "always",
+                       "paths": ["path1", "path2"], "fallback_keys": self.fallback_keys}],
+        }));
+        let vars = list(self.vars.clone(), "/t").expanded();
+        let paths = drover::executor::paths::JobPaths {
+            root_dir: self.build_dir.into(),
+            build_dir: self.build_dir.into(),
+            tmp_dir: format!("{}.tmp", self.build_dir),
+            cache_dir: self.cache_dir.into(),
+        };
+        let inputs = CacheInputs {
+            payload: &p,
+            vars: &vars,
+            paths: &paths,
+            remote: &TestRemote,
+            timeout_minutes: 10,
+        };
+        let body = if restore {
+            cache::restore(&inputs)
+        } else {
+            cache::archive(&inputs, true)
+        };
+        body.map(|b| b.as_str().to_string())
+            .ok_or_else(|| "no stage".into())
+    }
+}
+
+/// What a restore must show for `keys` (tried in turn), plus `extra` messages.
+fn restore_echoes(keys: &[&str], extra: impl FnOnce(&mut ScriptBody)) -> Vec<String> {
+    expected_echoes(|b| {
+        for k in keys {
+            b.notice(&format!("Checking cache for {k}..."));
+            b.notice("Successfully extracted cache");
+            b.warning("Failed to extract cache");
+        }
+        b.warning("Missing gitlab-runner-helper. Extracting cache is disabled.");
+        extra(b);
+    })
+}
+
+/// The restore of `job` tries exactly `keys` with upstream's extractor arguments and shows
+/// exactly the expected messages.
+fn restore_agrees(
+    job: &CacheJob<'_>,
+    keys: &[&str],
+    extra: impl FnOnce(&mut ScriptBody),
+) -> Result<(), String> {
+    let s = job.body(true)?;
+    for k in keys {
+        let want = format!(
+            "cache-extractor --file {} --timeout 10 --url {} --head-url {}",
+            quote(&format!("../cache/{k}/cache.zip")),
+            quote(&format!("test://download/project/1000/{k}")),
+            quote(&format!("test://head/project/1000/{k}")),
+        );
+        if !s.contains(&want) {
+            return Err(format!("{want:?} missing:\n{s}"));
+        }
+    }
+    eq("messages", echoes(&s), restore_echoes(keys, extra))
+}
+
+fn cache_stage_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    let fallback = |v: &str| vec![var("CACHE_FALLBACK_KEY", v)];
+    let not_allowed =
+        |k: &str| format!("CACHE_FALLBACK_KEY {k:?} not allowed to end in \"-protected\"");
+    let skipped = |b: &mut ScriptBody| {
+        b.notice("Skipping cache extraction due to empty cache key");
+    };
+    // extractCacheWithDefaultFallbackKey, the unhashed rows of the `test` adapter.
+    type Extra = Box<dyn Fn(&mut ScriptBody)>;
+    let none: fn() -> Extra = || Box::new(|_: &mut ScriptBody| {});
+    let warn = |w: String| -> Extra {
+        Box::new(move |b: &mut ScriptBody| {
+            b.warning(&w);
+        })
+    };
+    let unsanitisable = |k: &'static str| -> Extra {
+        Box::new(move |b: &mut ScriptBody| {
+            b.warning(&format!("cache key {k:?} could not be sanitized"));
+            skipped(b);
+        })
+    };
+    let rows: Vec<(&str, &str, &str, Vec<&str>, Extra)> = vec![
+        ("using allowed key value", "test-cache-key", "test-fallback-cache-key",
+         vec!["test-cache-key", "test-fallback-cache-key"], none()),
+        ("using sanitized fallback key", "test-cache-key", "hello.%2e..there  ",
+         vec!["test-cache-key", "hello....there"],
+         warn("cache key \"hello.%2e..there  \" sanitized to \"hello....there\"".into())),
+        ("using something that looks like a windows path", "test-cache-key",
+         "looks\\like\\a\\win\\path", vec!["test-cache-key", "looks/like/a/win/path"],
+         warn("cache key \"looks\\\\like\\\\a\\\\win\\\\path\" sanitized to \"looks/like/a/win/path\"".into())),
+        ("using path-like fallback cache key", "test-cache-key", "foo/bar/baz",
+         vec!["test-cache-key", "foo/bar/baz"], none()),
+        ("using invalid fallback cache key", "test-cache-key", "..",
+         vec!["test-cache-key"], unsanitisable("..")),
+        ("using reserved suffix", "test-cache-key", "main-protected",
+         vec!["test-cache-key"], warn(not_allowed("main-protected"))),
+        ("using trailing dot suffix", "test-cache-key", "main-protected.",
+         vec!["test-cache-key"], warn(not_allowed("main-protected."))),
+        ("empty cache key", "", "", vec!["some-job-name/some-ref-name"], none()),
+        ("empty cache key, with fallback", "", "some-fallback",
+         vec!["some-job-name/some-ref-name", "some-fallback"], none()),
+        ("empty cache key, with invalid fallback", "", ".",
+         vec!["some-job-name/some-ref-name"], unsanitisable(".")),
+        ("cache:key:files", "0_project/dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected", "",
+         vec!["0_project/dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected"], none()),
+        ("cache:key:files sanitized", "0_project/foo/../dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected", "",
+         vec!["0_project/dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected"],
+         warn("cache key \"0_project/foo/../dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected\" sanitized to \"0_project/dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected\"".into())),
+    ];
+    for (name, key, fb, keys, extra) in rows {
+        check(
+            cases,
+            T,
+            format!("extractCacheWithDefaultFallbackKey/{name}"),
+            || {
+                let job = CacheJob {
+                    key,
+                    vars: fallback(fb),
+                    ..Default::default()
+                };
+                restore_agrees(&job, &keys, extra)
+            },
+        );
+    }
+    // extractCacheWithMultipleFallbackKeys, unhashed.
+    let chain = [
+        "test-cache-key",
+        "test-fallback-cache-key-1",
+        "test-fallback-cache-key-2",
+    ];
+    let rows: Vec<(&str, &str, &str, &[&str], Vec<Var>, Vec<&str>, Extra)> = vec![
+        (
+            "multiple fallback keys",
+            "test-cache-key",
+            "test-var-fallback-cache-key",
+            &["test-fallback-cache-key-1", "test-fallback-cache-key-2"],
+            vec![],
+            [&chain[..], &["test-var-fallback-cache-key"]].concat(),
+            none(),
+        ),
+        (
+            "fallback keys with variables",
+            "test-cache-key",
+            "test-var-fallback-cache-key",
+            &[
+                "test-fallback-cache-$CACHE_FALLBACK_1",
+                "test-fallback-cache-$CACHE_FALLBACK_2",
+            ],
+            vec![
+                var("CACHE_FALLBACK_1", "key-1"),
+                var("CACHE_FALLBACK_2", "key-2"),
+            ],
+            [&chain[..], &["test-var-fallback-cache-key"]].concat(),
+            none(),
+        ),
+        (
+            "protected fallback keys",
+            "test-cache-key",
+            "test-var-fallback-cache-key",
+            &["test-fallback-protected-1", "test-fallback-protected-2"],
+            vec![],
+            vec![
+                "test-cache-key",
+                "test-fallback-protected-1",
+                "test-fallback-protected-2",
+                "test-var-fallback-cache-key",
+            ],
+            none(),
+        ),
+        (
+            "invalid global protected fallback key",
+            "test-cache-key",
+            "test-var-fallback-key-protected",
+            &["test-fallback-cache-key-1", "test-fallback-cache-key-2"],
+            vec![],
+            chain.to_vec(),
+            warn(not_allowed("test-var-fallback-key-protected")),
+        ),
+        (
+            "empty cache key",
+            "",
+            "",
+            &[],
+            vec![],
+            vec!["some-job-name/some-ref-name"],
+            none(),
+        ),
+    ];
+    for (name, key, fb, fallback_keys, more, keys, extra) in rows {
+        check(
+            cases,
+            T,
+            format!("extractCacheWithMultipleFallbackKeys/{name}"),
+            || {
+                let mut vars = fallback(fb);
+                vars.extend(more);
+                let job = CacheJob {
+                    key,
+                    fallback_keys,
+                    vars,
+                    ..Default::default()
+                };
+                restore_agrees(&job, &keys, extra)
+            },
+        );
+    }
+    // cachePolicy: both stages; a job with no name and no ref.
+    for (name, key, policy, vars, err) in [
+        ("using pull policy", "test-cache-key", "pull", vec![], None),
+        ("using push policy", "test-cache-key", "push", vec![], None),
+        (
+            "using pull-push policy",
+            "test-cache-key",
+            "pull-push",
+            vec![],
+            None,
+        ),
+        (
+            "using variable with pull-push value",
+            "test-cache-key",
+            "$CACHE_POLICY",
+            vec![var("CACHE_POLICY", "pull-push")],
+            None,
+        ),
+        (
+            "using variable with invalid value",
+            "test-cache-key",
+            "$CACHE_POLICY",
+            vec![var("CACHE_POLICY", "blah")],
+            Some("unknown cache policy blah for test-cache-key"),
+        ),
+        (
+            "using hardcoded value matching variable name",
+            "test-cache-key",
+            "CACHE_POLICY",
+            vec![var("CACHE_POLICY", "pull")],
+            Some("unknown cache policy CACHE_POLICY for test-cache-key"),
+        ),
+        ("empty key", "", "", vec![], None),
+    ] {
+        for (stage, restore) in [("cacheExtractor", true), ("cacheArchiver", false)] {
+            let vars = vars.clone();
+            check(cases, T, format!("cachePolicy/{stage}-{name}"), || {
+                let job = CacheJob {
+                    key,
+                    policy,
+                    vars,
+                    job: "",
+                    git_ref: "",
+                    ..Default::default()
+                };
+                let s = job.body(restore)?;
+                let failed = s.lines().any(|l| l == "exit 1");
+                eq("stage fails", failed, err.is_some())?;
+                match err {
+                    // Upstream's text (drover adds a hint after it).
+                    Some(e) => eq("message shown", s.contains(e), true),
+                    None => Ok(()),
+                }
+            });
+        }
+    }
+    // archiveCache_keySanitation, unhashed.
+    for (name, key, job, git_ref, want, extra) in [
+        ("defaulted cache key", "", "some-job-name", "some-git-ref",
+         Some("some-job-name/some-git-ref"), None),
+        ("defaulted cache key sanitized", "", "some\\job\\name", "some/git/ref",
+         Some("some/job/name/some/git/ref"),
+         Some("cache key \"some\\\\job\\\\name/some/git/ref\" sanitized to \"some/job/name/some/git/ref\"")),
+        ("cache key", "hola", "", "", Some("hola"), None),
+        ("cache key sanitized", "this/../key/will/be\\sanitized\\  ", "", "",
+         Some("key/will/be/sanitized"),
+         Some("cache key \"this/../key/will/be\\\\sanitized\\\\  \" sanitized to \"key/will/be/sanitized\"")),
+        ("cannot be sanitized", "/", "", "", None, Some("cache key \"/\" could not be sanitized")),
+    ] {
+        check(cases, T, format!("archiveCache_keySanitation/{name}"), || {
+            let job = CacheJob {
+                key,
+                job,
+                git_ref,
+                build_dir: "/some/buildDir",
+                cache_dir: "/some/cacheDir",
+                ..Default::default()
+            };
+            let s = job.body(false)?;
+            let want_echoes = expected_echoes(|b| {
+                if let Some(w) = extra {
+                    b.warning(w);
+                }
+                match want {
+                    Some(k) => {
+                        b.notice(&format!("Creating cache {k}..."));
+                        b.notice("Created cache");
+                        b.warning("Failed to create cache");
+                        b.warning("Missing gitlab-runner-helper. Creating cache is disabled.");
+                    }
+                    None => {
+                        b.notice("Skipping cache archiving due to empty cache key");
+                    }
+                }
+            });
+            eq("messages", echoes(&s), want_echoes)?;
+            if let Some(k) = want {
+                // upstream: --file ../cacheDir/<key>/cache.zip, the same file from the build dir.
+                let args = s
+                    .split("cache-archiver --file ")
+                    .nth(1)
+                    .and_then(|r| r.split_once(" --timeout 10 --path path1 --path path2 "))
+                    .ok_or_else(|| format!("no archiver call with upstream's arguments:\n{s}"))?;
+                eq(
+                    "archive",
+                    resolve("/some/buildDir", args.0),
+                    format!("/some/cacheDir/{k}/cache.zip"),
+                )?;
+                let metadata = format!("CACHE_METADATA={}", json!({ "cachekey": k }));
+                eq("metadata", s.contains(&quote(&metadata)), true)?;
+            }
+            Ok(())
+        });
+    }
+    // NewCacheConfig, unhashed rows: the key, the warning and the archive file.
+    for (name, key, vars, want, warning) in [
+        ("empty cache key", "", vec![], None, None),
+        (
+            "unhashed",
+            "some/user/key",
+            vec![],
+            Some("some/user/key"),
+            None,
+        ),
+        (
+            "unhashed, and key sanitized",
+            "some%2fuser%2Fkey",
+            vec![],
+            Some("some/user/key"),
+            Some("cache key \"some%2fuser%2Fkey\" sanitized to \"some/user/key\""),
+        ),
+        (
+            "unhashed, and sanitizing failure",
+            "/",
+            vec![],
+            None,
+            Some("cache key \"/\" could not be sanitized"),
+        ),
+        (
+            "unhashed, user key is expanded",
+            "${foo}/${bar}/baz",
+            vec![var("foo", "someFoo"), var("bar", "someBar")],
+            Some("someFoo/someBar/baz"),
+            None,
+        ),
+    ] {
+        check(cases, T, format!("NewCacheConfig/{name}"), || {
+            let job = CacheJob {
+                key,
+                vars,
+                job: "",
+                git_ref: "",
+                build_dir: "/some/build/dir",
+                cache_dir: "/some/cache/dir",
+                ..Default::default()
+            };
+            let s = job.body(true)?;
+            let keys: Vec<&str> = want.into_iter().collect();
+            let got = echoes(&s);
+            let want_echoes = restore_echoes(&keys, |b| {
+                if let Some(w) = warning {
+                    b.warning(w);
+                }
+                if want.is_none() {
+                    b.notice("Skipping cache extraction due to empty cache key");
+                }
+            });
+            // Without a key there is no helper call and no "Missing" line.
+            let want_echoes: Vec<String> = if want.is_none() {
+                let missing = expected_echoes(|b| {
+                    b.warning("Missing gitlab-runner-helper. Extracting cache is disabled.");
+                });
+                want_echoes
+                    .into_iter()
+                    .filter(|e| !missing.contains(e))
+                    .collect()
+            } else {
+                want_echoes
+            };
+            eq("messages", got, want_echoes)?;
+            if let Some(k) = want {
+                // upstream: ../../cache/dir/<key>/cache.zip; the same file from the build dir.
+                let file = drover::executor::script::cache::archive_file(
+                    &drover::executor::paths::JobPaths {
+                        root_dir: "/some/build/dir".into(),
+                        build_dir: "/some/build/dir".into(),
+                        tmp_dir: "/t".into(),
+                        cache_dir: "/some/cache/dir".into(),
+                    },
+                    k,
+                );
+                eq(
+                    "archive",
+                    resolve("/some/build/dir", &file),
+                    format!("/some/cache/dir/{k}/cache.zip"),
+                )?;
+                eq("used", s.contains(&quote(&file)), true)?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// `rel` resolved against the absolute dir `base`.
+fn resolve(base: &str, rel: &str) -> String {
+    drover::executor::paths::normalize(&format!("{base}/{rel}"))
+}
+
+/// Runs `script` with bash in `dir`; (exit code, stdout).
+fn run_bash(script: &str, dir: &std::path::Path) -> Result<(Option<i32>, String), String> {
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .map_err(|e| format!("running bash: {e}"))?;
+    Ok((
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
+}
+
+fn temp_dir() -> Result<tempfile::TempDir, String> {
+    tempfile::tempdir().map_err(|e| format!("temporary dir: {e}"))
+}
+
+fn bash_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/bash_test.go";
+    // CommandShellEscapes and IfCmdShellEscapes: one argument, quoted as one word.
+    for (name, arg, want) in [
+        ("CommandShellEscapes/x&(y)", "x&(y)", "$'x&(y)'"),
+        (
+            "CommandShellEscapes/c:\\windows",
+            "c:\\windows",
+            "$'c:\\\\windows'",
+        ),
+        ("CommandShellEscapes/'$HOME'", "'$HOME'", "$'\\'$HOME\\''"),
+        ("IfCmdShellEscapes", "x&(y)", "$'x&(y)'"),
+    ] {
+        check(cases, T, name, || {
+            eq("quoted", quote(arg).as_str(), want)?;
+            let dir = temp_dir()?;
+            let (_, out) = run_bash(&format!("printf '%s' {}", quote(arg)), dir.path())?;
+            eq("as bash reads it", out.as_str(), arg)
+        });
+    }
+    // CheckForErrors, disabled: the command is written as it is, and errexit stops the
+    // script at the first failing command.
+    check(cases, T, "CheckForErrors/disabled", || {
+        let mut b = ScriptBody::new();
+        b.line("echo 'hello world'")
+            .line("false")
+            .line("echo after");
+        eq(
+            "body",
+            b.as_str(),
+            "echo 'hello world'\nfalse\necho after\n",
+        )?;
+        let dir = temp_dir()?;
+        let got = run_bash(&b.finish(false), dir.path())?;
+        eq("run", got, (Some(1), "hello world\n".to_string()))
+    });
+    // Finish_EvalForm, default: the body is eval'ed in a subshell that traps TERM with
+    // `exit 1`, stdin from /dev/null.
+    check(cases, T, "Finish_EvalForm/default", || {
+        let mut b = ScriptBody::new();
+        b.line("echo hi");
+        let s = b.finish(false);
+        eq("no pipeline form", s.contains(": | eval"), false)?;
+        eq(
+            "subshell",
+            s.contains("( trap 'exit 1' TERM\neval $'echo hi\\n'\n) </dev/null"),
+            true,
+        )?;
+        let mut killed = ScriptBody::new();
+        killed.line("kill -TERM $BASHPID").line("echo after");
+        let dir = temp_dir()?;
+        eq(
+            "TERM",
+            run_bash(&killed.finish(false), dir.path())?,
+            (Some(1), String::new()),
+        )?;
+        let mut stdin = ScriptBody::new();
+        stdin.line("cat");
+        let (code, out) = run_bash(
+            &format!("echo from-stdin | bash -c {}", quote(&stdin.finish(false))),
+            dir.path(),
+        )?;
+        eq("stdin", (code, out), (Some(0), String::new()))
+    });
+    // GetConfiguration `bash` and EntrypointCommand "normal shell/no probe": a normal shell,
+    // the first of upstream's shells that exists.
+    let shells = [
+        "/usr/local/bin/bash",
+        "/usr/bin/bash",
+        "/bin/bash",
+        "/usr/local/bin/sh",
+        "/usr/bin/sh",
+        "/bin/sh",
+        "/busybox/sh",
+    ];
+    for name in [
+        "GetConfiguration/bash",
+        "EntrypointCommand/normal shell/no probe",
+    ] {
+        check(cases, T, name, || {
+            let cmd = drover::executor::script::detect_shell_command();
+            let (argv, script) = cmd.split_at(2);
+            eq("argv", argv, &["sh".to_string(), "-c".to_string()][..])?;
+            let script = script.first().ok_or("no script")?;
+            let tried: Vec<(String, String)> = script
+                .lines()
+                .filter_map(|l| {
+                    let l = l.trim();
+                    l.strip_prefix("exec ").map(|e| e.trim().to_string())
+                })
+                .zip(script.lines().filter_map(|l| {
+                    l.split_once("[ -x ")
+                        .and_then(|(_, r)| r.split_once(" ]"))
+                        .map(|(p, _)| p.to_string())
+                }))
+                .map(|(e, t)| (t, e))
+                .collect();
+            let want: Vec<(String, String)> = shells
+                .iter()
+                .map(|s| (s.to_string(), s.to_string()))
+                .collect();
+            eq("shells", tried, want)?;
+            eq(
+                "none found",
+                script.contains("echo shell not found") && script.contains("exit 1"),
+                true,
+            )
+        });
+    }
+    // Variable: exports as bash sees them; a file variable's content in a file under the
+    // temporary dir, exported as its path.
+    for (name, v, want_value, want_file) in [
+        (
+            "file var, absolute path",
+            {
+                let mut f = var("KEY", "the secret");
+                f.file = true;
+                f
+            },
+            "<tmp>/KEY",
+            Some("the secret"),
+        ),
+        (
+            "tmp file var, absolute path",
+            var("KEY", "<tmp>/KEY2"),
+            "<tmp>/KEY2",
+            None,
+        ),
+        ("regular var", var("KEY", "VALUE"), "VALUE", None),
+    ] {
+        check(cases, T, format!("Variable/{name}"), || {
+            let dir = temp_dir()?;
+            let tmp = dir.path().join("foo/bar").display().to_string();
+            let mut v = v;
+            v.value = v.value.replace("<tmp>", &tmp);
+            let mut b = ScriptBody::new();
+            drover::executor::script::user::write_exports(&mut b, &list(vec![v], &tmp), true);
+            b.line("printf '%s\\n' \"$KEY\"");
+            b.line("if [ -f \"$KEY\" ]; then cat \"$KEY\"; fi");
+            let (code, out) = run_bash(&b.finish(false), dir.path())?;
+            let mut want = format!("{}\n", want_value.replace("<tmp>", &tmp));
+            want.push_str(want_file.unwrap_or_default());
+            eq("run", (code, out), (Some(0), want))
+        });
+    }
+    // RmFile: a file variable's file is deleted at cleanup, wherever the temporary dir is.
+    for (name, sub) in [
+        ("simple path", "path/to"),
+        ("path with spaces", "path/with spaces"),
+        ("path with special characters", "path/to-dir_123"),
+    ] {
+        check(cases, T, format!("RmFile/{name}"), || {
+            let dir = temp_dir()?;
+            let tmp = dir.path().join(sub);
+            std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+            let file = tmp.join("FILE");
+            std::fs::write(&file, "x").map_err(|e| e.to_string())?;
+            let mut v = var("FILE", "x");
+            v.file = true;
+            let tmp_s = tmp.display().to_string();
+            let paths = drover::executor::paths::JobPaths {
+                root_dir: dir.path().display().to_string(),
+                build_dir: dir.path().join("p").display().to_string(),
+                tmp_dir: tmp_s.clone(),
+                cache_dir: "/cache".into(),
+            };
+            let git = GitCleanup::new(
+                &BuildSettings::from_variables(&VarList::default(), false).0,
+                Some(false),
+            );
+            let b = drover::executor::script::user::cleanup_file_variables(
+                &list(vec![v], &tmp_s),
+                &paths,
+                None,
+                git,
+            );
+            let (code, _) = run_bash(&b.finish(false), dir.path())?;
+            eq("run", code, Some(0))?;
+            eq("file left", file.exists(), false)
+        });
+    }
+    // RmDir: hooks dirs are deleted, wherever the project dir is.
+    for (name, sub) in [
+        ("simple path", "path/to/dir"),
+        ("path with spaces", "path/with spaces/dir"),
+    ] {
+        check(cases, T, format!("RmDir/{name}"), || {
+            let dir = temp_dir()?;
+            let build = dir.path().join(sub);
+            let hooks = build.join(".git/hooks/sub");
+            std::fs::create_dir_all(&hooks).map_err(|e| e.to_string())?;
+            std::fs::write(hooks.join("pre-commit"), "x").map_err(|e| e.to_string())?;
+            let paths = drover::executor::paths::JobPaths {
+                root_dir: dir.path().display().to_string(),
+                build_dir: build.display().to_string(),
+                tmp_dir: format!("{}.tmp", build.display()),
+                cache_dir: "/cache".into(),
+            };
+            let git = GitCleanup::new(
+                &BuildSettings::from_variables(&VarList::default(), false).0,
+                Some(true),
+            );
+            let mut b = ScriptBody::new();
+            git.write(&mut b, &paths);
+            let (code, _) = run_bash(&b.finish(false), dir.path())?;
+            eq("run", code, Some(0))?;
+            eq("hooks left", build.join(".git/hooks").exists(), false)
+        });
+    }
+}
+
+fn shell_writer_tables(cases: &mut Vec<Case>) {
+    check(
+        cases,
+        "shells/shell_writer_test.go",
+        "Bash/ends with a newline",
+        || {
+            let mut b = ScriptBody::new();
+            b.line("echo hi");
+            eq("last char", b.finish(false).ends_with('\n'), true)
+        },
+    );
+}
+
 #[test]
 fn env_conformance() {
     let mut cases = Vec::new();
     variables_tables(&mut cases);
     build_tables(&mut cases);
     cache_fallback_guard(&mut cases);
+    cache_key_tables(&mut cases);
+    cache_stage_tables(&mut cases);
+    bash_tables(&mut cases);
+    shell_writer_tables(&mut cases);
     let mut agree = 0;
     let mut deliberate = 0;
     let mut failures = Vec::new();
