@@ -1702,6 +1702,355 @@ fn shell_writer_tables(cases: &mut Vec<Case>) {
     );
 }
 
+/// The `get_sources` body of a job with these variables (settings read from them), on
+/// upstream's fixture paths.
+struct SourcesJob<'a> {
+    vars: Vec<Var>,
+    git_info: Value,
+    hooks: Value,
+    pre: Option<&'a str>,
+    post: Option<&'a str>,
+    clean_git_config: Option<bool>,
+}
+
+impl Default for SourcesJob<'_> {
+    fn default() -> Self {
+        SourcesJob {
+            vars: vec![],
+            git_info: json!({"repo_url": "https://gitlab-ci-token:job-token@test.remote/g/p.git",
+                             "sha": "0123456789abcdef", "ref": "main",
+                             "refspecs": ["+refs/heads/*:refs/origin/heads/*"]}),
+            hooks: json!([]),
+            pre: None,
+            post: None,
+            clean_git_config: None,
+        }
+    }
+}
+
+impl SourcesJob<'_> {
+    fn body(&self) -> String {
+        let p = payload(json!({"git_info": self.git_info, "hooks": self.hooks}));
+        let vars = list(self.vars.clone(), "/builds/g/p.tmp").expanded();
+        let (settings, _) = BuildSettings::from_variables(&vars, true);
+        let paths = drover::executor::paths::JobPaths {
+            root_dir: "/builds".into(),
+            build_dir: "/builds/g/p".into(),
+            tmp_dir: "/builds/g/p.tmp".into(),
+            cache_dir: "/cache/g/p".into(),
+        };
+        let auth = GitAuth {
+            credentials_url: "https://test.remote",
+            repo_url: "https://gitlab-ci-token:job-token@test.remote/g/p.git",
+            token: "job-token",
+            ..Default::default()
+        };
+        drover::executor::script::sources::get_sources(
+            &p,
+            &drover::executor::script::sources::SourcesInputs {
+                vars: &vars,
+                paths: &paths,
+                settings: &settings,
+                pre_get_sources: self.pre,
+                post_get_sources: self.post,
+                user_agent: "drover",
+                clean_git_config: self.clean_git_config,
+                auth: &auth,
+            },
+        )
+        .as_str()
+        .to_string()
+    }
+}
+
+/// What upstream writes, step by step, as drover's script shows it.
+enum Step<'a> {
+    Notice(&'a str),
+    Warning(&'a str),
+    /// A command: its words, each quoted (`"$GLR_EXT_GIT_CONFIG_PATH"` references stay).
+    Cmd(Vec<String>),
+}
+
+fn words(w: &[&str]) -> Vec<String> {
+    w.iter().map(|s| s.to_string()).collect()
+}
+
+impl Step<'_> {
+    fn render(&self) -> String {
+        match self {
+            Step::Notice(m) => ScriptBody::new().notice(m).as_str().trim_end().to_string(),
+            Step::Warning(m) => ScriptBody::new().warning(m).as_str().trim_end().to_string(),
+            Step::Cmd(w) => w
+                .iter()
+                .map(|a| match a.as_str() {
+                    "include.path=$GLR_EXT_GIT_CONFIG_PATH" => {
+                        "include.path=\"$GLR_EXT_GIT_CONFIG_PATH\"".to_string()
+                    }
+                    "$GLR_EXT_GIT_CONFIG_PATH" => "\"$GLR_EXT_GIT_CONFIG_PATH\"".to_string(),
+                    other => quote(other),
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
+}
+
+/// `steps` appear in `s` in this order, each as a whole line (a command may be an `if`'s
+/// condition).
+fn in_order(s: &str, steps: &[Step<'_>]) -> Result<(), String> {
+    let lines: Vec<&str> = s.lines().map(str::trim).collect();
+    let mut at = 0;
+    for step in steps {
+        let want = step.render();
+        let found = lines[at..].iter().position(|l| {
+            *l == want
+                || l.strip_prefix("if ").and_then(|r| r.strip_suffix("; then")) == Some(&want)
+        });
+        match found {
+            Some(i) => at += i + 1,
+            None => return Err(format!("{want:?} missing (in this order) in:\n{s}")),
+        }
+    }
+    Ok(())
+}
+
+/// upstream's submodule steps for one table row.
+fn submodule_steps<'a>(
+    notice: &'a str,
+    recursive: bool,
+    update_flags: &[&str],
+    clean_flags: &[&str],
+    paths: &[&str],
+) -> Vec<Step<'a>> {
+    let rec: &[&str] = if recursive { &["--recursive"] } else { &[] };
+    let dashed: Vec<&str> = if paths.is_empty() {
+        vec![]
+    } else {
+        [&["--"][..], paths].concat()
+    };
+    let creds = ["git", "-c", "include.path=$GLR_EXT_GIT_CONFIG_PATH"];
+    let foreach = |tail: &[&str]| {
+        Step::Cmd(words(
+            &[&["git", "submodule", "foreach"], rec, tail].concat(),
+        ))
+    };
+    let sync = || {
+        Step::Cmd(words(
+            &[&["git", "submodule", "sync"], rec, &dashed].concat(),
+        ))
+    };
+    let update = || {
+        Step::Cmd(words(
+            &[
+                &creds[..],
+                &["submodule", "update", "--init"],
+                rec,
+                update_flags,
+                &dashed,
+            ]
+            .concat(),
+        ))
+    };
+    let clean = [&["git", "clean"], clean_flags].concat();
+    let mut steps = vec![
+        Step::Notice(notice),
+        Step::Cmd(words(&["git", "submodule", "init"])),
+        sync(),
+        foreach(&clean),
+        foreach(&["git", "reset", "--hard"]),
+        update(),
+        Step::Notice("Updated submodules"),
+        sync(),
+        Step::Warning("Updating submodules failed. Retrying..."),
+    ];
+    if update_flags.contains(&"--remote") {
+        steps.push(Step::Cmd(words(
+            &[
+                &creds[..],
+                &["submodule", "foreach"],
+                rec,
+                &[
+                    "git",
+                    "fetch",
+                    "origin",
+                    "+refs/heads/*:refs/remotes/origin/*",
+                ],
+            ]
+            .concat(),
+        )));
+    }
+    steps.extend([
+        sync(),
+        update(),
+        foreach(&["git", "reset", "--hard"]),
+        foreach(&clean),
+        Step::Notice("Configuring submodules to use parent git credentials..."),
+        Step::Cmd(words(&[
+            "git",
+            "submodule",
+            "foreach",
+            "--recursive",
+            "git",
+            "config",
+            "--replace-all",
+            "include.path",
+            "$GLR_EXT_GIT_CONFIG_PATH",
+        ])),
+        Step::Notice("Pulling LFS files..."),
+        Step::Cmd(words(
+            &[
+                &creds[..],
+                &["submodule", "foreach"],
+                rec,
+                &["git", "lfs", "pull"],
+            ]
+            .concat(),
+        )),
+    ]);
+    steps
+}
+
+fn submodule_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    for (name, recursive, depth, clean, update, notice, update_flags, clean_flags) in [
+        (
+            "no recursion, no depth limit",
+            false,
+            0,
+            "",
+            "",
+            "Updating/initializing submodules...",
+            vec![],
+            vec!["-ffdx"],
+        ),
+        (
+            "no recursion, depth limit 10",
+            false,
+            10,
+            "",
+            "",
+            "Updating/initializing submodules with git depth set to 10...",
+            vec!["--depth", "10"],
+            vec!["-ffdx"],
+        ),
+        (
+            "with recursion, no depth limit",
+            true,
+            0,
+            "",
+            "",
+            "Updating/initializing submodules recursively...",
+            vec![],
+            vec!["-ffdx"],
+        ),
+        (
+            "with recursion, depth limit 1",
+            true,
+            1,
+            "",
+            "",
+            "Updating/initializing submodules recursively with git depth set to 1...",
+            vec!["--depth", "1"],
+            vec!["-ffdx"],
+        ),
+        (
+            "with custom git clean flags",
+            false,
+            0,
+            "custom-flags",
+            "",
+            "Updating/initializing submodules...",
+            vec![],
+            vec!["custom-flags"],
+        ),
+        (
+            "with recursion, no depth limit, and update flags",
+            true,
+            0,
+            "",
+            " --remote  --progress  ",
+            "Updating/initializing submodules recursively...",
+            vec!["--remote", "--progress"],
+            vec!["-ffdx"],
+        ),
+        (
+            "with git clean flags containing shell metacharacters",
+            false,
+            0,
+            "-ffdx a;b c&&d $(e) `f` |g",
+            "",
+            "Updating/initializing submodules...",
+            vec![],
+            vec!["-ffdx", "a;b", "c&&d", "$(e)", "`f`", "|g"],
+        ),
+    ] {
+        check(cases, T, format!("writeSubmoduleUpdateCmd/{name}"), || {
+            let mut vars = vec![
+                var(
+                    "GIT_SUBMODULE_STRATEGY",
+                    if recursive { "recursive" } else { "normal" },
+                ),
+                var("GIT_SUBMODULE_UPDATE_FLAGS", update),
+                var("GIT_CLEAN_FLAGS", clean),
+            ];
+            vars.iter_mut().for_each(|v| v.raw = true);
+            let job = SourcesJob {
+                vars,
+                git_info: json!({"repo_url": "https://test.remote/g/p.git", "sha": "0123456789",
+                                 "ref": "main", "depth": depth,
+                                 "refspecs": ["+refs/heads/*:refs/origin/heads/*"]}),
+                ..Default::default()
+            };
+            in_order(
+                &job.body(),
+                &submodule_steps(notice, recursive, &update_flags, &clean_flags, &[]),
+            )
+        });
+    }
+    for (name, paths) in [
+        ("single path", "submoduleA"),
+        ("multiple paths", "submoduleA submoduleB submoduleC"),
+        ("exclude paths", ":(exclude)submoduleA :(exclude)submoduleB"),
+        ("paths with dash", "-submoduleA :(exclude)-submoduleB"),
+        (
+            "invalid paths",
+            "submoduleA : (exclude)submoduleB submoduleC :::1(exclude) submoduleD",
+        ),
+        (
+            "extra spaces",
+            "submoduleA :   (exclude)submoduleB    submoduleC :::1(exclude)   submoduleD",
+        ),
+        ("empty paths", ""),
+        ("spaces", "        "),
+    ] {
+        check(
+            cases,
+            T,
+            format!("writeSubmoduleUpdateCmdPath/{name}"),
+            || {
+                let job = SourcesJob {
+                    vars: vec![
+                        var("GIT_SUBMODULE_STRATEGY", "normal"),
+                        var("GIT_SUBMODULE_PATHS", paths),
+                    ],
+                    ..Default::default()
+                };
+                let fields: Vec<&str> = paths.split_whitespace().collect();
+                in_order(
+                    &job.body(),
+                    &submodule_steps(
+                        "Updating/initializing submodules...",
+                        false,
+                        &[],
+                        &["-ffdx"],
+                        &fields,
+                    ),
+                )
+            },
+        );
+    }
+}
+
 #[test]
 fn env_conformance() {
     let mut cases = Vec::new();
@@ -1712,6 +2061,7 @@ fn env_conformance() {
     cache_stage_tables(&mut cases);
     bash_tables(&mut cases);
     shell_writer_tables(&mut cases);
+    submodule_tables(&mut cases);
     let mut agree = 0;
     let mut deliberate = 0;
     let mut failures = Vec::new();
