@@ -1739,9 +1739,10 @@ impl SourcesJob<'_> {
             tmp_dir: "/builds/g/p.tmp".into(),
             cache_dir: "/cache/g/p".into(),
         };
+        let repo_url = self.git_info["repo_url"].as_str().unwrap_or_default();
         let auth = GitAuth {
             credentials_url: "https://test.remote",
-            repo_url: "https://gitlab-ci-token:job-token@test.remote/g/p.git",
+            repo_url,
             token: "job-token",
             ..Default::default()
         };
@@ -1753,7 +1754,7 @@ impl SourcesJob<'_> {
                 settings: &settings,
                 pre_get_sources: self.pre,
                 post_get_sources: self.post,
-                user_agent: "drover",
+                user_agent: &drover::version::git_user_agent(),
                 clean_git_config: self.clean_git_config,
                 auth: &auth,
             },
@@ -1769,6 +1770,8 @@ enum Step<'a> {
     Warning(&'a str),
     /// A command: its words, each quoted (`"$GLR_EXT_GIT_CONFIG_PATH"` references stay).
     Cmd(Vec<String>),
+    /// A user's command line, as written.
+    Line(&'a str),
 }
 
 fn words(w: &[&str]) -> Vec<String> {
@@ -1780,6 +1783,7 @@ impl Step<'_> {
         match self {
             Step::Notice(m) => ScriptBody::new().notice(m).as_str().trim_end().to_string(),
             Step::Warning(m) => ScriptBody::new().warning(m).as_str().trim_end().to_string(),
+            Step::Line(l) => l.to_string(),
             Step::Cmd(w) => w
                 .iter()
                 .map(|a| match a.as_str() {
@@ -1787,6 +1791,15 @@ impl Step<'_> {
                         "include.path=\"$GLR_EXT_GIT_CONFIG_PATH\"".to_string()
                     }
                     "$GLR_EXT_GIT_CONFIG_PATH" => "\"$GLR_EXT_GIT_CONFIG_PATH\"".to_string(),
+                    // Words bash reads as they are need no quotes.
+                    other
+                        if !other.is_empty()
+                            && other
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || ",-./@_=+".contains(c)) =>
+                    {
+                        other.to_string()
+                    }
                     other => quote(other),
                 })
                 .collect::<Vec<_>>()
@@ -2051,6 +2064,384 @@ fn submodule_tables(cases: &mut Vec<Case>) {
     }
 }
 
+/// The git `http.userAgent` upstream sets on this machine.
+fn upstream_git_user_agent() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    format!("gitlab-runner 19.4.0 {}/{arch}", std::env::consts::OS)
+}
+
+fn sources_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    // writeClearGitCredentials: (repo URL, the remote whose credentials are rejected).
+    for (name, url, want) in [
+        (
+            "https URL",
+            "https://gitlab-ci-token:xxx@example.com:3443/project/repo.git",
+            Some(("https", "example.com:3443")),
+        ),
+        (
+            "http URL",
+            "http://example.com/project/repo.git",
+            Some(("http", "example.com")),
+        ),
+        (
+            "windows path parses as a scheme without a host",
+            "C:/builds/group/project",
+            None,
+        ),
+        (
+            "windows path with backslashes",
+            "C:\\builds\\group\\project",
+            None,
+        ),
+        (
+            "unix path parses as neither scheme nor host",
+            "/builds/group/project",
+            None,
+        ),
+        ("file URL has no host", "file:///builds/group/project", None),
+        (
+            "git URL has a host but an unhandled scheme",
+            "git://example.com/group/project.git",
+            None,
+        ),
+        (
+            "ssh URL",
+            "ssh://git@example.com/group/project.git",
+            Some(("ssh", "example.com")),
+        ),
+        ("no URL", "", None),
+    ] {
+        check(cases, T, format!("writeClearGitCredentials/{name}"), || {
+            let mut b = ScriptBody::new();
+            drover::executor::script::sources::write_credential_reject(&mut b, url);
+            let got = b.as_str();
+            match want {
+                None => eq("lines", got, ""),
+                Some((scheme, host)) => {
+                    let dir = temp_dir()?;
+                    // What git credential reject reads: replace git by a printer.
+                    let script = got.replace("| git credential reject", "| cat");
+                    let (code, out) =
+                        run_bash(&script.replace(">/dev/null 2>&1 ", ""), dir.path())?;
+                    eq("exit", code, Some(0))?;
+                    eq(
+                        "stdin of git credential reject",
+                        out,
+                        format!("protocol={scheme}\nhost={host}\nusername=gitlab-ci-token\n\n"),
+                    )?;
+                    eq(
+                        "runs git credential reject",
+                        got.contains("| git credential reject"),
+                        true,
+                    )
+                }
+            }
+        });
+    }
+    let checkout_job = |vars: Vec<Var>| SourcesJob {
+        vars: [vec![var("GIT_STRATEGY", "fetch")], vars].concat(),
+        git_info: json!({"repo_url": "https://test.remote/g/p.git", "sha": "01234567abcdef",
+                         "ref": "main"}),
+        ..Default::default()
+    };
+    // GitCleanFlags.
+    for (name, value, flags) in [
+        ("empty clean flags", "", Some(vec!["-ffdx"])),
+        (
+            "use custom flags",
+            "custom-flags",
+            Some(vec!["custom-flags"]),
+        ),
+        (
+            "use custom flags with multiple arguments",
+            "-ffdx -e cache/",
+            Some(vec!["-ffdx", "-e", "cache/"]),
+        ),
+        ("disabled", "none", None),
+    ] {
+        check(cases, T, format!("GitCleanFlags/{name}"), || {
+            let s = checkout_job(vec![var("GIT_CLEAN_FLAGS", value)]).body();
+            let mut steps = vec![
+                Step::Notice("Checking out 01234567 as detached HEAD (ref is main)..."),
+                Step::Cmd(words(&[
+                    "git",
+                    "-c",
+                    "submodule.recurse=false",
+                    "checkout",
+                    "-f",
+                    "-q",
+                    "01234567abcdef",
+                ])),
+            ];
+            let cleans = s
+                .lines()
+                .filter(|l| l.trim_start().starts_with("git clean"))
+                .count();
+            match flags {
+                Some(f) => {
+                    steps.push(Step::Cmd(words(&[&["git", "clean"], &f[..]].concat())));
+                    eq("git clean lines", cleans, 1)?;
+                }
+                None => eq("git clean lines", cleans, 0)?,
+            }
+            in_order(&s, &steps)
+        });
+    }
+    // GitFetchFlags (no refspecs in the payload, as upstream's table).
+    for (name, value, depth, format, flags) in [
+        ("empty fetch flags", "", 0, "", vec!["--prune", "--quiet"]),
+        ("use custom flags", "--prune", 0, "", vec!["--prune"]),
+        (
+            "depth non zero",
+            "--quiet",
+            1,
+            "",
+            vec!["--depth", "1", "--quiet"],
+        ),
+        (
+            "object format SHA256",
+            "",
+            0,
+            "sha256",
+            vec!["--prune", "--quiet"],
+        ),
+        ("disabled", "none", 0, "", vec![]),
+    ] {
+        check(cases, T, format!("GitFetchFlags/{name}"), || {
+            let job = SourcesJob {
+                vars: vec![var("GIT_FETCH_EXTRA_FLAGS", value)],
+                git_info: json!({"repo_url": "https://test.remote/g/p.git", "sha": "01234567abcdef",
+                                 "ref": "main", "depth": depth, "repo_object_format": format}),
+                ..Default::default()
+            };
+            let s = job.body();
+            let notice = if depth > 0 {
+                format!("Fetching changes with git depth set to {depth}...")
+            } else {
+                "Fetching changes...".into()
+            };
+            let mut init = words(&[
+                "git",
+                "init",
+                "/builds/g/p",
+                "--template",
+                "/builds/g/p.tmp/git-template",
+            ]);
+            if !format.is_empty() {
+                init.extend(words(&["--object-format", format]));
+            }
+            let ua = format!("http.userAgent={}", upstream_git_user_agent());
+            let fetch = Step::Cmd(words(
+                &[
+                    &[
+                        "git",
+                        "-c",
+                        ua.as_str(),
+                        "fetch",
+                        "origin",
+                        "--no-recurse-submodules",
+                    ],
+                    &flags[..],
+                ]
+                .concat(),
+            ))
+            .render();
+            in_order(
+                &s,
+                &[
+                    Step::Notice(&notice),
+                    Step::Cmd(init),
+                    Step::Notice("Created fresh repository."),
+                ],
+            )
+            .or_else(|_| {
+                // drover prints "Created fresh repository." inside the `if` of `git remote add`.
+                let created = format!("echo {}", quote("\u{1b}[0;mCreated fresh repository."));
+                eq("created", s.contains(&created), true)
+            })?;
+            let want = if depth > 0 {
+                fetch
+            } else {
+                format!("if [ -f .git/shallow ]; then {fetch} --unshallow; else {fetch}; fi")
+            };
+            eq("fetch", s.lines().any(|l| l == want), true)
+                .map_err(|e| format!("{e}: {want:?} in\n{s}"))
+        });
+    }
+    // guardGetSourcesScriptHooks.
+    for (name, strategy, script, written) in [
+        ("no scripts", "", vec![], false),
+        ("git strategy none", "none", vec!["test"], false),
+        ("git strategy empty", "empty", vec!["test"], false),
+        ("writes command", "", vec!["test"], true),
+    ] {
+        check(
+            cases,
+            T,
+            format!("guardGetSourcesScriptHooks/{name}"),
+            || {
+                let job = SourcesJob {
+                    vars: vec![var("GIT_STRATEGY", strategy), var("GIT_CHECKOUT", "false")],
+                    hooks: json!([{"name": "pre_get_sources_script", "script": script}]),
+                    ..Default::default()
+                };
+                let s = job.body();
+                let shown = Step::Notice("$ test").render();
+                let lines: Vec<&str> = s.lines().collect();
+                let at = lines.iter().position(|l| *l == shown);
+                eq("hook shown", at.is_some(), written)?;
+                eq(
+                    "hook run after it",
+                    at.and_then(|i| lines.get(i + 1)).copied(),
+                    written.then_some("test"),
+                )?;
+                eq("user commands", s.contains("\\x1b[32;1m$ "), written)
+            },
+        );
+    }
+    // writeGetSourcesScript (bash): hooks from the config and the job around the git steps.
+    for (strategy, steps) in [
+        (
+            "none",
+            vec![
+                Step::Notice("Skipping Git repository setup"),
+                Step::Cmd(words(&["mkdir", "-p", "/builds/g/p"])),
+                Step::Notice("Skipping Git checkout"),
+                Step::Notice("Skipping Git submodules setup"),
+            ],
+        ),
+        (
+            "empty",
+            vec![
+                Step::Notice("Skipping Git repository setup and creating an empty build directory"),
+                Step::Cmd(words(&["rm", "-rf", "/builds/g/p"])),
+                Step::Cmd(words(&["mkdir", "-p", "/builds/g/p"])),
+                Step::Notice("Skipping Git checkout"),
+                Step::Notice("Skipping Git submodules setup"),
+            ],
+        ),
+        ("clone", vec![]),
+        ("fetch", vec![]),
+    ] {
+        check(
+            cases,
+            T,
+            format!("writeGetSourcesScript/strategy {strategy}"),
+            || {
+                let job = SourcesJob {
+                    vars: vec![var("GIT_STRATEGY", strategy), var("GIT_CHECKOUT", "false")],
+                    git_info: json!({"repo_url": "https://repo-url/some/repo", "sha": "0123456789",
+                                 "ref": "main"}),
+                    hooks: json!([
+                        {"name": "pre_get_sources_script", "script": ["job payload", "pre_get_sources"]},
+                        {"name": "post_get_sources_script", "script": ["job payload", "post_get_sources"]},
+                    ]),
+                    pre: Some("config pre_get_sources"),
+                    post: Some("config post_get_sources"),
+                    ..Default::default()
+                };
+                let s = job.body();
+                let shown: Vec<String> = [
+                    "config pre_get_sources",
+                    "job payload",
+                    "pre_get_sources",
+                    "post_get_sources",
+                    "config post_get_sources",
+                ]
+                .iter()
+                .map(|c| format!("$ {c}"))
+                .collect();
+                let hook = |c: &'static str| {
+                    let notice = shown
+                        .iter()
+                        .find(|n| n.strip_prefix("$ ") == Some(c))
+                        .map(String::as_str)
+                        .unwrap_or_default();
+                    [Step::Notice(notice), Step::Line(c)]
+                };
+                let mut want: Vec<Step<'_>> = vec![];
+                let fetches = strategy == "clone" || strategy == "fetch";
+                if fetches {
+                    want.extend(hook("config pre_get_sources"));
+                    want.extend(hook("job payload"));
+                    want.extend(hook("pre_get_sources"));
+                    want.push(Step::Notice("Fetching changes..."));
+                    if strategy == "clone" {
+                        // The project dir is emptied before the fetch.
+                        let rm = Step::Cmd(words(&["rm", "-rf", "/builds/g/p"])).render();
+                        let init = s.find("\ngit init ").ok_or("no git init")?;
+                        eq(
+                            "clone empties the dir first",
+                            s[..init].lines().any(|l| l == rm),
+                            true,
+                        )?;
+                    }
+                    want.push(Step::Cmd(words(&[
+                        "git",
+                        "init",
+                        "/builds/g/p",
+                        "--template",
+                        "/builds/g/p.tmp/git-template",
+                    ])));
+                    want.push(Step::Cmd(words(&["cd", "/builds/g/p"])));
+                    want.push(Step::Notice("Skipping Git checkout"));
+                    want.push(Step::Notice("Skipping Git submodules setup"));
+                    want.extend(hook("job payload"));
+                    want.extend(hook("post_get_sources"));
+                    want.extend(hook("config post_get_sources"));
+                } else {
+                    want.extend(steps);
+                    eq("hooks skipped", s.contains("pre_get_sources"), false)?;
+                }
+                in_order(&s, &want)?;
+                // Lastly the job token is dropped from git's credential helpers.
+                let last = s.lines().last().unwrap_or_default();
+                eq(
+                "credential reject",
+                last.starts_with("printf 'protocol=%s\\nhost=%s\\nusername=gitlab-ci-token\\n\\n' https repo-url | git credential reject"),
+                true,
+            )
+            },
+        );
+    }
+    // writeClearWorktreeScript: tracked and untracked files go, .git stays.
+    check(cases, T, "writeClearWorktreeScript", || {
+        let dir = temp_dir()?;
+        let build = dir.path().join("p");
+        let paths = drover::executor::paths::JobPaths {
+            root_dir: dir.path().display().to_string(),
+            build_dir: build.display().to_string(),
+            tmp_dir: format!("{}.tmp", build.display()),
+            cache_dir: "/cache".into(),
+        };
+        let setup = format!(
+            "set -e; mkdir -p {b}; cd {b}; git init -q .; echo a > tracked; git add tracked; \
+             git -c user.email=a@b -c user.name=a commit -q -m x; echo b > untracked; mkdir d; echo c > d/ignored",
+            b = quote(&paths.build_dir)
+        );
+        eq("setup", run_bash(&setup, dir.path())?.0, Some(0))?;
+        let body = drover::executor::script::user::clear_worktree(&paths);
+        eq(
+            "notice",
+            body.as_str().lines().next().map(String::from),
+            Some(Step::Notice("Deleting tracked and untracked files...").render()),
+        )?;
+        let (code, _) = run_bash(&body.finish(false), dir.path())?;
+        eq("exit", code, Some(0))?;
+        let mut left: Vec<String> = std::fs::read_dir(&build)
+            .map_err(|e| e.to_string())?
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        left.sort();
+        eq("left", left, vec![".git".to_string()])
+    });
+}
+
 #[test]
 fn env_conformance() {
     let mut cases = Vec::new();
@@ -2062,6 +2453,7 @@ fn env_conformance() {
     bash_tables(&mut cases);
     shell_writer_tables(&mut cases);
     submodule_tables(&mut cases);
+    sources_tables(&mut cases);
     let mut agree = 0;
     let mut deliberate = 0;
     let mut failures = Vec::new();

@@ -269,10 +269,7 @@ impl<'r> JobRun<'r> {
                     settings: &p.settings,
                     pre_get_sources: self.req.runner.pre_get_sources_script.as_deref(),
                     post_get_sources: self.req.runner.post_get_sources_script.as_deref(),
-                    user_agent: &format!(
-                        "drover {}",
-                        crate::executor::script::variables::RUNNER_VERSION
-                    ),
+                    user_agent: &crate::version::git_user_agent(),
                     clean_git_config: self.req.runner.clean_git_config,
                     auth: &auth,
                 },

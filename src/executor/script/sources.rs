@@ -282,15 +282,34 @@ pub fn get_sources(payload: &JobPayload, i: &SourcesInputs<'_>) -> ScriptBody {
             b.user_commands("post_get_sources_script", &[post.to_string()]);
         }
     }
-    if let Some(base) = url_base(&payload.git_info.repo_url) {
-        let (scheme, host) = base.split_once("://").unwrap_or(("https", base.as_str()));
-        b.line(format!(
-            "printf 'protocol=%s\\nhost=%s\\nusername=gitlab-ci-token\\n\\n' {} {} | git credential reject >/dev/null 2>&1 || true",
-            quote(scheme),
-            quote(host)
-        ));
-    }
+    let remote = i.auth.remote_url();
+    let remote = if remote.is_empty() {
+        payload.git_info.repo_url.clone()
+    } else {
+        remote
+    };
+    write_credential_reject(&mut b, &remote);
     b
+}
+
+/// Makes git's credential helpers forget the job token for the repository's host, when git
+/// could have asked for one there: `http`, `https` and `ssh` URLs with a host (no local paths,
+/// `file://` or `git://`). Best effort.
+pub fn write_credential_reject(b: &mut ScriptBody, repo_url: &str) {
+    let Some(base) = url_base(repo_url) else {
+        return;
+    };
+    let Some((scheme, host)) = base.split_once("://") else {
+        return;
+    };
+    if !matches!(scheme, "http" | "https" | "ssh") {
+        return;
+    }
+    b.line(format!(
+        "printf 'protocol=%s\\nhost=%s\\nusername=gitlab-ci-token\\n\\n' {} {} | git credential reject >/dev/null 2>&1 || true",
+        quote(scheme),
+        quote(host)
+    ));
 }
 
 fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) {
@@ -359,18 +378,11 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
         quote(&format!("{}Created fresh repository.", crate::executor::trace::ansi::RESET))
     ));
     let mut fetch = format!(
-        "git -c http.userAgent={} fetch origin --no-recurse-submodules",
-        quote(i.user_agent)
+        "git -c {} fetch origin --no-recurse-submodules",
+        quote(&format!("http.userAgent={}", i.user_agent))
     );
-    let refspecs: Vec<String> = if git.refspecs.is_empty() {
-        vec![
-            "+refs/heads/*:refs/remotes/origin/*".into(),
-            "+refs/tags/*:refs/tags/*".into(),
-        ]
-    } else {
-        git.refspecs.clone()
-    };
-    for r in &refspecs {
+    // GitLab's refspecs as sent (none: git's configured ones, as upstream).
+    for r in &git.refspecs {
         fetch.push(' ');
         fetch.push_str(&quote(r));
     }

@@ -136,12 +136,7 @@ pub fn cleanup_file_variables(
     let mut b = ScriptBody::new();
     write_exports(&mut b, vars, false);
     if let Some(base) = repo_base {
-        let (scheme, host) = base.split_once("://").unwrap_or(("https", base));
-        b.line(format!(
-            "printf 'protocol=%s\\nhost=%s\\nusername=gitlab-ci-token\\n\\n' {} {} | git credential reject >/dev/null 2>&1 || true",
-            quote(scheme),
-            quote(host)
-        ));
+        super::sources::write_credential_reject(&mut b, base);
     }
     let tmp = &paths.tmp_dir;
     let mut files = vec![

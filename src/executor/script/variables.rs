@@ -11,7 +11,7 @@ use crate::executor::paths::JobPaths;
 use crate::executor::settings::RunnerSettings;
 use crate::job::JobPayload;
 
-/// drover's own version (git's `http.userAgent`); `CI_RUNNER_VERSION` is the upstream release
+/// drover's own version; `CI_RUNNER_VERSION` is the upstream release
 /// drover follows.
 pub const RUNNER_VERSION: &str = env!("CARGO_PKG_VERSION");
 
