@@ -1,8 +1,11 @@
 //! Conformance of the job's environment with gitlab-runner's own unit-test tables (variables,
 //! feature flags, the protected ref, build settings, git credentials rewrites, service
-//! variables, the protected cache fallback guard, the build dir rules). Every case is a row of
-//! our own: its inputs and the outcome upstream's table expects, checked against drover's pure
-//! functions. Prints `env conformance: N cases, A agree, K deliberate differences` and fails on
+//! variables, the protected cache fallback guard, the build dir rules, cache keys and the cache
+//! stages, submodules, checkout, fetch, hooks, git clean-up, stage skipping, the bash writer).
+//! Every case is a row of our own: its inputs and the outcome upstream's table expects, checked
+//! against drover's pure functions; where upstream compares writer calls, the generated script
+//! is checked for the same commands, arguments and messages in the same order, or run in bash
+//! against a scratch dir. Prints `env conformance: N cases, A agree, K deliberate differences` and fails on
 //! any disagreement that is not listed in [`DELIBERATE`].
 
 use drover::executor::build_settings::BuildSettings;
@@ -1176,7 +1179,17 @@ fn cache_stage_tables(cases: &mut Vec<Case>) {
         "test-fallback-cache-key-1",
         "test-fallback-cache-key-2",
     ];
-    let rows: Vec<(&str, &str, &str, &[&str], Vec<Var>, Vec<&str>, Extra)> = vec![
+    // (name, key, CACHE_FALLBACK_KEY, fallback_keys, more variables, keys tried, messages)
+    type Row<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a [&'a str],
+        Vec<Var>,
+        Vec<&'a str>,
+        Extra,
+    );
+    let rows: Vec<Row<'_>> = vec![
         (
             "multiple fallback keys",
             "test-cache-key",
@@ -1711,6 +1724,8 @@ struct SourcesJob<'a> {
     pre: Option<&'a str>,
     post: Option<&'a str>,
     clean_git_config: Option<bool>,
+    /// The builds dir; the project is `<root>/g/p`.
+    root: &'a str,
 }
 
 impl Default for SourcesJob<'_> {
@@ -1724,6 +1739,7 @@ impl Default for SourcesJob<'_> {
             pre: None,
             post: None,
             clean_git_config: None,
+            root: "/builds",
         }
     }
 }
@@ -1731,12 +1747,13 @@ impl Default for SourcesJob<'_> {
 impl SourcesJob<'_> {
     fn body(&self) -> String {
         let p = payload(json!({"git_info": self.git_info, "hooks": self.hooks}));
-        let vars = list(self.vars.clone(), "/builds/g/p.tmp").expanded();
+        let root = self.root;
+        let vars = list(self.vars.clone(), &format!("{root}/g/p.tmp")).expanded();
         let (settings, _) = BuildSettings::from_variables(&vars, true);
         let paths = drover::executor::paths::JobPaths {
-            root_dir: "/builds".into(),
-            build_dir: "/builds/g/p".into(),
-            tmp_dir: "/builds/g/p.tmp".into(),
+            root_dir: root.into(),
+            build_dir: format!("{root}/g/p"),
+            tmp_dir: format!("{root}/g/p.tmp"),
             cache_dir: "/cache/g/p".into(),
         };
         let repo_url = self.git_info["repo_url"].as_str().unwrap_or_default();
@@ -2442,6 +2459,699 @@ fn sources_tables(cases: &mut Vec<Case>) {
     });
 }
 
+/// The files a job can leave in git's dirs, relative to the project dir (`T/` is the template
+/// dir under `<project>.tmp`).
+const GIT_LEFTOVERS: &[&str] = &[
+    ".git/index.lock",
+    ".git/shallow.lock",
+    ".git/HEAD.lock",
+    ".git/hooks/post-checkout",
+    ".git/config.lock",
+    ".git/refs/heads/main.lock",
+    ".git/config",
+    ".git/hooks/pre-commit",
+    ".git/modules/m/index.lock",
+    ".git/modules/m/shallow.lock",
+    ".git/modules/m/HEAD.lock",
+    ".git/modules/m/hooks/post-checkout",
+    ".git/modules/m/config.lock",
+    ".git/modules/m/config",
+    ".git/modules/m/hooks/pre-commit",
+    "T/config",
+    "T/hooks/pre-commit",
+];
+
+/// Which of [`GIT_LEFTOVERS`] upstream removes: locks always, `.git/modules` locks with a
+/// submodule strategy, configs and hooks with `clean_git_config`, and in `.git/modules` with both.
+fn upstream_removes(file: &str, submodules: bool, configs: bool) -> bool {
+    let in_modules = file.starts_with(".git/modules/");
+    let lock = file.ends_with(".lock") || file.ends_with("hooks/post-checkout");
+    match (lock, in_modules) {
+        (true, false) => true,
+        (true, true) => submodules,
+        (false, false) => configs,
+        (false, true) => configs && submodules,
+    }
+}
+
+/// Runs the git clean-up lines of `body` (from the first `.git/index.lock` line up to `until`)
+/// against a project dir holding every [`GIT_LEFTOVERS`] file; the files left.
+fn run_git_cleanup(body: &str, root: &std::path::Path, until: &str) -> Result<Vec<String>, String> {
+    let project = root.join("g/p");
+    let template = root.join("g/p.tmp/git-template");
+    for f in GIT_LEFTOVERS {
+        let path = match f.strip_prefix("T/") {
+            Some(rest) => template.join(rest),
+            None => project.join(f),
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        }
+        std::fs::write(&path, "x").map_err(|e| e.to_string())?;
+    }
+    let start = body
+        .find(&format!(
+            "rm -f {}",
+            quote(&format!("{}/.git/index.lock", project.display()))
+        ))
+        .ok_or_else(|| format!("no git clean-up in:\n{body}"))?;
+    let end = body[start..]
+        .find(until)
+        .map(|i| start + i)
+        .ok_or_else(|| format!("{until:?} missing"))?;
+    let (code, _) = run_bash(&format!("set -e\n{}", &body[start..end]), root)?;
+    eq("clean-up exit", code, Some(0))?;
+    Ok(GIT_LEFTOVERS
+        .iter()
+        .filter(|f| match f.strip_prefix("T/") {
+            Some(rest) => template.join(rest).exists(),
+            None => project.join(f).exists(),
+        })
+        .map(|f| f.to_string())
+        .collect())
+}
+
+fn git_cleanup_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    for (config_name, config, configs) in [
+        ("<nil>", None, true),
+        ("enabled", Some(true), true),
+        ("disabled", Some(false), false),
+    ] {
+        for (strategy, submodules) in [
+            ("none", false),
+            ("normal", true),
+            ("recursive", true),
+            ("invalid", false),
+        ] {
+            let want = || -> Vec<String> {
+                GIT_LEFTOVERS
+                    .iter()
+                    .filter(|f| !upstream_removes(f, submodules, configs))
+                    .map(|f| f.to_string())
+                    .collect()
+            };
+            check(
+                cases,
+                T,
+                format!("writeGitCleanup/cleanGitConfig:{config_name}/submoduleStrategy:{strategy}/handleGetSourcesStrategy"),
+                || {
+                    let dir = temp_dir()?;
+                    let root = dir.path().display().to_string();
+                    let job = SourcesJob {
+                        vars: vec![var("GIT_STRATEGY", "fetch"), var("GIT_SUBMODULE_STRATEGY", strategy)],
+                        clean_git_config: config,
+                        root: &root,
+                        ..Default::default()
+                    };
+                    let s = job.body();
+                    // Before the template dir is set up.
+                    let until = format!("rm -rf {}", quote(&format!("{root}/g/p.tmp/git-template")));
+                    eq("left", run_git_cleanup(&s, dir.path(), &format!("{until}\n"))?, want())
+                },
+            );
+            check(
+                cases,
+                T,
+                format!("writeGitCleanup/cleanGitConfig:{config_name}/submoduleStrategy:{strategy}/writeCleanupScript"),
+                || {
+                    let dir = temp_dir()?;
+                    let root = dir.path().display().to_string();
+                    let vars = list(
+                        vec![var("GIT_STRATEGY", "fetch"), var("GIT_SUBMODULE_STRATEGY", strategy)],
+                        &format!("{root}/g/p.tmp"),
+                    );
+                    let (settings, _) = BuildSettings::from_variables(&vars, true);
+                    let paths = drover::executor::paths::JobPaths {
+                        root_dir: root.clone(),
+                        build_dir: format!("{root}/g/p"),
+                        tmp_dir: format!("{root}/g/p.tmp"),
+                        cache_dir: "/cache".into(),
+                    };
+                    let s = drover::executor::script::user::cleanup_file_variables(
+                        &vars,
+                        &paths,
+                        Some("https://repo-url"),
+                        GitCleanup::new(&settings, config),
+                    )
+                    .as_str()
+                    .to_string();
+                    let tmp = format!("{root}/g/p.tmp");
+                    for f in ["masking.db", ".gitlab-runner.ext.conf", "gitlab_runner_env"] {
+                        eq(f, s.contains(&quote(&format!("{tmp}/{f}"))), true)?;
+                    }
+                    eq(
+                        "credential reject",
+                        s.contains("https repo-url | git credential reject"),
+                        true,
+                    )?;
+                    let uid = format!("rm -f {} || true", quote(&format!("{root}/.gitlab-build-uid-gid")));
+                    eq("left", run_git_cleanup(&s, dir.path(), &uid)?, want())
+                },
+            );
+        }
+    }
+}
+
+/// Which stage bodies a job gets: (restore, download, archive on success, archive on failure,
+/// upload on success, upload on failure); `false`: the stage is skipped.
+fn stages_of(job: Value, url: &str) -> [bool; 6] {
+    let p = payload(job);
+    let vars = VarList::default();
+    let paths = drover::executor::paths::JobPaths {
+        root_dir: "/builds".into(),
+        build_dir: "/builds/g/p".into(),
+        tmp_dir: "/builds/g/p.tmp".into(),
+        cache_dir: "/cache/g/p".into(),
+    };
+    let c = CacheInputs {
+        payload: &p,
+        vars: &vars,
+        paths: &paths,
+        remote: &LocalOnly,
+        timeout_minutes: 10,
+    };
+    let a = drover::executor::script::artifacts::ArtifactInputs {
+        payload: &p,
+        vars: &vars,
+        paths: &paths,
+        url,
+    };
+    use drover::executor::script::artifacts;
+    [
+        cache::restore(&c).is_some(),
+        artifacts::download(&a).is_some(),
+        cache::archive(&c, true).is_some(),
+        cache::archive(&c, false).is_some(),
+        artifacts::upload(&a, true).is_some(),
+        artifacts::upload(&a, false).is_some(),
+    ]
+}
+
+fn skip_stage_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    let url = "https://example.com";
+    for (stage, at, name, job, runner_url) in [
+        (
+            "restore_cache",
+            0,
+            "don't skip if cache has paths",
+            json!({"cache": [{"paths": ["default"]}]}),
+            "",
+        ),
+        (
+            "restore_cache",
+            0,
+            "don't skip if cache uses untracked files",
+            json!({"cache": [{"untracked": true}]}),
+            "",
+        ),
+        (
+            "download_artifacts",
+            1,
+            "don't skip if job has any dependencies",
+            json!({"dependencies": [{"id": 1, "artifacts_file": {"filename": "dependency.txt"}}]}),
+            "",
+        ),
+        (
+            "archive_cache",
+            2,
+            "don't skip if cache has paths",
+            json!({"cache": [{"paths": ["default"], "when": "on_success"}]}),
+            "",
+        ),
+        (
+            "archive_cache",
+            2,
+            "don't skip if cache uses untracked files",
+            json!({"cache": [{"untracked": true, "when": "on_success"}]}),
+            "",
+        ),
+        (
+            "archive_cache_on_failure",
+            3,
+            "don't skip if cache has paths",
+            json!({"cache": [{"paths": ["default"], "when": "on_failure"}]}),
+            "",
+        ),
+        (
+            "archive_cache_on_failure",
+            3,
+            "don't skip if cache uses untracked files",
+            json!({"cache": [{"untracked": true, "when": "on_failure"}]}),
+            "",
+        ),
+        (
+            "upload_artifacts_on_success",
+            4,
+            "don't skip if artifact has paths and URL defined",
+            json!({"artifacts": [{"paths": ["default"], "when": "on_success"}]}),
+            url,
+        ),
+        (
+            "upload_artifacts_on_success",
+            4,
+            "don't skip if artifact uses untracked files and URL defined",
+            json!({"artifacts": [{"untracked": true, "when": "on_success"}]}),
+            url,
+        ),
+        (
+            "upload_artifacts_on_failure",
+            5,
+            "don't skip if artifact has paths and URL defined",
+            json!({"artifacts": [{"paths": ["default"], "when": "on_failure"}]}),
+            url,
+        ),
+        (
+            "upload_artifacts_on_failure",
+            5,
+            "don't skip if artifact uses untracked files and URL defined",
+            json!({"artifacts": [{"untracked": true, "when": "on_failure"}]}),
+            url,
+        ),
+    ] {
+        check(cases, T, format!("SkipBuildStage/{stage}/{name}"), || {
+            eq("empty job runs it", stages_of(json!({}), "")[at], false)?;
+            eq("this job runs it", stages_of(job, runner_url)[at], true)
+        });
+    }
+}
+
+fn build_settings_tables(cases: &mut Vec<Case>) {
+    const T: &str = "common/build_test.go";
+    let settings = |key: &str, value: &str| {
+        BuildSettings::from_variables(&list(vec![var(key, value)], "/t").expanded(), false).0
+    };
+    let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    for (name, value, want) in [
+        ("empty clean flags", "", vec!["-ffdx"]),
+        ("use custom flags", "custom-flags", vec!["custom-flags"]),
+        (
+            "use custom flags with multiple arguments",
+            "-ffdx -e cache/",
+            vec!["-ffdx", "-e", "cache/"],
+        ),
+        ("disabled", "none", vec![]),
+    ] {
+        check(cases, T, format!("GitCleanFlags/{name}"), || {
+            eq(
+                "flags",
+                settings("GIT_CLEAN_FLAGS", value).git_clean_flags,
+                owned(&want),
+            )
+        });
+    }
+    for (name, value, want) in [
+        ("empty fetch flags", "", vec!["--prune", "--quiet"]),
+        ("use custom flags", "custom-flags", vec!["custom-flags"]),
+        (
+            "use custom flags with multiple arguments",
+            "--prune --tags --quiet",
+            vec!["--prune", "--tags", "--quiet"],
+        ),
+        ("disabled", "none", vec![]),
+    ] {
+        check(cases, T, format!("GitFetchFlags/{name}"), || {
+            eq(
+                "flags",
+                settings("GIT_FETCH_EXTRA_FLAGS", value).git_fetch_extra_flags,
+                owned(&want),
+            )
+        });
+    }
+    for (name, value, want) in [
+        ("empty update flags", "", vec![]),
+        (
+            "use custom update flags",
+            "custom-flags",
+            vec!["custom-flags"],
+        ),
+        (
+            "use custom update flags with multiple arguments",
+            "--remote --jobs 4",
+            vec!["--remote", "--jobs", "4"],
+        ),
+    ] {
+        check(cases, T, format!("GitSubmoduleUpdateFlags/{name}"), || {
+            eq(
+                "flags",
+                settings("GIT_SUBMODULE_UPDATE_FLAGS", value).submodule_update_flags,
+                owned(&want),
+            )
+        });
+    }
+    // GetRepositoryObjectFormat: sha1 is git's default (no flag to git init).
+    for (name, value, want) in [
+        ("empty value", "", None),
+        ("sha1", "sha1", None),
+        ("sha256", "sha256", Some("sha256")),
+    ] {
+        check(
+            cases,
+            T,
+            format!("GetRepositoryObjectFormat/{name}"),
+            || {
+                let job = SourcesJob {
+                    vars: vec![var("GIT_STRATEGY", "fetch")],
+                    git_info: json!({"repo_url": "https://test.remote/g/p.git", "sha": "0123456789",
+                                 "ref": "main", "repo_object_format": value}),
+                    ..Default::default()
+                };
+                let s = job.body();
+                let init = s
+                    .lines()
+                    .find(|l| l.starts_with("git init "))
+                    .ok_or("no git init")?;
+                eq(
+                    "object format",
+                    init.split_once(" --object-format ")
+                        .map(|(_, f)| f.to_string()),
+                    want.map(String::from),
+                )
+            },
+        );
+    }
+    // DefaultVariables.
+    for (name, vars, key, want) in [
+        (
+            "get default CI_SERVER value",
+            vec![],
+            "CI_SERVER",
+            Some("yes"),
+        ),
+        (
+            "get default CI_PROJECT_DIR value",
+            vec![],
+            "CI_PROJECT_DIR",
+            Some("/builds/test-namespace/test-repo"),
+        ),
+        (
+            "get overwritten CI_PROJECT_DIR value",
+            vec![(
+                "GIT_CLONE_PATH",
+                "/builds/go/src/gitlab.com/gitlab-org/gitlab-runner",
+            )],
+            "CI_PROJECT_DIR",
+            Some("/builds/go/src/gitlab.com/gitlab-org/gitlab-runner"),
+        ),
+        (
+            "CI_BUILD_NETWORK_NAME added when FF_NETWORK_PER_BUILD is enabled",
+            vec![("FF_NETWORK_PER_BUILD", "true")],
+            "CI_BUILD_NETWORK_NAME",
+            Some("runner-1234-0-0-0"),
+        ),
+        (
+            "CI_BUILD_NETWORK_NAME not added when FF_NETWORK_PER_BUILD is disabled",
+            vec![("FF_NETWORK_PER_BUILD", "false")],
+            "CI_BUILD_NETWORK_NAME",
+            None,
+        ),
+        (
+            "CI_BUILD_NETWORK_NAME cannot be overridden by job variables",
+            vec![
+                ("FF_NETWORK_PER_BUILD", "true"),
+                ("CI_BUILD_NETWORK_NAME", "user-override"),
+            ],
+            "CI_BUILD_NETWORK_NAME",
+            Some("runner-1234-0-0-0"),
+        ),
+    ] {
+        check(cases, T, format!("DefaultVariables/{name}"), || {
+            let p = payload(json!({
+                "id": 0,
+                "job_info": {"project_id": 0, "name": "job"},
+                "git_info": {"repo_url": "https://gitlab.com/test-namespace/test-repo.git",
+                             "sha": "0", "ref": "main"},
+                "variables": job_vars(&vars),
+            }));
+            let mut r = runner();
+            r.token = "1234".into();
+            // With network_mode set too, the name is still exported (upstream).
+            for network_mode in [None, Some("host".to_string())] {
+                r.docker.network_mode = network_mode;
+                let l = planned(&p, &r)?;
+                eq(key, l.value(key).as_deref(), want)?;
+            }
+            Ok(())
+        });
+    }
+}
+
+fn build_vars_tables(cases: &mut Vec<Case>) {
+    const T: &str = "common/build_test.go";
+    for root in ["/root/dir1", "/root/dir2"] {
+        check(cases, T, format!("BuildPredefinedVariables/{root}"), || {
+            let mut r = runner();
+            r.builds_dir = Some(root.into());
+            let dir = planned(&payload(json!({})), &r)?
+                .value("CI_PROJECT_DIR")
+                .unwrap_or_default();
+            eq("under the root", dir.starts_with(&format!("{root}/")), true)
+        });
+    }
+    for (name, timeout, want) in [
+        ("no timeout specified", 0, "7200"),
+        ("timeout with arbitrary value", 180, "180"),
+    ] {
+        check(cases, T, format!("BuildTimeoutExposed/{name}"), || {
+            let p = payload(json!({"runner_info": {"timeout": timeout}}));
+            eq(
+                "CI_JOB_TIMEOUT",
+                planned(&p, &runner())?.value("CI_JOB_TIMEOUT"),
+                Some(want.into()),
+            )
+        });
+    }
+    for (name, image, vars, want) in [
+        (
+            "normal image exposed",
+            "alpine:3.14",
+            vec![],
+            Some("alpine:3.14"),
+        ),
+        (
+            "image with variable expansion",
+            "${IMAGE}:3.14",
+            vec![("IMAGE", "alpine")],
+            Some("alpine:3.14"),
+        ),
+        ("no image specified", "", vec![], None),
+    ] {
+        check(cases, T, format!("JobImageExposed/{name}"), || {
+            let p = payload(json!({"image": {"name": image}, "variables": job_vars(&vars)}));
+            let l = planned(&p, &runner())?;
+            eq(
+                "CI_JOB_IMAGE",
+                l.get("CI_JOB_IMAGE").map(|v| v.value.clone()),
+                want.map(String::from),
+            )
+        });
+    }
+    for (name, clone_path, want) in [
+        (
+            "test default build dir",
+            None,
+            "/builds/test-namespace/test-repo.tmp",
+        ),
+        (
+            "test custom build dir with double trailing slashes",
+            Some("/builds/go/src/gitlab.com/test-namespace/test-repo//"),
+            "/builds/go/src/gitlab.com/test-namespace/test-repo.tmp",
+        ),
+    ] {
+        check(cases, T, format!("TmpProjectDir/{name}"), || {
+            let vars: Vec<(&str, &str)> = clone_path
+                .map(|c| vec![("GIT_CLONE_PATH", c)])
+                .unwrap_or_default();
+            let p = payload(json!({
+                "git_info": {"repo_url": "https://gitlab.com/test-namespace/test-repo.git",
+                             "sha": "0", "ref": "main"},
+                "variables": job_vars(&vars),
+            }));
+            let mut r = runner();
+            r.custom_build_dir_enabled = Some(true);
+            let plan = plan_job(&p, &r, Slot::default()).map_err(|e| e.message)?;
+            eq("tmp dir", plan.paths.tmp_dir.as_str(), want)?;
+            eq(
+                "exported",
+                plan.vars.value("RUNNER_TEMP_PROJECT_DIR"),
+                Some(want.into()),
+            )
+        });
+    }
+}
+
+fn artifact_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    let multiple = json!({
+        "id": 1000, "token": "token",
+        "artifacts": [
+            {"paths": ["default"]},
+            {"paths": ["on-success"], "when": "on_success"},
+            {"paths": ["on-failure"], "when": "on_failure"},
+            {"paths": ["always"], "when": "always"},
+            {"paths": ["zip-archive"], "when": "always", "artifact_format": "zip", "artifact_type": "archive"},
+            {"paths": ["gzip-junit"], "when": "always", "artifact_format": "gzip", "artifact_type": "junit"},
+        ],
+    });
+    let uploader = |url: &str, id: &str, tail: &[&str]| {
+        Step::Cmd(words(
+            &[
+                &[
+                    "gitlab-runner-helper",
+                    "artifacts-uploader",
+                    "--url",
+                    url,
+                    "--token",
+                    "token",
+                    "--id",
+                    id,
+                    "--timeout",
+                    "1h0m0s",
+                    "--response-header-timeout",
+                    "10m0s",
+                ][..],
+                tail,
+            ]
+            .concat(),
+        ))
+    };
+    let upload_agrees =
+        |job: Value, url: &str, succeeded: bool, want: Vec<Step<'_>>| -> Result<(), String> {
+            let p = payload(job);
+            let vars = VarList::default();
+            let paths = drover::executor::paths::JobPaths {
+                root_dir: "/builds".into(),
+                build_dir: "/builds/g/p".into(),
+                tmp_dir: "/builds/g/p.tmp".into(),
+                cache_dir: "/cache/g/p".into(),
+            };
+            let s = drover::executor::script::artifacts::upload(
+                &drover::executor::script::artifacts::ArtifactInputs {
+                    payload: &p,
+                    vars: &vars,
+                    paths: &paths,
+                    url,
+                },
+                succeeded,
+            )
+            .ok_or("no upload stage")?
+            .as_str()
+            .to_string();
+            let calls = s
+                .lines()
+                .filter(|l| l.contains(" artifacts-uploader "))
+                .count();
+            eq("uploader calls", calls, want.len())?;
+            for w in &want {
+                let line = w.render();
+                if !s.lines().any(|l| l.trim() == line) {
+                    return Err(format!("{line:?} missing in:\n{s}"));
+                }
+            }
+            Ok(())
+        };
+    let url = "https://example.com:3443";
+    check(cases, T, "WriteWritingArtifactsOnSuccess", || {
+        upload_agrees(
+            multiple.clone(),
+            url,
+            true,
+            vec![
+                uploader(url, "1000", &["--path", "default"]),
+                uploader(url, "1000", &["--path", "on-success"]),
+                uploader(url, "1000", &["--path", "always"]),
+                uploader(
+                    url,
+                    "1000",
+                    &[
+                        "--path",
+                        "zip-archive",
+                        "--artifact-format",
+                        "zip",
+                        "--artifact-type",
+                        "archive",
+                    ],
+                ),
+                uploader(
+                    url,
+                    "1000",
+                    &[
+                        "--path",
+                        "gzip-junit",
+                        "--artifact-format",
+                        "gzip",
+                        "--artifact-type",
+                        "junit",
+                    ],
+                ),
+            ],
+        )
+    });
+    check(cases, T, "WriteWritingArtifactsOnFailure", || {
+        upload_agrees(
+            multiple.clone(),
+            url,
+            false,
+            vec![
+                uploader(url, "1000", &["--path", "on-failure"]),
+                uploader(url, "1000", &["--path", "always"]),
+                uploader(
+                    url,
+                    "1000",
+                    &[
+                        "--path",
+                        "zip-archive",
+                        "--artifact-format",
+                        "zip",
+                        "--artifact-type",
+                        "archive",
+                    ],
+                ),
+                uploader(
+                    url,
+                    "1000",
+                    &[
+                        "--path",
+                        "gzip-junit",
+                        "--artifact-format",
+                        "gzip",
+                        "--artifact-type",
+                        "junit",
+                    ],
+                ),
+            ],
+        )
+    });
+    check(cases, T, "WriteWritingArtifactsWithExcludedPaths", || {
+        let job = json!({
+            "id": 1001, "token": "token",
+            "artifacts": [{"paths": ["include/**"], "exclude": ["include/exclude/*"], "when": "always",
+                           "artifact_format": "zip", "artifact_type": "archive"}],
+        });
+        let url = "https://gitlab.example.com";
+        upload_agrees(
+            job,
+            url,
+            true,
+            vec![uploader(
+                url,
+                "1001",
+                &[
+                    "--path",
+                    "include/**",
+                    "--exclude",
+                    "include/exclude/*",
+                    "--artifact-format",
+                    "zip",
+                    "--artifact-type",
+                    "archive",
+                ],
+            )],
+        )
+    });
+}
+
 #[test]
 fn env_conformance() {
     let mut cases = Vec::new();
@@ -2454,6 +3164,11 @@ fn env_conformance() {
     shell_writer_tables(&mut cases);
     submodule_tables(&mut cases);
     sources_tables(&mut cases);
+    git_cleanup_tables(&mut cases);
+    skip_stage_tables(&mut cases);
+    build_settings_tables(&mut cases);
+    build_vars_tables(&mut cases);
+    artifact_tables(&mut cases);
     let mut agree = 0;
     let mut deliberate = 0;
     let mut failures = Vec::new();
