@@ -3152,6 +3152,98 @@ fn artifact_tables(cases: &mut Vec<Case>) {
     });
 }
 
+fn variables_list_tables(cases: &mut Vec<Case>) {
+    const T: &str = "common/spec/variables_test.go";
+    check(cases, T, "VariablesJSON", || {
+        let p = payload(json!({"variables": [
+            {"key": "FOO", "value": "bar", "public": true, "internal": true, "file": true,
+             "masked": true, "raw": true}
+        ]}));
+        let l = planned(&p, &runner())?;
+        let v = l.get("FOO").ok_or("FOO missing")?;
+        eq("value", v.value.as_str(), "bar")?;
+        eq(
+            "file, masked, raw",
+            (v.file, v.masked, v.raw),
+            (true, true, true),
+        )?;
+        // Public, and `internal` from the network is ignored: it reaches services as public.
+        eq("hidden", v.hidden, false)
+    });
+    check(cases, T, "VariableString", || {
+        eq(
+            "entry",
+            list(vec![var("key", "value")], "/t").env(),
+            vec!["key=value".to_string()],
+        )
+    });
+    check(cases, T, "PublicAndInternalVariables", || {
+        // A payload variable GitLab did not mark public; a public one; one the runner adds.
+        let p = payload(json!({"variables": [
+            {"key": "key", "value": "value"},
+            {"key": "public", "value": "value", "public": true},
+        ]}));
+        let l = planned(&p, &runner())?.public_or_internal();
+        eq("key", l.get("key").is_some(), false)?;
+        eq("public", l.get("public").is_some(), true)?;
+        eq(
+            "internal (CI_PROJECT_DIR)",
+            l.get("CI_PROJECT_DIR").is_some(),
+            true,
+        )
+    });
+    check(cases, T, "MaskedVariables", || {
+        let p = payload(json!({"variables": [
+            {"key": "key", "value": "key_value"},
+            {"key": "masked", "value": "masked_value", "masked": true},
+        ]}));
+        let phrases = drover::executor::mask_phrases(&p, &runner(), Slot::default());
+        eq(
+            "key_value",
+            phrases.contains(&"key_value".to_string()),
+            false,
+        )?;
+        eq(
+            "masked_value",
+            phrases.contains(&"masked_value".to_string()),
+            true,
+        )
+    });
+    check(cases, T, "ListVariables", || {
+        let mut file = var("fileKey", "fileValue");
+        file.file = true;
+        let l = list(
+            vec![
+                var("key", "value"),
+                file,
+                var("RUNNER_TEMP_PROJECT_DIR", "/foo/bar"),
+            ],
+            "/foo/bar",
+        );
+        eq(
+            "entries",
+            l.env(),
+            vec![
+                "key=value".to_string(),
+                "fileKey=/foo/bar/fileKey".to_string(),
+                "RUNNER_TEMP_PROJECT_DIR=/foo/bar".to_string(),
+            ],
+        )
+    });
+    check(cases, T, "GetVariable", || {
+        let l = list(
+            vec![
+                var("key", "key_value"),
+                var("public", "public_value"),
+                var("private", "private_value"),
+            ],
+            "/t",
+        );
+        eq("public", l.value("public"), Some("public_value".into()))?;
+        eq("other", l.value("other").unwrap_or_default(), String::new())
+    });
+}
+
 #[test]
 fn env_conformance() {
     let mut cases = Vec::new();
@@ -3169,6 +3261,7 @@ fn env_conformance() {
     build_settings_tables(&mut cases);
     build_vars_tables(&mut cases);
     artifact_tables(&mut cases);
+    variables_list_tables(&mut cases);
     let mut agree = 0;
     let mut deliberate = 0;
     let mut failures = Vec::new();
