@@ -3244,6 +3244,121 @@ fn variables_list_tables(cases: &mut Vec<Case>) {
     });
 }
 
+fn cleanup_script_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    for (name, clean_git_config, strategy, clone_url, configs, reject) in [
+        ("no clean-git-config set", None, "", "", true, false),
+        (
+            "no clean-git-config set, but git strategy is none",
+            None,
+            "none",
+            "",
+            false,
+            false,
+        ),
+        (
+            "clean-git-config explicitly enabled",
+            Some(true),
+            "none",
+            "",
+            true,
+            false,
+        ),
+        (
+            "clean-git-config explicitly disabled",
+            Some(false),
+            "",
+            "",
+            false,
+            false,
+        ),
+        (
+            "with clone URL",
+            None,
+            "",
+            "https://test-hostname",
+            true,
+            true,
+        ),
+    ] {
+        check(
+            cases,
+            T,
+            format!("writeCleanupScript/executor:not-shell/{name}"),
+            || {
+                // The job's variables (two file variables) and GIT_STRATEGY from the runner's
+                // environment; no repository URL in the payload.
+                let p = payload(json!({
+                    "git_info": {"repo_url": "", "sha": "0", "ref": "main"},
+                    "variables": [
+                        {"key": "VAR_1", "value": "test", "file": true},
+                        {"key": "VAR_2", "value": "test"},
+                        {"key": "VAR_3", "value": "test", "file": true},
+                        {"key": "VAR_4", "value": "test"},
+                    ],
+                }));
+                let mut r = runner();
+                r.environment = vec![format!("GIT_STRATEGY={strategy}")];
+                r.clone_url = clone_url.into();
+                let plan = plan_job(&p, &r, Slot::default()).map_err(|e| e.message)?;
+                let project_path = plan.vars.value("CI_PROJECT_PATH").unwrap_or_default();
+                let remote = GitAuth {
+                    clone_url,
+                    repo_url: "",
+                    project_path: &project_path,
+                    ..Default::default()
+                }
+                .remote_url();
+                let s = drover::executor::script::user::cleanup_file_variables(
+                    &plan.vars,
+                    &plan.paths,
+                    Some(&remote),
+                    GitCleanup::new(&plan.settings, clean_git_config),
+                )
+                .as_str()
+                .to_string();
+                eq(
+                    "credential reject",
+                    s.contains("https test-hostname | git credential reject"),
+                    reject,
+                )?;
+                let tmp = &plan.paths.tmp_dir;
+                let removed = |f: &str| {
+                    s.lines().any(|l| {
+                        l.starts_with("rm -f ")
+                            && l.split(' ').any(|w| w == quote(&format!("{tmp}/{f}")))
+                    })
+                };
+                for (f, want) in [
+                    ("VAR_1", true),
+                    ("VAR_2", false),
+                    ("VAR_3", true),
+                    ("VAR_4", false),
+                    ("gitlab_runner_env", true),
+                    ("masking.db", true),
+                    (".gitlab-runner.ext.conf", true),
+                ] {
+                    eq(f, removed(f), want)?;
+                }
+                let git_config = format!(
+                    "rm -f {}",
+                    quote(&format!("{}/.git/config", plan.paths.build_dir))
+                );
+                eq(
+                    "git configs cleaned",
+                    s.lines().any(|l| l == git_config),
+                    configs,
+                )?;
+                let lock = format!(
+                    "rm -f {}",
+                    quote(&format!("{}/.git/index.lock", plan.paths.build_dir))
+                );
+                eq("locks removed", s.lines().any(|l| l == lock), true)
+            },
+        );
+    }
+}
+
 #[test]
 fn env_conformance() {
     let mut cases = Vec::new();
@@ -3262,6 +3377,7 @@ fn env_conformance() {
     build_vars_tables(&mut cases);
     artifact_tables(&mut cases);
     variables_list_tables(&mut cases);
+    cleanup_script_tables(&mut cases);
     let mut agree = 0;
     let mut deliberate = 0;
     let mut failures = Vec::new();
