@@ -3359,6 +3359,73 @@ fn cleanup_script_tables(cases: &mut Vec<Case>) {
     }
 }
 
+fn remote_and_flag_tables(cases: &mut Vec<Case>) {
+    const T: &str = "common/build_test.go";
+    let repo = "http://gitlab-ci-token:job-token@test.remote/my/project.git";
+    for (name, clone_url, want) in [
+        (
+            "authenticated with CloneURL",
+            "https://test.local/",
+            "https://gitlab-ci-token:job-token@test.local/my/project.git",
+        ),
+        (
+            "authenticated falls back to RepoURL preserving credentials",
+            "",
+            repo,
+        ),
+    ] {
+        check(cases, T, format!("GetRemoteURL/{name}"), || {
+            let auth = GitAuth {
+                clone_url,
+                repo_url: repo,
+                token: "job-token",
+                project_path: "my/project",
+                ..Default::default()
+            };
+            eq("remote", auth.remote_url(), want.to_string())
+        });
+    }
+    let ff = "FF_USE_FASTZIP";
+    for (name, config, job) in [
+        (
+            "TOML feature flag appears in GetAllVariables",
+            Some(true),
+            None,
+        ),
+        (
+            "TOML overrides job variable in GetAllVariables",
+            Some(true),
+            Some("false"),
+        ),
+        (
+            "job variable appears when no TOML setting",
+            None,
+            Some("true"),
+        ),
+    ] {
+        check(
+            cases,
+            T,
+            format!("GetAllVariables_FeatureFlagResolution/{name}"),
+            || {
+                let mut r = runner();
+                if let Some(c) = config {
+                    r.feature_flags.insert(ff.into(), c);
+                }
+                let vars: Vec<(&str, &str)> = job.map(|v| vec![(ff, v)]).unwrap_or_default();
+                let l = planned(&payload(json!({"variables": job_vars(&vars)})), &r)?;
+                eq("exported", l.value(ff), Some("true".into()))?;
+                // One definition: the job's value does not also reach the job.
+                eq(
+                    "definitions",
+                    l.vars.iter().filter(|v| v.key == ff).count(),
+                    1,
+                )
+            },
+        );
+    }
+}
+
 #[test]
 fn env_conformance() {
     let mut cases = Vec::new();
@@ -3378,6 +3445,7 @@ fn env_conformance() {
     artifact_tables(&mut cases);
     variables_list_tables(&mut cases);
     cleanup_script_tables(&mut cases);
+    remote_and_flag_tables(&mut cases);
     let mut agree = 0;
     let mut deliberate = 0;
     let mut failures = Vec::new();
