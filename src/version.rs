@@ -58,6 +58,16 @@ pub fn user_agent() -> String {
     )
 }
 
+/// git's `http.userAgent` in `get_sources`, as upstream sets it: `gitlab-runner <version>
+/// <os>/<arch>`.
+pub fn git_user_agent() -> String {
+    format!(
+        "gitlab-runner {UPSTREAM_VERSION} {}/{}",
+        platform(),
+        architecture()
+    )
+}
+
 /// `--version` in upstream's six-line layout.
 pub fn version_text() -> String {
     format!(

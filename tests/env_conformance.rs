@@ -1,15 +1,19 @@
 //! Conformance of the job's environment with gitlab-runner's own unit-test tables (variables,
 //! feature flags, the protected ref, build settings, git credentials rewrites, service
-//! variables, the protected cache fallback guard, the build dir rules). Every case is a row of
-//! our own: its inputs and the outcome upstream's table expects, checked against drover's pure
-//! functions. Prints `env conformance: N cases, A agree, K deliberate differences` and fails on
+//! variables, the protected cache fallback guard, the build dir rules, cache keys and the cache
+//! stages, submodules, checkout, fetch, hooks, git clean-up, stage skipping, the bash writer).
+//! Every case is a row of our own: its inputs and the outcome upstream's table expects, checked
+//! against drover's pure functions; where upstream compares writer calls, the generated script
+//! is checked for the same commands, arguments and messages in the same order, or run in bash
+//! against a scratch dir. Prints `env conformance: N cases, A agree, K deliberate differences` and fails on
 //! any disagreement that is not listed in [`DELIBERATE`].
 
 use drover::executor::build_settings::BuildSettings;
 use drover::executor::plan::{plan_job, ref_protected};
 use drover::executor::script::cache::{self, CacheInputs, LocalOnly};
-use drover::executor::script::sources::GitAuth;
+use drover::executor::script::sources::{GitAuth, GitCleanup};
 use drover::executor::script::variables::{loose_bool, Var, VarList};
+use drover::executor::script::{quote, ScriptBody};
 use drover::executor::services;
 use drover::executor::settings::ServiceSettings;
 use drover::executor::{RunnerSettings, Slot};
@@ -837,12 +841,2611 @@ fn cache_fallback_guard(cases: &mut Vec<Case>) {
     }
 }
 
+/// `cache/cachekey` Sanitize: (input, key upstream gives; `None`: refused).
+const SANITIZE: &[(&str, Option<&str>)] = &[
+    ("", Some("")),
+    ("fallback_key", Some("fallback_key")),
+    ("some-job/some-ref", Some("some-job/some-ref")),
+    (".../....", Some(".../....")),
+    ("...", Some("...")),
+    ("fallback_key/", Some("fallback_key")),
+    ("fallback_key ", Some("fallback_key")),
+    ("fallback_key\\", Some("fallback_key")),
+    ("fallback_key/ \\", Some("fallback_key")),
+    ("fallback_key/ / \\  \\", Some("fallback_key")),
+    ("fallback_key/o", Some("fallback_key/o")),
+    ("fallback_key / \\o", Some("fallback_key / /o")),
+    ("\t foo bar \t\r", Some("\t foo bar")),
+    (" foo / bar ", Some(" foo / bar")),
+    ("foo\r", Some("foo")),
+    ("foo\t", Some("foo")),
+    ("foo \t \r ", Some("foo")),
+    ("\\", None),
+    ("\\.", None),
+    ("/", None),
+    (" ", None),
+    (".", None),
+    ("..", None),
+    (" / ", None),
+    ("//", None),
+    ("//\\", None),
+    ("../.", None),
+    ("foo\\bar\\..\\..", None),
+    ("foo/bar/../..", None),
+    (" \t\r\n", None),
+    ("something %2F something", Some("something / something")),
+    ("something %2f something", Some("something / something")),
+    ("some%2f../job/some/ref/.", Some("job/some/ref")),
+    ("%2E", None),
+    ("%2E%2E", None),
+    ("%2E%2E%2E", Some("...")),
+    ("%2e", None),
+    ("%2e%2E", None),
+    (".%2E", None),
+    ("%2e.", None),
+    ("%2E%2e%2E", Some("...")),
+    ("%5C", Some("%5C")),
+    ("%5c", Some("%5c")),
+    ("foo/./bar", Some("foo/bar")),
+    ("foo/blipp/../bar", Some("foo/bar")),
+    ("/foo/bar", Some("foo/bar")),
+    ("//foo/bar", Some("foo/bar")),
+    ("./foo/bar", Some("foo/bar")),
+    ("../foo/bar", Some("foo/bar")),
+    (".../foo/bar", Some(".../foo/bar")),
+    ("foo/bar/..", Some("foo")),
+    ("foo/bar/../../../.././blerp", Some("blerp")),
+    ("a/b/c/../../d", Some("a/d")),
+    ("job\\name/git\\ref", Some("job/name/git/ref")),
+    ("foo\\.\\bar", Some("foo/bar")),
+    ("foo\\blipp\\..\\bar", Some("foo/bar")),
+    ("\\foo\\bar", Some("foo/bar")),
+    ("\\\\foo\\bar", Some("foo/bar")),
+    (".\\foo\\bar", Some("foo/bar")),
+    ("..\\foo\\bar", Some("foo/bar")),
+    ("...\\foo\\bar", Some(".../foo/bar")),
+    ("foo\\bar\\..", Some("foo")),
+    ("foo\\bar\\..\\..\\..\\..\\.\\blerp", Some("blerp")),
+    ("foo/ /bar", Some("foo/ /bar")),
+    ("foo/ /", Some("foo")),
+    ("foo/ / /", Some("foo")),
+];
+
+fn cache_key_tables(cases: &mut Vec<Case>) {
+    const T: &str = "cache/cachekey/cachekey_test.go";
+    for (raw, want) in SANITIZE {
+        check(cases, T, format!("Sanitize/{raw:?}"), || {
+            match (cache::sanitize_key(raw), want) {
+                (Ok(got), Some(w)) => eq("key", got.as_str(), *w),
+                (Err(e), None) => eq(
+                    "error",
+                    e,
+                    format!("cache key {raw:?} could not be sanitized"),
+                ),
+                (got, _) => Err(format!("got {got:?}, want {want:?}")),
+            }
+        });
+    }
+    for raw in [
+        "a",
+        "a/b",
+        "../a",
+        "a/../b",
+        "a/./b",
+        "a\\b",
+        "a\\..\\\\b",
+        "/a/b/",
+        " a ",
+        "...",
+        "%2e%2e/%2f",
+        "a/b/c/../../d/e",
+    ] {
+        check(cases, T, format!("SanitizeInvariants/{raw:?}"), || {
+            let Ok(key) = cache::sanitize_key(raw) else {
+                return Ok(());
+            };
+            let segments: Vec<&str> = key.split('/').collect();
+            let broken = [
+                ("starts with /", key.starts_with('/')),
+                ("starts with ..", key == ".." || key.starts_with("../")),
+                ("has a backslash", key.contains('\\')),
+                ("ends with a space", key.ends_with(' ')),
+                ("ends with /", key.ends_with('/')),
+                (
+                    "has a . or .. segment",
+                    segments.contains(&".") || segments.contains(&".."),
+                ),
+            ];
+            match broken.iter().find(|(_, b)| *b) {
+                Some((what, _)) => Err(format!("{key:?} {what}")),
+                None => Ok(()),
+            }
+        });
+    }
+    for raw in [
+        "fallback_key",
+        "some-job/some-ref",
+        "a/b/c",
+        "...",
+        ".../foo/bar",
+    ] {
+        check(cases, T, format!("SanitizeIdempotent/{raw:?}"), || {
+            let first = cache::sanitize_key(raw)?;
+            eq("second pass", cache::sanitize_key(&first)?, first)
+        });
+    }
+}
+
+/// upstream's `test` cache adapter, as a fake: URLs under `test://…/project/1000/<key>`.
+struct TestRemote;
+
+impl cache::Remote for TestRemote {
+    fn download(&self, key: &str) -> Option<cache::Download> {
+        Some(cache::Download {
+            url: format!("test://download/project/1000/{key}"),
+            head_url: Some(format!("test://head/project/1000/{key}")),
+        })
+    }
+    fn upload(&self, key: &str) -> Option<cache::Upload> {
+        Some(cache::Upload {
+            url: format!("test://upload/project/1000/{key}"),
+            headers: vec![],
+        })
+    }
+}
+
+/// The `echo` lines of a body, sorted: what the trace shows, whatever the order of the ifs.
+fn echoes(s: &str) -> Vec<String> {
+    let mut v: Vec<String> = s
+        .lines()
+        .filter(|l| l.starts_with("echo "))
+        .map(String::from)
+        .collect();
+    v.sort();
+    v
+}
+
+/// The echo lines `f` writes, sorted.
+fn expected_echoes(f: impl FnOnce(&mut ScriptBody)) -> Vec<String> {
+    let mut b = ScriptBody::new();
+    f(&mut b);
+    echoes(b.as_str())
+}
+
+/// One cache stage of upstream's fixtures: job `some-job-name` on `some-ref-name`, builds in
+/// `/builds`, cache in `/cache`, one entry with two paths.
+struct CacheJob<'a> {
+    key: &'a str,
+    policy: &'a str,
+    fallback_keys: &'a [&'a str],
+    vars: Vec<Var>,
+    job: &'a str,
+    git_ref: &'a str,
+    build_dir: &'a str,
+    cache_dir: &'a str,
+}
+
+impl Default for CacheJob<'_> {
+    fn default() -> Self {
+        CacheJob {
+            key: "",
+            policy: "pull-push",
+            fallback_keys: &[],
+            vars: vec![],
+            job: "some-job-name",
+            git_ref: "some-ref-name",
+            build_dir: "/builds",
+            cache_dir: "/cache",
+        }
+    }
+}
+
+impl CacheJob<'_> {
+    /// The stage's body: restore, or archive of a successful job (`when: always`).
+    fn body(&self, restore: bool) -> Result<String, String> {
+        let p = payload(json!({
+            "job_info": {"project_id": 1000, "name": self.job},
+            "git_info": {"repo_url": "https://h/g/p.git", "sha": "0", "ref": self.git_ref},
+            "cache": [{"key": self.key, "policy": self.policy, "when": "always",
+                       "paths": ["path1", "path2"], "fallback_keys": self.fallback_keys}],
+        }));
+        let vars = list(self.vars.clone(), "/t").expanded();
+        let paths = drover::executor::paths::JobPaths {
+            root_dir: self.build_dir.into(),
+            build_dir: self.build_dir.into(),
+            tmp_dir: format!("{}.tmp", self.build_dir),
+            cache_dir: self.cache_dir.into(),
+        };
+        let inputs = CacheInputs {
+            payload: &p,
+            vars: &vars,
+            paths: &paths,
+            remote: &TestRemote,
+            timeout_minutes: 10,
+        };
+        let body = if restore {
+            cache::restore(&inputs)
+        } else {
+            cache::archive(&inputs, true)
+        };
+        body.map(|b| b.as_str().to_string())
+            .ok_or_else(|| "no stage".into())
+    }
+}
+
+/// What a restore must show for `keys` (tried in turn), plus `extra` messages.
+fn restore_echoes(keys: &[&str], extra: impl FnOnce(&mut ScriptBody)) -> Vec<String> {
+    expected_echoes(|b| {
+        for k in keys {
+            b.notice(&format!("Checking cache for {k}..."));
+            b.notice("Successfully extracted cache");
+            b.warning("Failed to extract cache");
+        }
+        b.warning("Missing gitlab-runner-helper. Extracting cache is disabled.");
+        extra(b);
+    })
+}
+
+/// The restore of `job` tries exactly `keys` with upstream's extractor arguments and shows
+/// exactly the expected messages.
+fn restore_agrees(
+    job: &CacheJob<'_>,
+    keys: &[&str],
+    extra: impl FnOnce(&mut ScriptBody),
+) -> Result<(), String> {
+    let s = job.body(true)?;
+    for k in keys {
+        let want = format!(
+            "cache-extractor --file {} --timeout 10 --url {} --head-url {}",
+            quote(&format!("../cache/{k}/cache.zip")),
+            quote(&format!("test://download/project/1000/{k}")),
+            quote(&format!("test://head/project/1000/{k}")),
+        );
+        if !s.contains(&want) {
+            return Err(format!("{want:?} missing:\n{s}"));
+        }
+    }
+    eq("messages", echoes(&s), restore_echoes(keys, extra))
+}
+
+fn cache_stage_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    let fallback = |v: &str| vec![var("CACHE_FALLBACK_KEY", v)];
+    let not_allowed =
+        |k: &str| format!("CACHE_FALLBACK_KEY {k:?} not allowed to end in \"-protected\"");
+    let skipped = |b: &mut ScriptBody| {
+        b.notice("Skipping cache extraction due to empty cache key");
+    };
+    // extractCacheWithDefaultFallbackKey, the unhashed rows of the `test` adapter.
+    type Extra = Box<dyn Fn(&mut ScriptBody)>;
+    let none: fn() -> Extra = || Box::new(|_: &mut ScriptBody| {});
+    let warn = |w: String| -> Extra {
+        Box::new(move |b: &mut ScriptBody| {
+            b.warning(&w);
+        })
+    };
+    let unsanitisable = |k: &'static str| -> Extra {
+        Box::new(move |b: &mut ScriptBody| {
+            b.warning(&format!("cache key {k:?} could not be sanitized"));
+            skipped(b);
+        })
+    };
+    let rows: Vec<(&str, &str, &str, Vec<&str>, Extra)> = vec![
+        ("using allowed key value", "test-cache-key", "test-fallback-cache-key",
+         vec!["test-cache-key", "test-fallback-cache-key"], none()),
+        ("using sanitized fallback key", "test-cache-key", "hello.%2e..there  ",
+         vec!["test-cache-key", "hello....there"],
+         warn("cache key \"hello.%2e..there  \" sanitized to \"hello....there\"".into())),
+        ("using something that looks like a windows path", "test-cache-key",
+         "looks\\like\\a\\win\\path", vec!["test-cache-key", "looks/like/a/win/path"],
+         warn("cache key \"looks\\\\like\\\\a\\\\win\\\\path\" sanitized to \"looks/like/a/win/path\"".into())),
+        ("using path-like fallback cache key", "test-cache-key", "foo/bar/baz",
+         vec!["test-cache-key", "foo/bar/baz"], none()),
+        ("using invalid fallback cache key", "test-cache-key", "..",
+         vec!["test-cache-key"], unsanitisable("..")),
+        ("using reserved suffix", "test-cache-key", "main-protected",
+         vec!["test-cache-key"], warn(not_allowed("main-protected"))),
+        ("using trailing dot suffix", "test-cache-key", "main-protected.",
+         vec!["test-cache-key"], warn(not_allowed("main-protected."))),
+        ("empty cache key", "", "", vec!["some-job-name/some-ref-name"], none()),
+        ("empty cache key, with fallback", "", "some-fallback",
+         vec!["some-job-name/some-ref-name", "some-fallback"], none()),
+        ("empty cache key, with invalid fallback", "", ".",
+         vec!["some-job-name/some-ref-name"], unsanitisable(".")),
+        ("cache:key:files", "0_project/dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected", "",
+         vec!["0_project/dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected"], none()),
+        ("cache:key:files sanitized", "0_project/foo/../dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected", "",
+         vec!["0_project/dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected"],
+         warn("cache key \"0_project/foo/../dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected\" sanitized to \"0_project/dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected\"".into())),
+    ];
+    for (name, key, fb, keys, extra) in rows {
+        check(
+            cases,
+            T,
+            format!("extractCacheWithDefaultFallbackKey/{name}"),
+            || {
+                let job = CacheJob {
+                    key,
+                    vars: fallback(fb),
+                    ..Default::default()
+                };
+                restore_agrees(&job, &keys, extra)
+            },
+        );
+    }
+    // extractCacheWithMultipleFallbackKeys, unhashed.
+    let chain = [
+        "test-cache-key",
+        "test-fallback-cache-key-1",
+        "test-fallback-cache-key-2",
+    ];
+    // (name, key, CACHE_FALLBACK_KEY, fallback_keys, more variables, keys tried, messages)
+    type Row<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a [&'a str],
+        Vec<Var>,
+        Vec<&'a str>,
+        Extra,
+    );
+    let rows: Vec<Row<'_>> = vec![
+        (
+            "multiple fallback keys",
+            "test-cache-key",
+            "test-var-fallback-cache-key",
+            &["test-fallback-cache-key-1", "test-fallback-cache-key-2"],
+            vec![],
+            [&chain[..], &["test-var-fallback-cache-key"]].concat(),
+            none(),
+        ),
+        (
+            "fallback keys with variables",
+            "test-cache-key",
+            "test-var-fallback-cache-key",
+            &[
+                "test-fallback-cache-$CACHE_FALLBACK_1",
+                "test-fallback-cache-$CACHE_FALLBACK_2",
+            ],
+            vec![
+                var("CACHE_FALLBACK_1", "key-1"),
+                var("CACHE_FALLBACK_2", "key-2"),
+            ],
+            [&chain[..], &["test-var-fallback-cache-key"]].concat(),
+            none(),
+        ),
+        (
+            "protected fallback keys",
+            "test-cache-key",
+            "test-var-fallback-cache-key",
+            &["test-fallback-protected-1", "test-fallback-protected-2"],
+            vec![],
+            vec![
+                "test-cache-key",
+                "test-fallback-protected-1",
+                "test-fallback-protected-2",
+                "test-var-fallback-cache-key",
+            ],
+            none(),
+        ),
+        (
+            "invalid global protected fallback key",
+            "test-cache-key",
+            "test-var-fallback-key-protected",
+            &["test-fallback-cache-key-1", "test-fallback-cache-key-2"],
+            vec![],
+            chain.to_vec(),
+            warn(not_allowed("test-var-fallback-key-protected")),
+        ),
+        (
+            "empty cache key",
+            "",
+            "",
+            &[],
+            vec![],
+            vec!["some-job-name/some-ref-name"],
+            none(),
+        ),
+    ];
+    for (name, key, fb, fallback_keys, more, keys, extra) in rows {
+        check(
+            cases,
+            T,
+            format!("extractCacheWithMultipleFallbackKeys/{name}"),
+            || {
+                let mut vars = fallback(fb);
+                vars.extend(more);
+                let job = CacheJob {
+                    key,
+                    fallback_keys,
+                    vars,
+                    ..Default::default()
+                };
+                restore_agrees(&job, &keys, extra)
+            },
+        );
+    }
+    // cachePolicy: both stages; a job with no name and no ref.
+    for (name, key, policy, vars, err) in [
+        ("using pull policy", "test-cache-key", "pull", vec![], None),
+        ("using push policy", "test-cache-key", "push", vec![], None),
+        (
+            "using pull-push policy",
+            "test-cache-key",
+            "pull-push",
+            vec![],
+            None,
+        ),
+        (
+            "using variable with pull-push value",
+            "test-cache-key",
+            "$CACHE_POLICY",
+            vec![var("CACHE_POLICY", "pull-push")],
+            None,
+        ),
+        (
+            "using variable with invalid value",
+            "test-cache-key",
+            "$CACHE_POLICY",
+            vec![var("CACHE_POLICY", "blah")],
+            Some("unknown cache policy blah for test-cache-key"),
+        ),
+        (
+            "using hardcoded value matching variable name",
+            "test-cache-key",
+            "CACHE_POLICY",
+            vec![var("CACHE_POLICY", "pull")],
+            Some("unknown cache policy CACHE_POLICY for test-cache-key"),
+        ),
+        ("empty key", "", "", vec![], None),
+    ] {
+        for (stage, restore) in [("cacheExtractor", true), ("cacheArchiver", false)] {
+            let vars = vars.clone();
+            check(cases, T, format!("cachePolicy/{stage}-{name}"), || {
+                let job = CacheJob {
+                    key,
+                    policy,
+                    vars,
+                    job: "",
+                    git_ref: "",
+                    ..Default::default()
+                };
+                let s = job.body(restore)?;
+                let failed = s.lines().any(|l| l == "exit 1");
+                eq("stage fails", failed, err.is_some())?;
+                match err {
+                    // Upstream's text (drover adds a hint after it).
+                    Some(e) => eq("message shown", s.contains(e), true),
+                    None => Ok(()),
+                }
+            });
+        }
+    }
+    // archiveCache_keySanitation, unhashed.
+    for (name, key, job, git_ref, want, extra) in [
+        ("defaulted cache key", "", "some-job-name", "some-git-ref",
+         Some("some-job-name/some-git-ref"), None),
+        ("defaulted cache key sanitized", "", "some\\job\\name", "some/git/ref",
+         Some("some/job/name/some/git/ref"),
+         Some("cache key \"some\\\\job\\\\name/some/git/ref\" sanitized to \"some/job/name/some/git/ref\"")),
+        ("cache key", "hola", "", "", Some("hola"), None),
+        ("cache key sanitized", "this/../key/will/be\\sanitized\\  ", "", "",
+         Some("key/will/be/sanitized"),
+         Some("cache key \"this/../key/will/be\\\\sanitized\\\\  \" sanitized to \"key/will/be/sanitized\"")),
+        ("cannot be sanitized", "/", "", "", None, Some("cache key \"/\" could not be sanitized")),
+    ] {
+        check(cases, T, format!("archiveCache_keySanitation/{name}"), || {
+            let job = CacheJob {
+                key,
+                job,
+                git_ref,
+                build_dir: "/some/buildDir",
+                cache_dir: "/some/cacheDir",
+                ..Default::default()
+            };
+            let s = job.body(false)?;
+            let want_echoes = expected_echoes(|b| {
+                if let Some(w) = extra {
+                    b.warning(w);
+                }
+                match want {
+                    Some(k) => {
+                        b.notice(&format!("Creating cache {k}..."));
+                        b.notice("Created cache");
+                        b.warning("Failed to create cache");
+                        b.warning("Missing gitlab-runner-helper. Creating cache is disabled.");
+                    }
+                    None => {
+                        b.notice("Skipping cache archiving due to empty cache key");
+                    }
+                }
+            });
+            eq("messages", echoes(&s), want_echoes)?;
+            if let Some(k) = want {
+                // upstream: --file ../cacheDir/<key>/cache.zip, the same file from the build dir.
+                let args = s
+                    .split("cache-archiver --file ")
+                    .nth(1)
+                    .and_then(|r| r.split_once(" --timeout 10 --path path1 --path path2 "))
+                    .ok_or_else(|| format!("no archiver call with upstream's arguments:\n{s}"))?;
+                eq(
+                    "archive",
+                    resolve("/some/buildDir", args.0),
+                    format!("/some/cacheDir/{k}/cache.zip"),
+                )?;
+                let metadata = format!("CACHE_METADATA={}", json!({ "cachekey": k }));
+                eq("metadata", s.contains(&quote(&metadata)), true)?;
+            }
+            Ok(())
+        });
+    }
+    // NewCacheConfig, unhashed rows: the key, the warning and the archive file.
+    for (name, key, vars, want, warning) in [
+        ("empty cache key", "", vec![], None, None),
+        (
+            "unhashed",
+            "some/user/key",
+            vec![],
+            Some("some/user/key"),
+            None,
+        ),
+        (
+            "unhashed, and key sanitized",
+            "some%2fuser%2Fkey",
+            vec![],
+            Some("some/user/key"),
+            Some("cache key \"some%2fuser%2Fkey\" sanitized to \"some/user/key\""),
+        ),
+        (
+            "unhashed, and sanitizing failure",
+            "/",
+            vec![],
+            None,
+            Some("cache key \"/\" could not be sanitized"),
+        ),
+        (
+            "unhashed, user key is expanded",
+            "${foo}/${bar}/baz",
+            vec![var("foo", "someFoo"), var("bar", "someBar")],
+            Some("someFoo/someBar/baz"),
+            None,
+        ),
+    ] {
+        check(cases, T, format!("NewCacheConfig/{name}"), || {
+            let job = CacheJob {
+                key,
+                vars,
+                job: "",
+                git_ref: "",
+                build_dir: "/some/build/dir",
+                cache_dir: "/some/cache/dir",
+                ..Default::default()
+            };
+            let s = job.body(true)?;
+            let keys: Vec<&str> = want.into_iter().collect();
+            let got = echoes(&s);
+            let want_echoes = restore_echoes(&keys, |b| {
+                if let Some(w) = warning {
+                    b.warning(w);
+                }
+                if want.is_none() {
+                    b.notice("Skipping cache extraction due to empty cache key");
+                }
+            });
+            // Without a key there is no helper call and no "Missing" line.
+            let want_echoes: Vec<String> = if want.is_none() {
+                let missing = expected_echoes(|b| {
+                    b.warning("Missing gitlab-runner-helper. Extracting cache is disabled.");
+                });
+                want_echoes
+                    .into_iter()
+                    .filter(|e| !missing.contains(e))
+                    .collect()
+            } else {
+                want_echoes
+            };
+            eq("messages", got, want_echoes)?;
+            if let Some(k) = want {
+                // upstream: ../../cache/dir/<key>/cache.zip; the same file from the build dir.
+                let file = drover::executor::script::cache::archive_file(
+                    &drover::executor::paths::JobPaths {
+                        root_dir: "/some/build/dir".into(),
+                        build_dir: "/some/build/dir".into(),
+                        tmp_dir: "/t".into(),
+                        cache_dir: "/some/cache/dir".into(),
+                    },
+                    k,
+                );
+                eq(
+                    "archive",
+                    resolve("/some/build/dir", &file),
+                    format!("/some/cache/dir/{k}/cache.zip"),
+                )?;
+                eq("used", s.contains(&quote(&file)), true)?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// `rel` resolved against the absolute dir `base`.
+fn resolve(base: &str, rel: &str) -> String {
+    drover::executor::paths::normalize(&format!("{base}/{rel}"))
+}
+
+/// Runs `script` with bash in `dir`; (exit code, stdout).
+fn run_bash(script: &str, dir: &std::path::Path) -> Result<(Option<i32>, String), String> {
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .map_err(|e| format!("running bash: {e}"))?;
+    Ok((
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
+}
+
+fn temp_dir() -> Result<tempfile::TempDir, String> {
+    tempfile::tempdir().map_err(|e| format!("temporary dir: {e}"))
+}
+
+fn bash_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/bash_test.go";
+    // CommandShellEscapes and IfCmdShellEscapes: one argument, quoted as one word.
+    for (name, arg, want) in [
+        ("CommandShellEscapes/x&(y)", "x&(y)", "$'x&(y)'"),
+        (
+            "CommandShellEscapes/c:\\windows",
+            "c:\\windows",
+            "$'c:\\\\windows'",
+        ),
+        ("CommandShellEscapes/'$HOME'", "'$HOME'", "$'\\'$HOME\\''"),
+        ("IfCmdShellEscapes", "x&(y)", "$'x&(y)'"),
+    ] {
+        check(cases, T, name, || {
+            eq("quoted", quote(arg).as_str(), want)?;
+            let dir = temp_dir()?;
+            let (_, out) = run_bash(&format!("printf '%s' {}", quote(arg)), dir.path())?;
+            eq("as bash reads it", out.as_str(), arg)
+        });
+    }
+    // CheckForErrors, disabled: the command is written as it is, and errexit stops the
+    // script at the first failing command.
+    check(cases, T, "CheckForErrors/disabled", || {
+        let mut b = ScriptBody::new();
+        b.line("echo 'hello world'")
+            .line("false")
+            .line("echo after");
+        eq(
+            "body",
+            b.as_str(),
+            "echo 'hello world'\nfalse\necho after\n",
+        )?;
+        let dir = temp_dir()?;
+        let got = run_bash(&b.finish(false), dir.path())?;
+        eq("run", got, (Some(1), "hello world\n".to_string()))
+    });
+    // Finish_EvalForm, default: the body is eval'ed in a subshell that traps TERM with
+    // `exit 1`, stdin from /dev/null.
+    check(cases, T, "Finish_EvalForm/default", || {
+        let mut b = ScriptBody::new();
+        b.line("echo hi");
+        let s = b.finish(false);
+        eq("no pipeline form", s.contains(": | eval"), false)?;
+        eq(
+            "subshell",
+            s.contains("( trap 'exit 1' TERM\neval $'echo hi\\n'\n) </dev/null"),
+            true,
+        )?;
+        let mut killed = ScriptBody::new();
+        killed.line("kill -TERM $BASHPID").line("echo after");
+        let dir = temp_dir()?;
+        eq(
+            "TERM",
+            run_bash(&killed.finish(false), dir.path())?,
+            (Some(1), String::new()),
+        )?;
+        let mut stdin = ScriptBody::new();
+        stdin.line("cat");
+        let (code, out) = run_bash(
+            &format!("echo from-stdin | bash -c {}", quote(&stdin.finish(false))),
+            dir.path(),
+        )?;
+        eq("stdin", (code, out), (Some(0), String::new()))
+    });
+    // GetConfiguration `bash` and EntrypointCommand "normal shell/no probe": a normal shell,
+    // the first of upstream's shells that exists.
+    let shells = [
+        "/usr/local/bin/bash",
+        "/usr/bin/bash",
+        "/bin/bash",
+        "/usr/local/bin/sh",
+        "/usr/bin/sh",
+        "/bin/sh",
+        "/busybox/sh",
+    ];
+    for name in [
+        "GetConfiguration/bash",
+        "EntrypointCommand/normal shell/no probe",
+    ] {
+        check(cases, T, name, || {
+            let cmd = drover::executor::script::detect_shell_command();
+            let (argv, script) = cmd.split_at(2);
+            eq("argv", argv, &["sh".to_string(), "-c".to_string()][..])?;
+            let script = script.first().ok_or("no script")?;
+            let tried: Vec<(String, String)> = script
+                .lines()
+                .filter_map(|l| {
+                    let l = l.trim();
+                    l.strip_prefix("exec ").map(|e| e.trim().to_string())
+                })
+                .zip(script.lines().filter_map(|l| {
+                    l.split_once("[ -x ")
+                        .and_then(|(_, r)| r.split_once(" ]"))
+                        .map(|(p, _)| p.to_string())
+                }))
+                .map(|(e, t)| (t, e))
+                .collect();
+            let want: Vec<(String, String)> = shells
+                .iter()
+                .map(|s| (s.to_string(), s.to_string()))
+                .collect();
+            eq("shells", tried, want)?;
+            eq(
+                "none found",
+                script.contains("echo shell not found") && script.contains("exit 1"),
+                true,
+            )
+        });
+    }
+    // Variable: exports as bash sees them; a file variable's content in a file under the
+    // temporary dir, exported as its path.
+    for (name, v, want_value, want_file) in [
+        (
+            "file var, absolute path",
+            {
+                let mut f = var("KEY", "the secret");
+                f.file = true;
+                f
+            },
+            "<tmp>/KEY",
+            Some("the secret"),
+        ),
+        (
+            "tmp file var, absolute path",
+            var("KEY", "<tmp>/KEY2"),
+            "<tmp>/KEY2",
+            None,
+        ),
+        ("regular var", var("KEY", "VALUE"), "VALUE", None),
+    ] {
+        check(cases, T, format!("Variable/{name}"), || {
+            let dir = temp_dir()?;
+            let tmp = dir.path().join("foo/bar").display().to_string();
+            let mut v = v;
+            v.value = v.value.replace("<tmp>", &tmp);
+            let mut b = ScriptBody::new();
+            drover::executor::script::user::write_exports(&mut b, &list(vec![v], &tmp), true);
+            b.line("printf '%s\\n' \"$KEY\"");
+            b.line("if [ -f \"$KEY\" ]; then cat \"$KEY\"; fi");
+            let (code, out) = run_bash(&b.finish(false), dir.path())?;
+            let mut want = format!("{}\n", want_value.replace("<tmp>", &tmp));
+            want.push_str(want_file.unwrap_or_default());
+            eq("run", (code, out), (Some(0), want))
+        });
+    }
+    // RmFile: a file variable's file is deleted at cleanup, wherever the temporary dir is.
+    for (name, sub) in [
+        ("simple path", "path/to"),
+        ("path with spaces", "path/with spaces"),
+        ("path with special characters", "path/to-dir_123"),
+    ] {
+        check(cases, T, format!("RmFile/{name}"), || {
+            let dir = temp_dir()?;
+            let tmp = dir.path().join(sub);
+            std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+            let file = tmp.join("FILE");
+            std::fs::write(&file, "x").map_err(|e| e.to_string())?;
+            let mut v = var("FILE", "x");
+            v.file = true;
+            let tmp_s = tmp.display().to_string();
+            let paths = drover::executor::paths::JobPaths {
+                root_dir: dir.path().display().to_string(),
+                build_dir: dir.path().join("p").display().to_string(),
+                tmp_dir: tmp_s.clone(),
+                cache_dir: "/cache".into(),
+            };
+            let git = GitCleanup::new(
+                &BuildSettings::from_variables(&VarList::default(), false).0,
+                Some(false),
+            );
+            let b = drover::executor::script::user::cleanup_file_variables(
+                &list(vec![v], &tmp_s),
+                &paths,
+                None,
+                git,
+            );
+            let (code, _) = run_bash(&b.finish(false), dir.path())?;
+            eq("run", code, Some(0))?;
+            eq("file left", file.exists(), false)
+        });
+    }
+    // RmDir: hooks dirs are deleted, wherever the project dir is.
+    for (name, sub) in [
+        ("simple path", "path/to/dir"),
+        ("path with spaces", "path/with spaces/dir"),
+    ] {
+        check(cases, T, format!("RmDir/{name}"), || {
+            let dir = temp_dir()?;
+            let build = dir.path().join(sub);
+            let hooks = build.join(".git/hooks/sub");
+            std::fs::create_dir_all(&hooks).map_err(|e| e.to_string())?;
+            std::fs::write(hooks.join("pre-commit"), "x").map_err(|e| e.to_string())?;
+            let paths = drover::executor::paths::JobPaths {
+                root_dir: dir.path().display().to_string(),
+                build_dir: build.display().to_string(),
+                tmp_dir: format!("{}.tmp", build.display()),
+                cache_dir: "/cache".into(),
+            };
+            let git = GitCleanup::new(
+                &BuildSettings::from_variables(&VarList::default(), false).0,
+                Some(true),
+            );
+            let mut b = ScriptBody::new();
+            git.write(&mut b, &paths);
+            let (code, _) = run_bash(&b.finish(false), dir.path())?;
+            eq("run", code, Some(0))?;
+            eq("hooks left", build.join(".git/hooks").exists(), false)
+        });
+    }
+}
+
+fn shell_writer_tables(cases: &mut Vec<Case>) {
+    check(
+        cases,
+        "shells/shell_writer_test.go",
+        "Bash/ends with a newline",
+        || {
+            let mut b = ScriptBody::new();
+            b.line("echo hi");
+            eq("last char", b.finish(false).ends_with('\n'), true)
+        },
+    );
+}
+
+/// The `get_sources` body of a job with these variables (settings read from them), on
+/// upstream's fixture paths.
+struct SourcesJob<'a> {
+    vars: Vec<Var>,
+    git_info: Value,
+    hooks: Value,
+    pre: Option<&'a str>,
+    post: Option<&'a str>,
+    clean_git_config: Option<bool>,
+    /// The builds dir; the project is `<root>/g/p`.
+    root: &'a str,
+}
+
+impl Default for SourcesJob<'_> {
+    fn default() -> Self {
+        SourcesJob {
+            vars: vec![],
+            git_info: json!({"repo_url": "https://gitlab-ci-token:job-token@test.remote/g/p.git",
+                             "sha": "0123456789abcdef", "ref": "main",
+                             "refspecs": ["+refs/heads/*:refs/origin/heads/*"]}),
+            hooks: json!([]),
+            pre: None,
+            post: None,
+            clean_git_config: None,
+            root: "/builds",
+        }
+    }
+}
+
+impl SourcesJob<'_> {
+    fn body(&self) -> String {
+        let p = payload(json!({"git_info": self.git_info, "hooks": self.hooks}));
+        let root = self.root;
+        let vars = list(self.vars.clone(), &format!("{root}/g/p.tmp")).expanded();
+        let (settings, _) = BuildSettings::from_variables(&vars, true);
+        let paths = drover::executor::paths::JobPaths {
+            root_dir: root.into(),
+            build_dir: format!("{root}/g/p"),
+            tmp_dir: format!("{root}/g/p.tmp"),
+            cache_dir: "/cache/g/p".into(),
+        };
+        let repo_url = self.git_info["repo_url"].as_str().unwrap_or_default();
+        let auth = GitAuth {
+            credentials_url: "https://test.remote",
+            repo_url,
+            token: "job-token",
+            ..Default::default()
+        };
+        drover::executor::script::sources::get_sources(
+            &p,
+            &drover::executor::script::sources::SourcesInputs {
+                vars: &vars,
+                paths: &paths,
+                settings: &settings,
+                pre_get_sources: self.pre,
+                post_get_sources: self.post,
+                user_agent: &drover::version::git_user_agent(),
+                clean_git_config: self.clean_git_config,
+                auth: &auth,
+            },
+        )
+        .as_str()
+        .to_string()
+    }
+}
+
+/// What upstream writes, step by step, as drover's script shows it.
+enum Step<'a> {
+    Notice(&'a str),
+    Warning(&'a str),
+    /// A command: its words, each quoted (`"$GLR_EXT_GIT_CONFIG_PATH"` references stay).
+    Cmd(Vec<String>),
+    /// A user's command line, as written.
+    Line(&'a str),
+}
+
+fn words(w: &[&str]) -> Vec<String> {
+    w.iter().map(|s| s.to_string()).collect()
+}
+
+impl Step<'_> {
+    fn render(&self) -> String {
+        match self {
+            Step::Notice(m) => ScriptBody::new().notice(m).as_str().trim_end().to_string(),
+            Step::Warning(m) => ScriptBody::new().warning(m).as_str().trim_end().to_string(),
+            Step::Line(l) => l.to_string(),
+            Step::Cmd(w) => w
+                .iter()
+                .map(|a| match a.as_str() {
+                    "include.path=$GLR_EXT_GIT_CONFIG_PATH" => {
+                        "include.path=\"$GLR_EXT_GIT_CONFIG_PATH\"".to_string()
+                    }
+                    "$GLR_EXT_GIT_CONFIG_PATH" => "\"$GLR_EXT_GIT_CONFIG_PATH\"".to_string(),
+                    // Words bash reads as they are need no quotes.
+                    other
+                        if !other.is_empty()
+                            && other
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || ",-./@_=+".contains(c)) =>
+                    {
+                        other.to_string()
+                    }
+                    other => quote(other),
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
+}
+
+/// `steps` appear in `s` in this order, each as a whole line (a command may be an `if`'s
+/// condition).
+fn in_order(s: &str, steps: &[Step<'_>]) -> Result<(), String> {
+    let lines: Vec<&str> = s.lines().map(str::trim).collect();
+    let mut at = 0;
+    for step in steps {
+        let want = step.render();
+        let found = lines[at..].iter().position(|l| {
+            *l == want
+                || l.strip_prefix("if ").and_then(|r| r.strip_suffix("; then")) == Some(&want)
+        });
+        match found {
+            Some(i) => at += i + 1,
+            None => return Err(format!("{want:?} missing (in this order) in:\n{s}")),
+        }
+    }
+    Ok(())
+}
+
+/// upstream's submodule steps for one table row.
+fn submodule_steps<'a>(
+    notice: &'a str,
+    recursive: bool,
+    update_flags: &[&str],
+    clean_flags: &[&str],
+    paths: &[&str],
+) -> Vec<Step<'a>> {
+    let rec: &[&str] = if recursive { &["--recursive"] } else { &[] };
+    let dashed: Vec<&str> = if paths.is_empty() {
+        vec![]
+    } else {
+        [&["--"][..], paths].concat()
+    };
+    let creds = ["git", "-c", "include.path=$GLR_EXT_GIT_CONFIG_PATH"];
+    let foreach = |tail: &[&str]| {
+        Step::Cmd(words(
+            &[&["git", "submodule", "foreach"], rec, tail].concat(),
+        ))
+    };
+    let sync = || {
+        Step::Cmd(words(
+            &[&["git", "submodule", "sync"], rec, &dashed].concat(),
+        ))
+    };
+    let update = || {
+        Step::Cmd(words(
+            &[
+                &creds[..],
+                &["submodule", "update", "--init"],
+                rec,
+                update_flags,
+                &dashed,
+            ]
+            .concat(),
+        ))
+    };
+    let clean = [&["git", "clean"], clean_flags].concat();
+    let mut steps = vec![
+        Step::Notice(notice),
+        Step::Cmd(words(&["git", "submodule", "init"])),
+        sync(),
+        foreach(&clean),
+        foreach(&["git", "reset", "--hard"]),
+        update(),
+        Step::Notice("Updated submodules"),
+        sync(),
+        Step::Warning("Updating submodules failed. Retrying..."),
+    ];
+    if update_flags.contains(&"--remote") {
+        steps.push(Step::Cmd(words(
+            &[
+                &creds[..],
+                &["submodule", "foreach"],
+                rec,
+                &[
+                    "git",
+                    "fetch",
+                    "origin",
+                    "+refs/heads/*:refs/remotes/origin/*",
+                ],
+            ]
+            .concat(),
+        )));
+    }
+    steps.extend([
+        sync(),
+        update(),
+        foreach(&["git", "reset", "--hard"]),
+        foreach(&clean),
+        Step::Notice("Configuring submodules to use parent git credentials..."),
+        Step::Cmd(words(&[
+            "git",
+            "submodule",
+            "foreach",
+            "--recursive",
+            "git",
+            "config",
+            "--replace-all",
+            "include.path",
+            "$GLR_EXT_GIT_CONFIG_PATH",
+        ])),
+        Step::Notice("Pulling LFS files..."),
+        Step::Cmd(words(
+            &[
+                &creds[..],
+                &["submodule", "foreach"],
+                rec,
+                &["git", "lfs", "pull"],
+            ]
+            .concat(),
+        )),
+    ]);
+    steps
+}
+
+fn submodule_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    for (name, recursive, depth, clean, update, notice, update_flags, clean_flags) in [
+        (
+            "no recursion, no depth limit",
+            false,
+            0,
+            "",
+            "",
+            "Updating/initializing submodules...",
+            vec![],
+            vec!["-ffdx"],
+        ),
+        (
+            "no recursion, depth limit 10",
+            false,
+            10,
+            "",
+            "",
+            "Updating/initializing submodules with git depth set to 10...",
+            vec!["--depth", "10"],
+            vec!["-ffdx"],
+        ),
+        (
+            "with recursion, no depth limit",
+            true,
+            0,
+            "",
+            "",
+            "Updating/initializing submodules recursively...",
+            vec![],
+            vec!["-ffdx"],
+        ),
+        (
+            "with recursion, depth limit 1",
+            true,
+            1,
+            "",
+            "",
+            "Updating/initializing submodules recursively with git depth set to 1...",
+            vec!["--depth", "1"],
+            vec!["-ffdx"],
+        ),
+        (
+            "with custom git clean flags",
+            false,
+            0,
+            "custom-flags",
+            "",
+            "Updating/initializing submodules...",
+            vec![],
+            vec!["custom-flags"],
+        ),
+        (
+            "with recursion, no depth limit, and update flags",
+            true,
+            0,
+            "",
+            " --remote  --progress  ",
+            "Updating/initializing submodules recursively...",
+            vec!["--remote", "--progress"],
+            vec!["-ffdx"],
+        ),
+        (
+            "with git clean flags containing shell metacharacters",
+            false,
+            0,
+            "-ffdx a;b c&&d $(e) `f` |g",
+            "",
+            "Updating/initializing submodules...",
+            vec![],
+            vec!["-ffdx", "a;b", "c&&d", "$(e)", "`f`", "|g"],
+        ),
+    ] {
+        check(cases, T, format!("writeSubmoduleUpdateCmd/{name}"), || {
+            let mut vars = vec![
+                var(
+                    "GIT_SUBMODULE_STRATEGY",
+                    if recursive { "recursive" } else { "normal" },
+                ),
+                var("GIT_SUBMODULE_UPDATE_FLAGS", update),
+                var("GIT_CLEAN_FLAGS", clean),
+            ];
+            vars.iter_mut().for_each(|v| v.raw = true);
+            let job = SourcesJob {
+                vars,
+                git_info: json!({"repo_url": "https://test.remote/g/p.git", "sha": "0123456789",
+                                 "ref": "main", "depth": depth,
+                                 "refspecs": ["+refs/heads/*:refs/origin/heads/*"]}),
+                ..Default::default()
+            };
+            in_order(
+                &job.body(),
+                &submodule_steps(notice, recursive, &update_flags, &clean_flags, &[]),
+            )
+        });
+    }
+    for (name, paths) in [
+        ("single path", "submoduleA"),
+        ("multiple paths", "submoduleA submoduleB submoduleC"),
+        ("exclude paths", ":(exclude)submoduleA :(exclude)submoduleB"),
+        ("paths with dash", "-submoduleA :(exclude)-submoduleB"),
+        (
+            "invalid paths",
+            "submoduleA : (exclude)submoduleB submoduleC :::1(exclude) submoduleD",
+        ),
+        (
+            "extra spaces",
+            "submoduleA :   (exclude)submoduleB    submoduleC :::1(exclude)   submoduleD",
+        ),
+        ("empty paths", ""),
+        ("spaces", "        "),
+    ] {
+        check(
+            cases,
+            T,
+            format!("writeSubmoduleUpdateCmdPath/{name}"),
+            || {
+                let job = SourcesJob {
+                    vars: vec![
+                        var("GIT_SUBMODULE_STRATEGY", "normal"),
+                        var("GIT_SUBMODULE_PATHS", paths),
+                    ],
+                    ..Default::default()
+                };
+                let fields: Vec<&str> = paths.split_whitespace().collect();
+                in_order(
+                    &job.body(),
+                    &submodule_steps(
+                        "Updating/initializing submodules...",
+                        false,
+                        &[],
+                        &["-ffdx"],
+                        &fields,
+                    ),
+                )
+            },
+        );
+    }
+}
+
+/// The git `http.userAgent` upstream sets on this machine.
+fn upstream_git_user_agent() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    format!("gitlab-runner 19.4.0 {}/{arch}", std::env::consts::OS)
+}
+
+fn sources_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    // writeClearGitCredentials: (repo URL, the remote whose credentials are rejected).
+    for (name, url, want) in [
+        (
+            "https URL",
+            "https://gitlab-ci-token:xxx@example.com:3443/project/repo.git",
+            Some(("https", "example.com:3443")),
+        ),
+        (
+            "http URL",
+            "http://example.com/project/repo.git",
+            Some(("http", "example.com")),
+        ),
+        (
+            "windows path parses as a scheme without a host",
+            "C:/builds/group/project",
+            None,
+        ),
+        (
+            "windows path with backslashes",
+            "C:\\builds\\group\\project",
+            None,
+        ),
+        (
+            "unix path parses as neither scheme nor host",
+            "/builds/group/project",
+            None,
+        ),
+        ("file URL has no host", "file:///builds/group/project", None),
+        (
+            "git URL has a host but an unhandled scheme",
+            "git://example.com/group/project.git",
+            None,
+        ),
+        (
+            "ssh URL",
+            "ssh://git@example.com/group/project.git",
+            Some(("ssh", "example.com")),
+        ),
+        ("no URL", "", None),
+    ] {
+        check(cases, T, format!("writeClearGitCredentials/{name}"), || {
+            let mut b = ScriptBody::new();
+            drover::executor::script::sources::write_credential_reject(&mut b, url);
+            let got = b.as_str();
+            match want {
+                None => eq("lines", got, ""),
+                Some((scheme, host)) => {
+                    let dir = temp_dir()?;
+                    // What git credential reject reads: replace git by a printer.
+                    let script = got.replace("| git credential reject", "| cat");
+                    let (code, out) =
+                        run_bash(&script.replace(">/dev/null 2>&1 ", ""), dir.path())?;
+                    eq("exit", code, Some(0))?;
+                    eq(
+                        "stdin of git credential reject",
+                        out,
+                        format!("protocol={scheme}\nhost={host}\nusername=gitlab-ci-token\n\n"),
+                    )?;
+                    eq(
+                        "runs git credential reject",
+                        got.contains("| git credential reject"),
+                        true,
+                    )
+                }
+            }
+        });
+    }
+    let checkout_job = |vars: Vec<Var>| SourcesJob {
+        vars: [vec![var("GIT_STRATEGY", "fetch")], vars].concat(),
+        git_info: json!({"repo_url": "https://test.remote/g/p.git", "sha": "01234567abcdef",
+                         "ref": "main"}),
+        ..Default::default()
+    };
+    // GitCleanFlags.
+    for (name, value, flags) in [
+        ("empty clean flags", "", Some(vec!["-ffdx"])),
+        (
+            "use custom flags",
+            "custom-flags",
+            Some(vec!["custom-flags"]),
+        ),
+        (
+            "use custom flags with multiple arguments",
+            "-ffdx -e cache/",
+            Some(vec!["-ffdx", "-e", "cache/"]),
+        ),
+        ("disabled", "none", None),
+    ] {
+        check(cases, T, format!("GitCleanFlags/{name}"), || {
+            let s = checkout_job(vec![var("GIT_CLEAN_FLAGS", value)]).body();
+            let mut steps = vec![
+                Step::Notice("Checking out 01234567 as detached HEAD (ref is main)..."),
+                Step::Cmd(words(&[
+                    "git",
+                    "-c",
+                    "submodule.recurse=false",
+                    "checkout",
+                    "-f",
+                    "-q",
+                    "01234567abcdef",
+                ])),
+            ];
+            let cleans = s
+                .lines()
+                .filter(|l| l.trim_start().starts_with("git clean"))
+                .count();
+            match flags {
+                Some(f) => {
+                    steps.push(Step::Cmd(words(&[&["git", "clean"], &f[..]].concat())));
+                    eq("git clean lines", cleans, 1)?;
+                }
+                None => eq("git clean lines", cleans, 0)?,
+            }
+            in_order(&s, &steps)
+        });
+    }
+    // GitFetchFlags (no refspecs in the payload, as upstream's table).
+    for (name, value, depth, format, flags) in [
+        ("empty fetch flags", "", 0, "", vec!["--prune", "--quiet"]),
+        ("use custom flags", "--prune", 0, "", vec!["--prune"]),
+        (
+            "depth non zero",
+            "--quiet",
+            1,
+            "",
+            vec!["--depth", "1", "--quiet"],
+        ),
+        (
+            "object format SHA256",
+            "",
+            0,
+            "sha256",
+            vec!["--prune", "--quiet"],
+        ),
+        ("disabled", "none", 0, "", vec![]),
+    ] {
+        check(cases, T, format!("GitFetchFlags/{name}"), || {
+            let job = SourcesJob {
+                vars: vec![var("GIT_FETCH_EXTRA_FLAGS", value)],
+                git_info: json!({"repo_url": "https://test.remote/g/p.git", "sha": "01234567abcdef",
+                                 "ref": "main", "depth": depth, "repo_object_format": format}),
+                ..Default::default()
+            };
+            let s = job.body();
+            let notice = if depth > 0 {
+                format!("Fetching changes with git depth set to {depth}...")
+            } else {
+                "Fetching changes...".into()
+            };
+            let mut init = words(&[
+                "git",
+                "init",
+                "/builds/g/p",
+                "--template",
+                "/builds/g/p.tmp/git-template",
+            ]);
+            if !format.is_empty() {
+                init.extend(words(&["--object-format", format]));
+            }
+            let ua = format!("http.userAgent={}", upstream_git_user_agent());
+            let fetch = Step::Cmd(words(
+                &[
+                    &[
+                        "git",
+                        "-c",
+                        ua.as_str(),
+                        "fetch",
+                        "origin",
+                        "--no-recurse-submodules",
+                    ],
+                    &flags[..],
+                ]
+                .concat(),
+            ))
+            .render();
+            in_order(
+                &s,
+                &[
+                    Step::Notice(&notice),
+                    Step::Cmd(init),
+                    Step::Notice("Created fresh repository."),
+                ],
+            )
+            .or_else(|_| {
+                // drover prints "Created fresh repository." inside the `if` of `git remote add`.
+                let created = format!("echo {}", quote("\u{1b}[0;mCreated fresh repository."));
+                eq("created", s.contains(&created), true)
+            })?;
+            let want = if depth > 0 {
+                fetch
+            } else {
+                format!("if [ -f .git/shallow ]; then {fetch} --unshallow; else {fetch}; fi")
+            };
+            eq("fetch", s.lines().any(|l| l == want), true)
+                .map_err(|e| format!("{e}: {want:?} in\n{s}"))
+        });
+    }
+    // guardGetSourcesScriptHooks.
+    for (name, strategy, script, written) in [
+        ("no scripts", "", vec![], false),
+        ("git strategy none", "none", vec!["test"], false),
+        ("git strategy empty", "empty", vec!["test"], false),
+        ("writes command", "", vec!["test"], true),
+    ] {
+        check(
+            cases,
+            T,
+            format!("guardGetSourcesScriptHooks/{name}"),
+            || {
+                let job = SourcesJob {
+                    vars: vec![var("GIT_STRATEGY", strategy), var("GIT_CHECKOUT", "false")],
+                    hooks: json!([{"name": "pre_get_sources_script", "script": script}]),
+                    ..Default::default()
+                };
+                let s = job.body();
+                let shown = Step::Notice("$ test").render();
+                let lines: Vec<&str> = s.lines().collect();
+                let at = lines.iter().position(|l| *l == shown);
+                eq("hook shown", at.is_some(), written)?;
+                eq(
+                    "hook run after it",
+                    at.and_then(|i| lines.get(i + 1)).copied(),
+                    written.then_some("test"),
+                )?;
+                eq("user commands", s.contains("\\x1b[32;1m$ "), written)
+            },
+        );
+    }
+    // writeGetSourcesScript (bash): hooks from the config and the job around the git steps.
+    for (strategy, steps) in [
+        (
+            "none",
+            vec![
+                Step::Notice("Skipping Git repository setup"),
+                Step::Cmd(words(&["mkdir", "-p", "/builds/g/p"])),
+                Step::Notice("Skipping Git checkout"),
+                Step::Notice("Skipping Git submodules setup"),
+            ],
+        ),
+        (
+            "empty",
+            vec![
+                Step::Notice("Skipping Git repository setup and creating an empty build directory"),
+                Step::Cmd(words(&["rm", "-rf", "/builds/g/p"])),
+                Step::Cmd(words(&["mkdir", "-p", "/builds/g/p"])),
+                Step::Notice("Skipping Git checkout"),
+                Step::Notice("Skipping Git submodules setup"),
+            ],
+        ),
+        ("clone", vec![]),
+        ("fetch", vec![]),
+    ] {
+        check(
+            cases,
+            T,
+            format!("writeGetSourcesScript/strategy {strategy}"),
+            || {
+                let job = SourcesJob {
+                    vars: vec![var("GIT_STRATEGY", strategy), var("GIT_CHECKOUT", "false")],
+                    git_info: json!({"repo_url": "https://repo-url/some/repo", "sha": "0123456789",
+                                 "ref": "main"}),
+                    hooks: json!([
+                        {"name": "pre_get_sources_script", "script": ["job payload", "pre_get_sources"]},
+                        {"name": "post_get_sources_script", "script": ["job payload", "post_get_sources"]},
+                    ]),
+                    pre: Some("config pre_get_sources"),
+                    post: Some("config post_get_sources"),
+                    ..Default::default()
+                };
+                let s = job.body();
+                let shown: Vec<String> = [
+                    "config pre_get_sources",
+                    "job payload",
+                    "pre_get_sources",
+                    "post_get_sources",
+                    "config post_get_sources",
+                ]
+                .iter()
+                .map(|c| format!("$ {c}"))
+                .collect();
+                let hook = |c: &'static str| {
+                    let notice = shown
+                        .iter()
+                        .find(|n| n.strip_prefix("$ ") == Some(c))
+                        .map(String::as_str)
+                        .unwrap_or_default();
+                    [Step::Notice(notice), Step::Line(c)]
+                };
+                let mut want: Vec<Step<'_>> = vec![];
+                let fetches = strategy == "clone" || strategy == "fetch";
+                if fetches {
+                    want.extend(hook("config pre_get_sources"));
+                    want.extend(hook("job payload"));
+                    want.extend(hook("pre_get_sources"));
+                    want.push(Step::Notice("Fetching changes..."));
+                    if strategy == "clone" {
+                        // The project dir is emptied before the fetch.
+                        let rm = Step::Cmd(words(&["rm", "-rf", "/builds/g/p"])).render();
+                        let init = s.find("\ngit init ").ok_or("no git init")?;
+                        eq(
+                            "clone empties the dir first",
+                            s[..init].lines().any(|l| l == rm),
+                            true,
+                        )?;
+                    }
+                    want.push(Step::Cmd(words(&[
+                        "git",
+                        "init",
+                        "/builds/g/p",
+                        "--template",
+                        "/builds/g/p.tmp/git-template",
+                    ])));
+                    want.push(Step::Cmd(words(&["cd", "/builds/g/p"])));
+                    want.push(Step::Notice("Skipping Git checkout"));
+                    want.push(Step::Notice("Skipping Git submodules setup"));
+                    want.extend(hook("job payload"));
+                    want.extend(hook("post_get_sources"));
+                    want.extend(hook("config post_get_sources"));
+                } else {
+                    want.extend(steps);
+                    eq("hooks skipped", s.contains("pre_get_sources"), false)?;
+                }
+                in_order(&s, &want)?;
+                // Lastly the job token is dropped from git's credential helpers.
+                let last = s.lines().last().unwrap_or_default();
+                eq(
+                "credential reject",
+                last.starts_with("printf 'protocol=%s\\nhost=%s\\nusername=gitlab-ci-token\\n\\n' https repo-url | git credential reject"),
+                true,
+            )
+            },
+        );
+    }
+    // writeClearWorktreeScript: tracked and untracked files go, .git stays.
+    check(cases, T, "writeClearWorktreeScript", || {
+        let dir = temp_dir()?;
+        let build = dir.path().join("p");
+        let paths = drover::executor::paths::JobPaths {
+            root_dir: dir.path().display().to_string(),
+            build_dir: build.display().to_string(),
+            tmp_dir: format!("{}.tmp", build.display()),
+            cache_dir: "/cache".into(),
+        };
+        let setup = format!(
+            "set -e; mkdir -p {b}; cd {b}; git init -q .; echo a > tracked; git add tracked; \
+             git -c user.email=a@b -c user.name=a commit -q -m x; echo b > untracked; mkdir d; echo c > d/ignored",
+            b = quote(&paths.build_dir)
+        );
+        eq("setup", run_bash(&setup, dir.path())?.0, Some(0))?;
+        let body = drover::executor::script::user::clear_worktree(&paths);
+        eq(
+            "notice",
+            body.as_str().lines().next().map(String::from),
+            Some(Step::Notice("Deleting tracked and untracked files...").render()),
+        )?;
+        let (code, _) = run_bash(&body.finish(false), dir.path())?;
+        eq("exit", code, Some(0))?;
+        let mut left: Vec<String> = std::fs::read_dir(&build)
+            .map_err(|e| e.to_string())?
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        left.sort();
+        eq("left", left, vec![".git".to_string()])
+    });
+}
+
+/// The files a job can leave in git's dirs, relative to the project dir (`T/` is the template
+/// dir under `<project>.tmp`).
+const GIT_LEFTOVERS: &[&str] = &[
+    ".git/index.lock",
+    ".git/shallow.lock",
+    ".git/HEAD.lock",
+    ".git/hooks/post-checkout",
+    ".git/config.lock",
+    ".git/refs/heads/main.lock",
+    ".git/config",
+    ".git/hooks/pre-commit",
+    ".git/modules/m/index.lock",
+    ".git/modules/m/shallow.lock",
+    ".git/modules/m/HEAD.lock",
+    ".git/modules/m/hooks/post-checkout",
+    ".git/modules/m/config.lock",
+    ".git/modules/m/config",
+    ".git/modules/m/hooks/pre-commit",
+    "T/config",
+    "T/hooks/pre-commit",
+];
+
+/// Which of [`GIT_LEFTOVERS`] upstream removes: locks always, `.git/modules` locks with a
+/// submodule strategy, configs and hooks with `clean_git_config`, and in `.git/modules` with both.
+fn upstream_removes(file: &str, submodules: bool, configs: bool) -> bool {
+    let in_modules = file.starts_with(".git/modules/");
+    let lock = file.ends_with(".lock") || file.ends_with("hooks/post-checkout");
+    match (lock, in_modules) {
+        (true, false) => true,
+        (true, true) => submodules,
+        (false, false) => configs,
+        (false, true) => configs && submodules,
+    }
+}
+
+/// Runs the git clean-up lines of `body` (from the first `.git/index.lock` line up to `until`)
+/// against a project dir holding every [`GIT_LEFTOVERS`] file; the files left.
+fn run_git_cleanup(body: &str, root: &std::path::Path, until: &str) -> Result<Vec<String>, String> {
+    let project = root.join("g/p");
+    let template = root.join("g/p.tmp/git-template");
+    for f in GIT_LEFTOVERS {
+        let path = match f.strip_prefix("T/") {
+            Some(rest) => template.join(rest),
+            None => project.join(f),
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        }
+        std::fs::write(&path, "x").map_err(|e| e.to_string())?;
+    }
+    let start = body
+        .find(&format!(
+            "rm -f {}",
+            quote(&format!("{}/.git/index.lock", project.display()))
+        ))
+        .ok_or_else(|| format!("no git clean-up in:\n{body}"))?;
+    let end = body[start..]
+        .find(until)
+        .map(|i| start + i)
+        .ok_or_else(|| format!("{until:?} missing"))?;
+    let (code, _) = run_bash(&format!("set -e\n{}", &body[start..end]), root)?;
+    eq("clean-up exit", code, Some(0))?;
+    Ok(GIT_LEFTOVERS
+        .iter()
+        .filter(|f| match f.strip_prefix("T/") {
+            Some(rest) => template.join(rest).exists(),
+            None => project.join(f).exists(),
+        })
+        .map(|f| f.to_string())
+        .collect())
+}
+
+fn git_cleanup_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    for (config_name, config, configs) in [
+        ("<nil>", None, true),
+        ("enabled", Some(true), true),
+        ("disabled", Some(false), false),
+    ] {
+        for (strategy, submodules) in [
+            ("none", false),
+            ("normal", true),
+            ("recursive", true),
+            ("invalid", false),
+        ] {
+            let want = || -> Vec<String> {
+                GIT_LEFTOVERS
+                    .iter()
+                    .filter(|f| !upstream_removes(f, submodules, configs))
+                    .map(|f| f.to_string())
+                    .collect()
+            };
+            check(
+                cases,
+                T,
+                format!("writeGitCleanup/cleanGitConfig:{config_name}/submoduleStrategy:{strategy}/handleGetSourcesStrategy"),
+                || {
+                    let dir = temp_dir()?;
+                    let root = dir.path().display().to_string();
+                    let job = SourcesJob {
+                        vars: vec![var("GIT_STRATEGY", "fetch"), var("GIT_SUBMODULE_STRATEGY", strategy)],
+                        clean_git_config: config,
+                        root: &root,
+                        ..Default::default()
+                    };
+                    let s = job.body();
+                    // Before the template dir is set up.
+                    let until = format!("rm -rf {}", quote(&format!("{root}/g/p.tmp/git-template")));
+                    eq("left", run_git_cleanup(&s, dir.path(), &format!("{until}\n"))?, want())
+                },
+            );
+            check(
+                cases,
+                T,
+                format!("writeGitCleanup/cleanGitConfig:{config_name}/submoduleStrategy:{strategy}/writeCleanupScript"),
+                || {
+                    let dir = temp_dir()?;
+                    let root = dir.path().display().to_string();
+                    let vars = list(
+                        vec![var("GIT_STRATEGY", "fetch"), var("GIT_SUBMODULE_STRATEGY", strategy)],
+                        &format!("{root}/g/p.tmp"),
+                    );
+                    let (settings, _) = BuildSettings::from_variables(&vars, true);
+                    let paths = drover::executor::paths::JobPaths {
+                        root_dir: root.clone(),
+                        build_dir: format!("{root}/g/p"),
+                        tmp_dir: format!("{root}/g/p.tmp"),
+                        cache_dir: "/cache".into(),
+                    };
+                    let s = drover::executor::script::user::cleanup_file_variables(
+                        &vars,
+                        &paths,
+                        Some("https://repo-url"),
+                        GitCleanup::new(&settings, config),
+                    )
+                    .as_str()
+                    .to_string();
+                    let tmp = format!("{root}/g/p.tmp");
+                    for f in ["masking.db", ".gitlab-runner.ext.conf", "gitlab_runner_env"] {
+                        eq(f, s.contains(&quote(&format!("{tmp}/{f}"))), true)?;
+                    }
+                    eq(
+                        "credential reject",
+                        s.contains("https repo-url | git credential reject"),
+                        true,
+                    )?;
+                    let uid = format!("rm -f {} || true", quote(&format!("{root}/.gitlab-build-uid-gid")));
+                    eq("left", run_git_cleanup(&s, dir.path(), &uid)?, want())
+                },
+            );
+        }
+    }
+}
+
+/// Which stage bodies a job gets: (restore, download, archive on success, archive on failure,
+/// upload on success, upload on failure); `false`: the stage is skipped.
+fn stages_of(job: Value, url: &str) -> [bool; 6] {
+    let p = payload(job);
+    let vars = VarList::default();
+    let paths = drover::executor::paths::JobPaths {
+        root_dir: "/builds".into(),
+        build_dir: "/builds/g/p".into(),
+        tmp_dir: "/builds/g/p.tmp".into(),
+        cache_dir: "/cache/g/p".into(),
+    };
+    let c = CacheInputs {
+        payload: &p,
+        vars: &vars,
+        paths: &paths,
+        remote: &LocalOnly,
+        timeout_minutes: 10,
+    };
+    let a = drover::executor::script::artifacts::ArtifactInputs {
+        payload: &p,
+        vars: &vars,
+        paths: &paths,
+        url,
+    };
+    use drover::executor::script::artifacts;
+    [
+        cache::restore(&c).is_some(),
+        artifacts::download(&a).is_some(),
+        cache::archive(&c, true).is_some(),
+        cache::archive(&c, false).is_some(),
+        artifacts::upload(&a, true).is_some(),
+        artifacts::upload(&a, false).is_some(),
+    ]
+}
+
+fn skip_stage_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    let url = "https://example.com";
+    for (stage, at, name, job, runner_url) in [
+        (
+            "restore_cache",
+            0,
+            "don't skip if cache has paths",
+            json!({"cache": [{"paths": ["default"]}]}),
+            "",
+        ),
+        (
+            "restore_cache",
+            0,
+            "don't skip if cache uses untracked files",
+            json!({"cache": [{"untracked": true}]}),
+            "",
+        ),
+        (
+            "download_artifacts",
+            1,
+            "don't skip if job has any dependencies",
+            json!({"dependencies": [{"id": 1, "artifacts_file": {"filename": "dependency.txt"}}]}),
+            "",
+        ),
+        (
+            "archive_cache",
+            2,
+            "don't skip if cache has paths",
+            json!({"cache": [{"paths": ["default"], "when": "on_success"}]}),
+            "",
+        ),
+        (
+            "archive_cache",
+            2,
+            "don't skip if cache uses untracked files",
+            json!({"cache": [{"untracked": true, "when": "on_success"}]}),
+            "",
+        ),
+        (
+            "archive_cache_on_failure",
+            3,
+            "don't skip if cache has paths",
+            json!({"cache": [{"paths": ["default"], "when": "on_failure"}]}),
+            "",
+        ),
+        (
+            "archive_cache_on_failure",
+            3,
+            "don't skip if cache uses untracked files",
+            json!({"cache": [{"untracked": true, "when": "on_failure"}]}),
+            "",
+        ),
+        (
+            "upload_artifacts_on_success",
+            4,
+            "don't skip if artifact has paths and URL defined",
+            json!({"artifacts": [{"paths": ["default"], "when": "on_success"}]}),
+            url,
+        ),
+        (
+            "upload_artifacts_on_success",
+            4,
+            "don't skip if artifact uses untracked files and URL defined",
+            json!({"artifacts": [{"untracked": true, "when": "on_success"}]}),
+            url,
+        ),
+        (
+            "upload_artifacts_on_failure",
+            5,
+            "don't skip if artifact has paths and URL defined",
+            json!({"artifacts": [{"paths": ["default"], "when": "on_failure"}]}),
+            url,
+        ),
+        (
+            "upload_artifacts_on_failure",
+            5,
+            "don't skip if artifact uses untracked files and URL defined",
+            json!({"artifacts": [{"untracked": true, "when": "on_failure"}]}),
+            url,
+        ),
+    ] {
+        check(cases, T, format!("SkipBuildStage/{stage}/{name}"), || {
+            eq("empty job runs it", stages_of(json!({}), "")[at], false)?;
+            eq("this job runs it", stages_of(job, runner_url)[at], true)
+        });
+    }
+}
+
+fn build_settings_tables(cases: &mut Vec<Case>) {
+    const T: &str = "common/build_test.go";
+    let settings = |key: &str, value: &str| {
+        BuildSettings::from_variables(&list(vec![var(key, value)], "/t").expanded(), false).0
+    };
+    let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    for (name, value, want) in [
+        ("empty clean flags", "", vec!["-ffdx"]),
+        ("use custom flags", "custom-flags", vec!["custom-flags"]),
+        (
+            "use custom flags with multiple arguments",
+            "-ffdx -e cache/",
+            vec!["-ffdx", "-e", "cache/"],
+        ),
+        ("disabled", "none", vec![]),
+    ] {
+        check(cases, T, format!("GitCleanFlags/{name}"), || {
+            eq(
+                "flags",
+                settings("GIT_CLEAN_FLAGS", value).git_clean_flags,
+                owned(&want),
+            )
+        });
+    }
+    for (name, value, want) in [
+        ("empty fetch flags", "", vec!["--prune", "--quiet"]),
+        ("use custom flags", "custom-flags", vec!["custom-flags"]),
+        (
+            "use custom flags with multiple arguments",
+            "--prune --tags --quiet",
+            vec!["--prune", "--tags", "--quiet"],
+        ),
+        ("disabled", "none", vec![]),
+    ] {
+        check(cases, T, format!("GitFetchFlags/{name}"), || {
+            eq(
+                "flags",
+                settings("GIT_FETCH_EXTRA_FLAGS", value).git_fetch_extra_flags,
+                owned(&want),
+            )
+        });
+    }
+    for (name, value, want) in [
+        ("empty update flags", "", vec![]),
+        (
+            "use custom update flags",
+            "custom-flags",
+            vec!["custom-flags"],
+        ),
+        (
+            "use custom update flags with multiple arguments",
+            "--remote --jobs 4",
+            vec!["--remote", "--jobs", "4"],
+        ),
+    ] {
+        check(cases, T, format!("GitSubmoduleUpdateFlags/{name}"), || {
+            eq(
+                "flags",
+                settings("GIT_SUBMODULE_UPDATE_FLAGS", value).submodule_update_flags,
+                owned(&want),
+            )
+        });
+    }
+    // GetRepositoryObjectFormat: sha1 is git's default (no flag to git init).
+    for (name, value, want) in [
+        ("empty value", "", None),
+        ("sha1", "sha1", None),
+        ("sha256", "sha256", Some("sha256")),
+    ] {
+        check(
+            cases,
+            T,
+            format!("GetRepositoryObjectFormat/{name}"),
+            || {
+                let job = SourcesJob {
+                    vars: vec![var("GIT_STRATEGY", "fetch")],
+                    git_info: json!({"repo_url": "https://test.remote/g/p.git", "sha": "0123456789",
+                                 "ref": "main", "repo_object_format": value}),
+                    ..Default::default()
+                };
+                let s = job.body();
+                let init = s
+                    .lines()
+                    .find(|l| l.starts_with("git init "))
+                    .ok_or("no git init")?;
+                eq(
+                    "object format",
+                    init.split_once(" --object-format ")
+                        .map(|(_, f)| f.to_string()),
+                    want.map(String::from),
+                )
+            },
+        );
+    }
+    // DefaultVariables.
+    for (name, vars, key, want) in [
+        (
+            "get default CI_SERVER value",
+            vec![],
+            "CI_SERVER",
+            Some("yes"),
+        ),
+        (
+            "get default CI_PROJECT_DIR value",
+            vec![],
+            "CI_PROJECT_DIR",
+            Some("/builds/test-namespace/test-repo"),
+        ),
+        (
+            "get overwritten CI_PROJECT_DIR value",
+            vec![(
+                "GIT_CLONE_PATH",
+                "/builds/go/src/gitlab.com/gitlab-org/gitlab-runner",
+            )],
+            "CI_PROJECT_DIR",
+            Some("/builds/go/src/gitlab.com/gitlab-org/gitlab-runner"),
+        ),
+        (
+            "CI_BUILD_NETWORK_NAME added when FF_NETWORK_PER_BUILD is enabled",
+            vec![("FF_NETWORK_PER_BUILD", "true")],
+            "CI_BUILD_NETWORK_NAME",
+            Some("runner-1234-0-0-0"),
+        ),
+        (
+            "CI_BUILD_NETWORK_NAME not added when FF_NETWORK_PER_BUILD is disabled",
+            vec![("FF_NETWORK_PER_BUILD", "false")],
+            "CI_BUILD_NETWORK_NAME",
+            None,
+        ),
+        (
+            "CI_BUILD_NETWORK_NAME cannot be overridden by job variables",
+            vec![
+                ("FF_NETWORK_PER_BUILD", "true"),
+                ("CI_BUILD_NETWORK_NAME", "user-override"),
+            ],
+            "CI_BUILD_NETWORK_NAME",
+            Some("runner-1234-0-0-0"),
+        ),
+    ] {
+        check(cases, T, format!("DefaultVariables/{name}"), || {
+            let p = payload(json!({
+                "id": 0,
+                "job_info": {"project_id": 0, "name": "job"},
+                "git_info": {"repo_url": "https://gitlab.com/test-namespace/test-repo.git",
+                             "sha": "0", "ref": "main"},
+                "variables": job_vars(&vars),
+            }));
+            let mut r = runner();
+            r.token = "1234".into();
+            // With network_mode set too, the name is still exported (upstream).
+            for network_mode in [None, Some("host".to_string())] {
+                r.docker.network_mode = network_mode;
+                let l = planned(&p, &r)?;
+                eq(key, l.value(key).as_deref(), want)?;
+            }
+            Ok(())
+        });
+    }
+}
+
+fn build_vars_tables(cases: &mut Vec<Case>) {
+    const T: &str = "common/build_test.go";
+    for root in ["/root/dir1", "/root/dir2"] {
+        check(cases, T, format!("BuildPredefinedVariables/{root}"), || {
+            let mut r = runner();
+            r.builds_dir = Some(root.into());
+            let dir = planned(&payload(json!({})), &r)?
+                .value("CI_PROJECT_DIR")
+                .unwrap_or_default();
+            eq("under the root", dir.starts_with(&format!("{root}/")), true)
+        });
+    }
+    for (name, timeout, want) in [
+        ("no timeout specified", 0, "7200"),
+        ("timeout with arbitrary value", 180, "180"),
+    ] {
+        check(cases, T, format!("BuildTimeoutExposed/{name}"), || {
+            let p = payload(json!({"runner_info": {"timeout": timeout}}));
+            eq(
+                "CI_JOB_TIMEOUT",
+                planned(&p, &runner())?.value("CI_JOB_TIMEOUT"),
+                Some(want.into()),
+            )
+        });
+    }
+    for (name, image, vars, want) in [
+        (
+            "normal image exposed",
+            "alpine:3.14",
+            vec![],
+            Some("alpine:3.14"),
+        ),
+        (
+            "image with variable expansion",
+            "${IMAGE}:3.14",
+            vec![("IMAGE", "alpine")],
+            Some("alpine:3.14"),
+        ),
+        ("no image specified", "", vec![], None),
+    ] {
+        check(cases, T, format!("JobImageExposed/{name}"), || {
+            let p = payload(json!({"image": {"name": image}, "variables": job_vars(&vars)}));
+            let l = planned(&p, &runner())?;
+            eq(
+                "CI_JOB_IMAGE",
+                l.get("CI_JOB_IMAGE").map(|v| v.value.clone()),
+                want.map(String::from),
+            )
+        });
+    }
+    for (name, clone_path, want) in [
+        (
+            "test default build dir",
+            None,
+            "/builds/test-namespace/test-repo.tmp",
+        ),
+        (
+            "test custom build dir with double trailing slashes",
+            Some("/builds/go/src/gitlab.com/test-namespace/test-repo//"),
+            "/builds/go/src/gitlab.com/test-namespace/test-repo.tmp",
+        ),
+    ] {
+        check(cases, T, format!("TmpProjectDir/{name}"), || {
+            let vars: Vec<(&str, &str)> = clone_path
+                .map(|c| vec![("GIT_CLONE_PATH", c)])
+                .unwrap_or_default();
+            let p = payload(json!({
+                "git_info": {"repo_url": "https://gitlab.com/test-namespace/test-repo.git",
+                             "sha": "0", "ref": "main"},
+                "variables": job_vars(&vars),
+            }));
+            let mut r = runner();
+            r.custom_build_dir_enabled = Some(true);
+            let plan = plan_job(&p, &r, Slot::default()).map_err(|e| e.message)?;
+            eq("tmp dir", plan.paths.tmp_dir.as_str(), want)?;
+            eq(
+                "exported",
+                plan.vars.value("RUNNER_TEMP_PROJECT_DIR"),
+                Some(want.into()),
+            )
+        });
+    }
+}
+
+fn artifact_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    let multiple = json!({
+        "id": 1000, "token": "token",
+        "artifacts": [
+            {"paths": ["default"]},
+            {"paths": ["on-success"], "when": "on_success"},
+            {"paths": ["on-failure"], "when": "on_failure"},
+            {"paths": ["always"], "when": "always"},
+            {"paths": ["zip-archive"], "when": "always", "artifact_format": "zip", "artifact_type": "archive"},
+            {"paths": ["gzip-junit"], "when": "always", "artifact_format": "gzip", "artifact_type": "junit"},
+        ],
+    });
+    let uploader = |url: &str, id: &str, tail: &[&str]| {
+        Step::Cmd(words(
+            &[
+                &[
+                    "gitlab-runner-helper",
+                    "artifacts-uploader",
+                    "--url",
+                    url,
+                    "--token",
+                    "token",
+                    "--id",
+                    id,
+                    "--timeout",
+                    "1h0m0s",
+                    "--response-header-timeout",
+                    "10m0s",
+                ][..],
+                tail,
+            ]
+            .concat(),
+        ))
+    };
+    let upload_agrees =
+        |job: Value, url: &str, succeeded: bool, want: Vec<Step<'_>>| -> Result<(), String> {
+            let p = payload(job);
+            let vars = VarList::default();
+            let paths = drover::executor::paths::JobPaths {
+                root_dir: "/builds".into(),
+                build_dir: "/builds/g/p".into(),
+                tmp_dir: "/builds/g/p.tmp".into(),
+                cache_dir: "/cache/g/p".into(),
+            };
+            let s = drover::executor::script::artifacts::upload(
+                &drover::executor::script::artifacts::ArtifactInputs {
+                    payload: &p,
+                    vars: &vars,
+                    paths: &paths,
+                    url,
+                },
+                succeeded,
+            )
+            .ok_or("no upload stage")?
+            .as_str()
+            .to_string();
+            let calls = s
+                .lines()
+                .filter(|l| l.contains(" artifacts-uploader "))
+                .count();
+            eq("uploader calls", calls, want.len())?;
+            for w in &want {
+                let line = w.render();
+                if !s.lines().any(|l| l.trim() == line) {
+                    return Err(format!("{line:?} missing in:\n{s}"));
+                }
+            }
+            Ok(())
+        };
+    let url = "https://example.com:3443";
+    check(cases, T, "WriteWritingArtifactsOnSuccess", || {
+        upload_agrees(
+            multiple.clone(),
+            url,
+            true,
+            vec![
+                uploader(url, "1000", &["--path", "default"]),
+                uploader(url, "1000", &["--path", "on-success"]),
+                uploader(url, "1000", &["--path", "always"]),
+                uploader(
+                    url,
+                    "1000",
+                    &[
+                        "--path",
+                        "zip-archive",
+                        "--artifact-format",
+                        "zip",
+                        "--artifact-type",
+                        "archive",
+                    ],
+                ),
+                uploader(
+                    url,
+                    "1000",
+                    &[
+                        "--path",
+                        "gzip-junit",
+                        "--artifact-format",
+                        "gzip",
+                        "--artifact-type",
+                        "junit",
+                    ],
+                ),
+            ],
+        )
+    });
+    check(cases, T, "WriteWritingArtifactsOnFailure", || {
+        upload_agrees(
+            multiple.clone(),
+            url,
+            false,
+            vec![
+                uploader(url, "1000", &["--path", "on-failure"]),
+                uploader(url, "1000", &["--path", "always"]),
+                uploader(
+                    url,
+                    "1000",
+                    &[
+                        "--path",
+                        "zip-archive",
+                        "--artifact-format",
+                        "zip",
+                        "--artifact-type",
+                        "archive",
+                    ],
+                ),
+                uploader(
+                    url,
+                    "1000",
+                    &[
+                        "--path",
+                        "gzip-junit",
+                        "--artifact-format",
+                        "gzip",
+                        "--artifact-type",
+                        "junit",
+                    ],
+                ),
+            ],
+        )
+    });
+    check(cases, T, "WriteWritingArtifactsWithExcludedPaths", || {
+        let job = json!({
+            "id": 1001, "token": "token",
+            "artifacts": [{"paths": ["include/**"], "exclude": ["include/exclude/*"], "when": "always",
+                           "artifact_format": "zip", "artifact_type": "archive"}],
+        });
+        let url = "https://gitlab.example.com";
+        upload_agrees(
+            job,
+            url,
+            true,
+            vec![uploader(
+                url,
+                "1001",
+                &[
+                    "--path",
+                    "include/**",
+                    "--exclude",
+                    "include/exclude/*",
+                    "--artifact-format",
+                    "zip",
+                    "--artifact-type",
+                    "archive",
+                ],
+            )],
+        )
+    });
+}
+
+fn variables_list_tables(cases: &mut Vec<Case>) {
+    const T: &str = "common/spec/variables_test.go";
+    check(cases, T, "VariablesJSON", || {
+        let p = payload(json!({"variables": [
+            {"key": "FOO", "value": "bar", "public": true, "internal": true, "file": true,
+             "masked": true, "raw": true}
+        ]}));
+        let l = planned(&p, &runner())?;
+        let v = l.get("FOO").ok_or("FOO missing")?;
+        eq("value", v.value.as_str(), "bar")?;
+        eq(
+            "file, masked, raw",
+            (v.file, v.masked, v.raw),
+            (true, true, true),
+        )?;
+        // Public, and `internal` from the network is ignored: it reaches services as public.
+        eq("hidden", v.hidden, false)
+    });
+    check(cases, T, "VariableString", || {
+        eq(
+            "entry",
+            list(vec![var("key", "value")], "/t").env(),
+            vec!["key=value".to_string()],
+        )
+    });
+    check(cases, T, "PublicAndInternalVariables", || {
+        // A payload variable GitLab did not mark public; a public one; one the runner adds.
+        let p = payload(json!({"variables": [
+            {"key": "key", "value": "value"},
+            {"key": "public", "value": "value", "public": true},
+        ]}));
+        let l = planned(&p, &runner())?.public_or_internal();
+        eq("key", l.get("key").is_some(), false)?;
+        eq("public", l.get("public").is_some(), true)?;
+        eq(
+            "internal (CI_PROJECT_DIR)",
+            l.get("CI_PROJECT_DIR").is_some(),
+            true,
+        )
+    });
+    check(cases, T, "MaskedVariables", || {
+        let p = payload(json!({"variables": [
+            {"key": "key", "value": "key_value"},
+            {"key": "masked", "value": "masked_value", "masked": true},
+        ]}));
+        let phrases = drover::executor::mask_phrases(&p, &runner(), Slot::default());
+        eq(
+            "key_value",
+            phrases.contains(&"key_value".to_string()),
+            false,
+        )?;
+        eq(
+            "masked_value",
+            phrases.contains(&"masked_value".to_string()),
+            true,
+        )
+    });
+    check(cases, T, "ListVariables", || {
+        let mut file = var("fileKey", "fileValue");
+        file.file = true;
+        let l = list(
+            vec![
+                var("key", "value"),
+                file,
+                var("RUNNER_TEMP_PROJECT_DIR", "/foo/bar"),
+            ],
+            "/foo/bar",
+        );
+        eq(
+            "entries",
+            l.env(),
+            vec![
+                "key=value".to_string(),
+                "fileKey=/foo/bar/fileKey".to_string(),
+                "RUNNER_TEMP_PROJECT_DIR=/foo/bar".to_string(),
+            ],
+        )
+    });
+    check(cases, T, "GetVariable", || {
+        let l = list(
+            vec![
+                var("key", "key_value"),
+                var("public", "public_value"),
+                var("private", "private_value"),
+            ],
+            "/t",
+        );
+        eq("public", l.value("public"), Some("public_value".into()))?;
+        eq("other", l.value("other").unwrap_or_default(), String::new())
+    });
+}
+
+fn cleanup_script_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    for (name, clean_git_config, strategy, clone_url, configs, reject) in [
+        ("no clean-git-config set", None, "", "", true, false),
+        (
+            "no clean-git-config set, but git strategy is none",
+            None,
+            "none",
+            "",
+            false,
+            false,
+        ),
+        (
+            "clean-git-config explicitly enabled",
+            Some(true),
+            "none",
+            "",
+            true,
+            false,
+        ),
+        (
+            "clean-git-config explicitly disabled",
+            Some(false),
+            "",
+            "",
+            false,
+            false,
+        ),
+        (
+            "with clone URL",
+            None,
+            "",
+            "https://test-hostname",
+            true,
+            true,
+        ),
+    ] {
+        check(
+            cases,
+            T,
+            format!("writeCleanupScript/executor:not-shell/{name}"),
+            || {
+                // The job's variables (two file variables) and GIT_STRATEGY from the runner's
+                // environment; no repository URL in the payload.
+                let p = payload(json!({
+                    "git_info": {"repo_url": "", "sha": "0", "ref": "main"},
+                    "variables": [
+                        {"key": "VAR_1", "value": "test", "file": true},
+                        {"key": "VAR_2", "value": "test"},
+                        {"key": "VAR_3", "value": "test", "file": true},
+                        {"key": "VAR_4", "value": "test"},
+                    ],
+                }));
+                let mut r = runner();
+                r.environment = vec![format!("GIT_STRATEGY={strategy}")];
+                r.clone_url = clone_url.into();
+                let plan = plan_job(&p, &r, Slot::default()).map_err(|e| e.message)?;
+                let project_path = plan.vars.value("CI_PROJECT_PATH").unwrap_or_default();
+                let remote = GitAuth {
+                    clone_url,
+                    repo_url: "",
+                    project_path: &project_path,
+                    ..Default::default()
+                }
+                .remote_url();
+                let s = drover::executor::script::user::cleanup_file_variables(
+                    &plan.vars,
+                    &plan.paths,
+                    Some(&remote),
+                    GitCleanup::new(&plan.settings, clean_git_config),
+                )
+                .as_str()
+                .to_string();
+                eq(
+                    "credential reject",
+                    s.contains("https test-hostname | git credential reject"),
+                    reject,
+                )?;
+                let tmp = &plan.paths.tmp_dir;
+                let removed = |f: &str| {
+                    s.lines().any(|l| {
+                        l.starts_with("rm -f ")
+                            && l.split(' ').any(|w| w == quote(&format!("{tmp}/{f}")))
+                    })
+                };
+                for (f, want) in [
+                    ("VAR_1", true),
+                    ("VAR_2", false),
+                    ("VAR_3", true),
+                    ("VAR_4", false),
+                    ("gitlab_runner_env", true),
+                    ("masking.db", true),
+                    (".gitlab-runner.ext.conf", true),
+                ] {
+                    eq(f, removed(f), want)?;
+                }
+                let git_config = format!(
+                    "rm -f {}",
+                    quote(&format!("{}/.git/config", plan.paths.build_dir))
+                );
+                eq(
+                    "git configs cleaned",
+                    s.lines().any(|l| l == git_config),
+                    configs,
+                )?;
+                let lock = format!(
+                    "rm -f {}",
+                    quote(&format!("{}/.git/index.lock", plan.paths.build_dir))
+                );
+                eq("locks removed", s.lines().any(|l| l == lock), true)
+            },
+        );
+    }
+}
+
+fn remote_and_flag_tables(cases: &mut Vec<Case>) {
+    const T: &str = "common/build_test.go";
+    let repo = "http://gitlab-ci-token:job-token@test.remote/my/project.git";
+    for (name, clone_url, want) in [
+        (
+            "authenticated with CloneURL",
+            "https://test.local/",
+            "https://gitlab-ci-token:job-token@test.local/my/project.git",
+        ),
+        (
+            "authenticated falls back to RepoURL preserving credentials",
+            "",
+            repo,
+        ),
+    ] {
+        check(cases, T, format!("GetRemoteURL/{name}"), || {
+            let auth = GitAuth {
+                clone_url,
+                repo_url: repo,
+                token: "job-token",
+                project_path: "my/project",
+                ..Default::default()
+            };
+            eq("remote", auth.remote_url(), want.to_string())
+        });
+    }
+    let ff = "FF_USE_FASTZIP";
+    for (name, config, job) in [
+        (
+            "TOML feature flag appears in GetAllVariables",
+            Some(true),
+            None,
+        ),
+        (
+            "TOML overrides job variable in GetAllVariables",
+            Some(true),
+            Some("false"),
+        ),
+        (
+            "job variable appears when no TOML setting",
+            None,
+            Some("true"),
+        ),
+    ] {
+        check(
+            cases,
+            T,
+            format!("GetAllVariables_FeatureFlagResolution/{name}"),
+            || {
+                let mut r = runner();
+                if let Some(c) = config {
+                    r.feature_flags.insert(ff.into(), c);
+                }
+                let vars: Vec<(&str, &str)> = job.map(|v| vec![(ff, v)]).unwrap_or_default();
+                let l = planned(&payload(json!({"variables": job_vars(&vars)})), &r)?;
+                eq("exported", l.value(ff), Some("true".into()))?;
+                // One definition: the job's value does not also reach the job.
+                eq(
+                    "definitions",
+                    l.vars.iter().filter(|v| v.key == ff).count(),
+                    1,
+                )
+            },
+        );
+    }
+}
+
 #[test]
 fn env_conformance() {
     let mut cases = Vec::new();
     variables_tables(&mut cases);
     build_tables(&mut cases);
     cache_fallback_guard(&mut cases);
+    cache_key_tables(&mut cases);
+    cache_stage_tables(&mut cases);
+    bash_tables(&mut cases);
+    shell_writer_tables(&mut cases);
+    submodule_tables(&mut cases);
+    sources_tables(&mut cases);
+    git_cleanup_tables(&mut cases);
+    skip_stage_tables(&mut cases);
+    build_settings_tables(&mut cases);
+    build_vars_tables(&mut cases);
+    artifact_tables(&mut cases);
+    variables_list_tables(&mut cases);
+    cleanup_script_tables(&mut cases);
+    remote_and_flag_tables(&mut cases);
     let mut agree = 0;
     let mut deliberate = 0;
     let mut failures = Vec::new();

@@ -132,7 +132,7 @@ impl BuildSettings {
             Some("empty") => GitStrategy::Empty,
             Some(other) => {
                 warnings.push(format!(
-                    "unknown GIT_STRATEGY {other:?}; using {:?}",
+                    "GIT_STRATEGY: expected either 'clone', 'fetch', 'none' or 'empty' got {other:?}, using default value '{}'",
                     default_strategy.as_str()
                 ));
                 default_strategy
@@ -141,7 +141,9 @@ impl BuildSettings {
         let mut bool_setting = |key: &str, default: bool| match get(key) {
             None => default,
             Some(v) => parse_bool(v).unwrap_or_else(|| {
-                warnings.push(format!("{key} {v:?} is not a boolean; using {default}"));
+                warnings.push(format!(
+                    "{key}: expected bool got {v:?}, using default value: {default}"
+                ));
                 default
             }),
         };
@@ -176,10 +178,13 @@ impl BuildSettings {
         };
         let submodule_depth = match get("GIT_SUBMODULE_DEPTH") {
             None => None,
+            // Any whole number, as upstream: 0 or less means no depth limit.
             Some(v) => match v.parse::<i64>() {
-                Ok(d) if d >= 0 => Some(d),
-                _ => {
-                    warnings.push(format!("GIT_SUBMODULE_DEPTH {v:?} is not a depth; ignored"));
+                Ok(d) => Some(d),
+                Err(_) => {
+                    warnings.push(format!(
+                        "GIT_SUBMODULE_DEPTH: expected int got {v:?}, using default value: the job's git depth"
+                    ));
                     None
                 }
             },
@@ -198,7 +203,9 @@ impl BuildSettings {
                     clamped as u32
                 }
                 Err(_) => {
-                    warnings.push(format!("{key} {v:?} is not a number; using 1"));
+                    warnings.push(format!(
+                        "{key}: expected int got {v:?}, using default value: 1"
+                    ));
                     1
                 }
             },

@@ -192,8 +192,8 @@ impl JobPaths {
     }
 }
 
-/// Resolves `.` and `..` in an absolute path (never above `/`).
-pub(crate) fn normalize(p: &str) -> String {
+/// Resolves `.` and `..` in an absolute path (never above `/`); empty segments are dropped.
+pub fn normalize(p: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     for seg in p.split('/') {
         match seg {

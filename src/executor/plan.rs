@@ -118,16 +118,17 @@ pub fn plan_job(
     })
     .map_err(|e| JobFailure::new(FailureReason::RunnerConfigurationError, e.to_string()))?;
     let job_image = job_image_raw.map(|n| first.expand(n));
-    // FF_NETWORK_PER_BUILD makes a bridge network for the job unless network_mode is set.
-    let network_name =
-        (ds.network_mode.is_none() && first.flag("FF_NETWORK_PER_BUILD")).then(|| {
-            crate::executor::services::network_name(
-                short,
-                payload.job_info.project_id,
-                slot.project,
-                payload.id,
-            )
-        });
+    // FF_NETWORK_PER_BUILD names a network for the job (exported as CI_BUILD_NETWORK_NAME, as
+    // upstream does even with network_mode); it is created only when network_mode is not set.
+    let per_build_name = first.flag("FF_NETWORK_PER_BUILD").then(|| {
+        crate::executor::services::network_name(
+            short,
+            payload.job_info.project_id,
+            slot.project,
+            payload.id,
+        )
+    });
+    let network_name = per_build_name.clone().filter(|_| ds.network_mode.is_none());
     let vars = job_variables(
         payload,
         runner,
@@ -135,7 +136,7 @@ pub fn plan_job(
         &VarInputs {
             job_image: job_image.as_deref(),
             short_token: short,
-            network_name: network_name.as_deref(),
+            network_name: per_build_name.as_deref(),
             slot,
         },
     )

@@ -13,7 +13,7 @@ use crate::executor::build_settings::BuildSettings;
 use crate::executor::connect::Engine;
 use crate::executor::containers::{ContainerInputs, Containers, JobOrSystem, Role};
 use crate::executor::error::{not_found, FailureReason, JobError, JobFailure, SystemError};
-use crate::executor::paths::{self, JobPaths};
+use crate::executor::paths::JobPaths;
 use crate::executor::script::sources::{get_sources, SourcesInputs};
 use crate::executor::script::variables::VarList;
 use crate::executor::script::{artifacts, cache};
@@ -269,10 +269,7 @@ impl<'r> JobRun<'r> {
                     settings: &p.settings,
                     pre_get_sources: self.req.runner.pre_get_sources_script.as_deref(),
                     post_get_sources: self.req.runner.post_get_sources_script.as_deref(),
-                    user_agent: &format!(
-                        "drover {}",
-                        crate::executor::script::variables::RUNNER_VERSION
-                    ),
+                    user_agent: &crate::version::git_user_agent(),
                     clean_git_config: self.req.runner.clean_git_config,
                     auth: &auth,
                 },
@@ -457,10 +454,19 @@ impl<'r> JobRun<'r> {
             }
         }
 
+        // The job token is dropped for the host git fetched from (`clone_url` when set).
+        let project_path = p.vars.value("CI_PROJECT_PATH").unwrap_or_default();
+        let remote = crate::executor::script::sources::GitAuth {
+            clone_url: &self.req.runner.clone_url,
+            repo_url: &self.req.payload.git_info.repo_url,
+            project_path: &project_path,
+            ..Default::default()
+        }
+        .remote_url();
         let body = user::cleanup_file_variables(
             &p.vars,
             &p.paths,
-            paths::url_base(&self.req.payload.git_info.repo_url).as_deref(),
+            Some(remote.as_str()),
             crate::executor::script::sources::GitCleanup::new(
                 &p.settings,
                 self.req.runner.clean_git_config,
@@ -500,7 +506,8 @@ impl<'r> JobRun<'r> {
         else {
             return Ok(());
         };
-        if step.script.iter().all(|l| l.trim().is_empty()) {
+        // Skipped only without lines, as upstream (blank lines still run the stage).
+        if step.script.is_empty() {
             return Ok(());
         }
         let body = user::after_script(

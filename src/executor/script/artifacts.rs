@@ -43,7 +43,7 @@ pub fn download(i: &ArtifactInputs<'_>) -> Option<ScriptBody> {
                 .is_some_and(|f| !f.filename.is_empty())
         })
         .collect();
-    if deps.is_empty() || i.url.is_empty() {
+    if deps.is_empty() {
         return None;
     }
     let mut b = stage_body(i);

@@ -7,7 +7,7 @@
 use super::user::write_exports;
 use super::variables::VarList;
 use super::{quote, ScriptBody};
-use crate::executor::paths::JobPaths;
+use crate::executor::paths::{normalize, JobPaths};
 use crate::job::{Cache, JobPayload};
 
 /// Presigned download URLs for one key.
@@ -53,27 +53,45 @@ impl Remote for LocalOnly {
     }
 }
 
-/// Upstream's key sanitising: `%2F`/`%2E` decoded, `\` as `/`, `.` and `..` resolved inside a
-/// virtual root, trailing whitespace stripped from each segment, empty segments dropped.
-/// `None` when nothing is left.
-pub fn sanitize_key(raw: &str) -> Option<String> {
-    let decoded = raw
-        .replace("%2f", "/")
-        .replace("%2F", "/")
-        .replace("%2e", ".")
-        .replace("%2E", ".")
-        .replace('\\', "/");
-    let mut parts: Vec<&str> = Vec::new();
-    for seg in decoded.split('/') {
-        match seg.trim_end() {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            s => parts.push(s),
+/// Upstream's key sanitising. `%2f`/`%2F` become `/`, `%2e`/`%2E` become `.` and `\` becomes
+/// `/` (one left-to-right pass); the path is resolved inside a virtual root (empty and `.`
+/// segments dropped, `..` removes the segment before it and never climbs above the root); then
+/// trailing whitespace is trimmed from the last segment, and a last segment left empty is
+/// dropped and the trimming goes on with the one before it. Inner segments are kept as written
+/// (`foo/ /bar` stays). `Ok("")` for an empty key; an error naming the key when nothing is
+/// left. Unlike upstream, a key whose trimmed last segment is `.` or `..` (`foo/.. `) is refused
+/// too: upstream would keep it, and `..` would point the archive outside the key's directory.
+pub fn sanitize_key(raw: &str) -> Result<String, String> {
+    if raw.is_empty() {
+        return Ok(String::new());
+    }
+    let mut decoded = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(c) = rest.chars().next() {
+        let (out, used) = match rest.get(..3) {
+            Some("%2f" | "%2F") => ('/', 3),
+            Some("%2e" | "%2E") => ('.', 3),
+            _ if c == '\\' => ('/', 1),
+            _ => (c, c.len_utf8()),
+        };
+        decoded.push(out);
+        rest = &rest[used..];
+    }
+    let resolved = normalize(&format!("/{decoded}"));
+    let mut parts: Vec<&str> = resolved.split('/').filter(|s| !s.is_empty()).collect();
+    while let Some(last) = parts.pop() {
+        let trimmed = last.trim_end();
+        if !trimmed.is_empty() {
+            parts.push(trimmed);
+            break;
         }
     }
-    (!parts.is_empty()).then(|| parts.join("/"))
+    let refused = matches!(parts.last(), Some(&".") | Some(&"..")) || parts.is_empty();
+    if refused {
+        Err(format!("cache key {raw:?} could not be sanitized"))
+    } else {
+        Ok(parts.join("/"))
+    }
 }
 
 /// The policy of a cache entry.
@@ -84,43 +102,63 @@ enum Policy {
     PullPush,
 }
 
-fn policy(entry: &Cache, vars: &VarList) -> Result<Policy, String> {
+/// The entry's policy after expansion; an unknown one is an error naming it and the key (as
+/// upstream words it), which fails the stage.
+fn policy(entry: &Cache, vars: &VarList, key: &str) -> Result<Policy, String> {
     match vars.expand(&entry.policy).as_str() {
         "" | "pull-push" => Ok(Policy::PullPush),
         "pull" => Ok(Policy::Pull),
         "push" => Ok(Policy::Push),
         other => Err(format!(
-            "unknown cache policy {other:?} for cache {:?}: use pull, push or pull-push",
-            entry.key
+            "unknown cache policy {other} for {key} (use pull, push or pull-push)"
         )),
     }
 }
 
-/// A key after expansion and sanitising, with the warning to print when it changed, or `None`
-/// (with a notice) when nothing is left.
-fn key_of(raw: &str, b: &mut ScriptBody) -> Option<String> {
-    match sanitize_key(raw) {
-        None => {
-            b.warning(&format!(
-                "Skipping cache with an empty key ({raw:?} after sanitising)"
-            ));
-            None
-        }
-        Some(k) => {
+/// A key after expansion and sanitising, as upstream prints it: a warning when sanitising
+/// changed it or could not make anything of it, then, when `allowed` (the
+/// `CACHE_FALLBACK_KEY` guard) lets it through but nothing is left, the notice
+/// `Skipping cache <stage> due to empty cache key`. `None`: skip this key.
+fn key_of(
+    raw: &str,
+    stage: &str,
+    b: &mut ScriptBody,
+    allowed: impl FnOnce(&str, &mut ScriptBody) -> bool,
+) -> Option<String> {
+    let key = match sanitize_key(raw) {
+        Ok(k) => {
             if k != raw {
                 b.warning(&format!("cache key {raw:?} sanitized to {k:?}"));
             }
-            Some(k)
+            k
         }
+        Err(e) => {
+            b.warning(&e);
+            String::new()
+        }
+    };
+    if !allowed(&key, b) {
+        return None;
     }
+    if key.is_empty() {
+        b.notice(&format!("Skipping cache {stage} due to empty cache key"));
+        return None;
+    }
+    Some(key)
 }
 
+/// The key before sanitising: the expanded `cache:key`, or `<job>/<ref>` (joined as a path)
+/// when the key is not set. A key that expands to nothing stays empty and skips the cache.
 fn primary_key(entry: &Cache, payload: &JobPayload, vars: &VarList) -> String {
-    let raw = vars.expand(&entry.key);
-    if raw.is_empty() {
-        format!("{}/{}", payload.job_info.name, payload.git_info.r#ref)
+    if entry.key.is_empty() {
+        normalize(&format!(
+            "/{}/{}",
+            payload.job_info.name, payload.git_info.r#ref
+        ))
+        .trim_start_matches('/')
+        .to_string()
     } else {
-        raw
+        vars.expand(&entry.key)
     }
 }
 
@@ -177,11 +215,14 @@ fn use_entry(
     b: &mut ScriptBody,
     skip_on: Policy,
     verb: &str,
+    stage: &str,
 ) -> Use {
-    let Some(key) = key_of(&primary_key(entry, i.payload, i.vars), b) else {
+    let Some(key) = key_of(&primary_key(entry, i.payload, i.vars), stage, b, |_, _| {
+        true
+    }) else {
         return Use::Skip;
     };
-    match policy(entry, i.vars) {
+    match policy(entry, i.vars, &key) {
         Err(e) => {
             b.error(&e);
             b.line("exit 1");
@@ -203,38 +244,40 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
     }
     let mut b = stage_body(i);
     for entry in entries {
-        let key = match use_entry(entry, i, &mut b, Policy::Push, "downloading") {
+        let key = match use_entry(entry, i, &mut b, Policy::Push, "downloading", "extraction") {
             Use::Key(k) => k,
             Use::Skip => continue,
             Use::Fail => return Some(b),
         };
+        // Tried in order, repeats included, as upstream does.
         let mut chain = vec![key];
         for f in &entry.fallback_keys {
-            if let Some(k) = key_of(&i.vars.expand(f), &mut b) {
+            let raw = i.vars.expand(f);
+            if raw.is_empty() {
+                continue;
+            }
+            if let Some(k) = key_of(&raw, "extraction", &mut b, |_, _| true) {
                 chain.push(k);
             }
         }
-        if let Some(f) = i.vars.value("CACHE_FALLBACK_KEY").filter(|f| !f.is_empty()) {
-            // The guard looks at the key as it will be used: `main-protected/` or
-            // `main-protected%2f` sanitise to `main-protected` and are refused too.
-            match sanitize_key(&f) {
-                Some(k) if k.trim_end_matches(['.', ' ']).ends_with("-protected") => {
+        // The variable's own value (a file variable's content), not expanded; the guard
+        // looks at the key as it will be used: `main-protected/` or `main-protected%2f`
+        // sanitise to `main-protected` and are refused too.
+        let fallback = i.vars.get("CACHE_FALLBACK_KEY").map(|v| v.value.as_str());
+        if let Some(f) = fallback.filter(|f| !f.is_empty()) {
+            let guard = |k: &str, b: &mut ScriptBody| {
+                let blocked = k.trim_end_matches(['.', ' ']).ends_with("-protected");
+                if blocked {
                     b.warning(&format!(
                         "CACHE_FALLBACK_KEY {k:?} not allowed to end in \"-protected\""
                     ));
-                    if k != f {
-                        b.warning(&format!("cache key {f:?} sanitized to {k:?}"));
-                    }
                 }
-                _ => {
-                    if let Some(k) = key_of(&f, &mut b) {
-                        chain.push(k);
-                    }
-                }
+                !blocked
+            };
+            if let Some(k) = key_of(f, "extraction", &mut b, guard) {
+                chain.push(k);
             }
         }
-        let mut seen = std::collections::HashSet::new();
-        chain.retain(|k| seen.insert(k.clone()));
         b.line(format!("if {HELPER} --version >/dev/null 2>&1; then"));
         extract_chain(&mut b, i, &chain);
         b.line("else");
@@ -289,7 +332,7 @@ pub fn archive(i: &CacheInputs<'_>, job_succeeded: bool) -> Option<ScriptBody> {
     let mut b = stage_body(i);
     let env_file = format!("{}/gitlab_runner_cache_env", i.paths.tmp_dir);
     for entry in entries {
-        let key = match use_entry(entry, i, &mut b, Policy::Pull, "uploading") {
+        let key = match use_entry(entry, i, &mut b, Policy::Pull, "uploading", "archiving") {
             Use::Key(k) => k,
             Use::Skip => continue,
             Use::Fail => return Some(b),
@@ -332,7 +375,7 @@ pub fn archive(i: &CacheInputs<'_>, job_succeeded: bool) -> Option<ScriptBody> {
         b.line("fi");
         b.line(format!("rm -f {}", quote(&env_file)));
         b.line("else");
-        b.warning(&format!("Missing {HELPER}. Uploading cache is disabled."));
+        b.warning(&format!("Missing {HELPER}. Creating cache is disabled."));
         b.line("fi");
     }
     Some(b)
@@ -344,18 +387,26 @@ mod tests {
 
     #[test]
     fn keys_are_sanitised_as_upstream() {
+        let ok = |raw: &str| sanitize_key(raw).ok();
         assert_eq!(
-            sanitize_key("default-protected").as_deref(),
+            ok("default-protected").as_deref(),
             Some("default-protected")
         );
-        assert_eq!(sanitize_key("a%2Fb%2e%2e/../c").as_deref(), Some("a/c"));
+        assert_eq!(ok("a%2Fb%2e%2e/../c").as_deref(), Some("a/c"));
+        assert_eq!(ok("..\\..\\etc\\passwd").as_deref(), Some("etc/passwd"));
+        // Only the last segments lose their trailing blanks.
+        assert_eq!(ok("key /./next  ").as_deref(), Some("key /next"));
+        assert_eq!(ok("").as_deref(), Some(""));
         assert_eq!(
-            sanitize_key("..\\..\\etc\\passwd").as_deref(),
-            Some("etc/passwd")
+            sanitize_key("../.."),
+            Err("cache key \"../..\" could not be sanitized".into())
         );
-        assert_eq!(sanitize_key("key /./next  ").as_deref(), Some("key/next"));
-        assert_eq!(sanitize_key("../.."), None);
-        assert_eq!(sanitize_key("   "), None);
+        assert_eq!(ok("   "), None);
+        // A last segment that trims to a traversal is refused (upstream keeps it).
+        assert_eq!(ok("foo/.. "), None);
+        assert_eq!(ok(".. "), None);
+        assert_eq!(ok("foo/. "), None);
+        assert_eq!(ok("foo/ ..").as_deref(), Some("foo/ .."));
     }
 
     fn paths() -> JobPaths {
@@ -448,7 +499,8 @@ mod tests {
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{s}");
         assert!(s.contains("cache-extractor --file ../../../cache/group/project/main-key/cache.zip --timeout 10;"), "{s}");
         assert!(!s.contains("unused"));
-        assert_eq!(s.matches("Checking cache for main-key").count(), 1, "{s}");
+        // A repeated fallback key is tried again, as upstream does.
+        assert_eq!(s.matches("Checking cache for main-key").count(), 2, "{s}");
         assert!(!s.contains("exit 1"));
         let remote = restore(&inputs(&p, &vars, &paths, &Fake)).unwrap();
         assert!(

@@ -142,17 +142,18 @@ impl ScriptBody {
         &self.text
     }
 
-    /// Wraps the body in upstream's skeleton: a `TERM` trap, optional xtrace, `pipefail` when
+    /// Wraps the body in upstream's skeleton: a `TERM` trap that exits 1 (in the script and
+    /// again in the subshell, where traps are reset), optional xtrace, `pipefail` when
     /// the shell has it, `errexit`, no `noclobber`, then the body run through `eval` in a
     /// subshell with stdin from `/dev/null` (user commands never read the script), `exit 0`.
     pub fn finish(&self, debug_trace: bool) -> String {
-        let mut s = String::from("#!/usr/bin/env bash\n\ntrap exit 1 TERM\n\n");
+        let mut s = String::from("#!/usr/bin/env bash\n\ntrap 'exit 1' TERM\n\n");
         if debug_trace {
             s.push_str("set -o xtrace\n");
         }
         s.push_str("case \"$(set -o)\" in *pipefail*) set -o pipefail ;; esac\n");
         s.push_str("set -o errexit\nset +o noclobber\n");
-        s.push_str("( trap exit 1 TERM\neval ");
+        s.push_str("( trap 'exit 1' TERM\neval ");
         s.push_str(&quote(&self.text));
         s.push_str("\n) </dev/null\nexit 0\n");
         s

@@ -282,15 +282,34 @@ pub fn get_sources(payload: &JobPayload, i: &SourcesInputs<'_>) -> ScriptBody {
             b.user_commands("post_get_sources_script", &[post.to_string()]);
         }
     }
-    if let Some(base) = url_base(&payload.git_info.repo_url) {
-        let (scheme, host) = base.split_once("://").unwrap_or(("https", base.as_str()));
-        b.line(format!(
-            "printf 'protocol=%s\\nhost=%s\\nusername=gitlab-ci-token\\n\\n' {} {} | git credential reject >/dev/null 2>&1 || true",
-            quote(scheme),
-            quote(host)
-        ));
-    }
+    let remote = i.auth.remote_url();
+    let remote = if remote.is_empty() {
+        payload.git_info.repo_url.clone()
+    } else {
+        remote
+    };
+    write_credential_reject(&mut b, &remote);
     b
+}
+
+/// Makes git's credential helpers forget the job token for the repository's host, when git
+/// could have asked for one there: `http`, `https` and `ssh` URLs with a host (no local paths,
+/// `file://` or `git://`). Best effort.
+pub fn write_credential_reject(b: &mut ScriptBody, repo_url: &str) {
+    let Some(base) = url_base(repo_url) else {
+        return;
+    };
+    let Some((scheme, host)) = base.split_once("://") else {
+        return;
+    };
+    if !matches!(scheme, "http" | "https" | "ssh") {
+        return;
+    }
+    b.line(format!(
+        "printf 'protocol=%s\\nhost=%s\\nusername=gitlab-ci-token\\n\\n' {} {} | git credential reject >/dev/null 2>&1 || true",
+        quote(scheme),
+        quote(host)
+    ));
 }
 
 fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) {
@@ -359,18 +378,11 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
         quote(&format!("{}Created fresh repository.", crate::executor::trace::ansi::RESET))
     ));
     let mut fetch = format!(
-        "git -c http.userAgent={} fetch origin --no-recurse-submodules",
-        quote(i.user_agent)
+        "git -c {} fetch origin --no-recurse-submodules",
+        quote(&format!("http.userAgent={}", i.user_agent))
     );
-    let refspecs: Vec<String> = if git.refspecs.is_empty() {
-        vec![
-            "+refs/heads/*:refs/remotes/origin/*".into(),
-            "+refs/tags/*:refs/tags/*".into(),
-        ]
-    } else {
-        git.refspecs.clone()
-    };
-    for r in &refspecs {
+    // GitLab's refspecs as sent (none: git's configured ones, as upstream).
+    for r in &git.refspecs {
         fetch.push(' ');
         fetch.push_str(&quote(r));
     }
@@ -466,11 +478,16 @@ fn write_submodules(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<
             return;
         }
     };
-    b.notice(if recursive {
-        "Updating/initializing submodules recursively..."
-    } else {
-        "Updating/initializing submodules..."
-    });
+    let depth = s.submodule_depth.unwrap_or(payload.git_info.depth);
+    let mut notice = String::from("Updating/initializing submodules");
+    if recursive {
+        notice.push_str(" recursively");
+    }
+    if depth > 0 {
+        notice.push_str(&format!(" with git depth set to {depth}"));
+    }
+    notice.push_str("...");
+    b.notice(&notice);
     let rec = if recursive { " --recursive" } else { "" };
     let pathspec = match s.submodule_pathspec() {
         Ok(p) => p,
@@ -486,8 +503,7 @@ fn write_submodules(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<
         let p: Vec<String> = pathspec.iter().map(|p| quote(p)).collect();
         format!(" -- {}", p.join(" "))
     };
-    let depth = s.submodule_depth.unwrap_or(payload.git_info.depth);
-    let depth = if depth > 0 {
+    let depth_arg = if depth > 0 {
         format!(" --depth {depth}")
     } else {
         String::new()
@@ -503,28 +519,48 @@ fn write_submodules(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<
     } else {
         s.git_clean_flags.iter().map(|f| quote(f)).collect()
     };
-    let foreach_clean = format!("git clean {} && git reset --hard", clean_flags.join(" "));
-    let update = format!(
-        "git -c include.path=\"$GLR_EXT_GIT_CONFIG_PATH\" submodule update --init{rec}{depth}{flags}{paths}"
-    );
-    let foreach = format!("git submodule foreach{rec} {}", quote(&foreach_clean));
+    // foreach gets the command as separate words: git runs it without a shell, so flags are
+    // passed as written. Errors stop the stage, as upstream's.
+    let foreach = format!("git submodule foreach{rec}");
+    let clean = format!("{foreach} git clean {}", clean_flags.join(" "));
+    let reset = format!("{foreach} git reset --hard");
+    let creds = "git -c include.path=\"$GLR_EXT_GIT_CONFIG_PATH\"";
+    let sync = format!("git submodule sync{rec}{paths}");
+    let update = format!("{creds} submodule update --init{rec}{depth_arg}{flags}{paths}");
     b.line("git submodule init");
-    b.line(format!("git submodule sync{rec}{paths}"));
-    b.line(format!("{foreach} || true"));
-    b.line(format!(
-        "if ! {update}; then\n  echo {}\n  git submodule sync{rec}{paths}\n  {update}\n  {foreach}\nfi",
-        quote("Updating submodules failed. Retrying...")
-    ));
-    b.line(format!("{foreach} || true"));
-    b.line(format!(
-        "git submodule foreach{rec} {} || true",
-        quote("git config include.path \"$GLR_EXT_GIT_CONFIG_PATH\"")
-    ));
-    if !s.lfs_skip_smudge_set {
+    b.line(&sync);
+    b.line(&clean);
+    b.line(&reset);
+    b.line(format!("if {update}; then"));
+    b.notice("Updated submodules");
+    b.line(&sync);
+    b.line("else");
+    b.warning("Updating submodules failed. Retrying...");
+    if s.submodule_update_flags
+        .iter()
+        .any(|f| f.eq_ignore_ascii_case("--remote"))
+    {
+        // A `branch` of .gitmodules that is not the default one needs the remote heads.
         b.line(format!(
-            "if git lfs version >/dev/null 2>&1; then git submodule foreach{rec} {}; fi",
-            quote("git lfs pull")
+            "{creds} submodule foreach{rec} git fetch origin {}",
+            quote("+refs/heads/*:refs/remotes/origin/*")
         ));
+    }
+    b.line(&sync);
+    b.line(&update);
+    b.line(&reset);
+    b.line("fi");
+    b.line(&clean);
+    // Every submodule, recursive or not, includes the parent's credentials config.
+    b.notice("Configuring submodules to use parent git credentials...");
+    b.line(
+        "git submodule foreach --recursive git config --replace-all include.path \"$GLR_EXT_GIT_CONFIG_PATH\"",
+    );
+    if !s.lfs_skip_smudge_set {
+        b.line("if git lfs version >/dev/null 2>&1; then");
+        b.notice("Pulling LFS files...");
+        b.line(format!("{creds} submodule foreach{rec} git lfs pull"));
+        b.line("fi");
     }
 }
 
@@ -824,7 +860,7 @@ mod tests {
         // No clean of the main checkout, but submodules are still cleaned.
         assert!(!t.contains("\ngit clean"), "{t}");
         assert!(
-            t.contains("git submodule foreach $'git clean -ffdx && git reset --hard'"),
+            t.contains("\ngit submodule foreach git clean -ffdx\n"),
             "{t}"
         );
     }

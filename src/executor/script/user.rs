@@ -124,24 +124,19 @@ pub fn after_script(
 }
 
 /// `cleanup_file_variables` (helper container): drops the job token from credential stores
-/// and deletes the dotenv file, the masking db, the external git config and every file
+/// (for `remote`, the URL git fetched from) and deletes the dotenv file, the masking db, the external git config and every file
 /// variable's file, then repeats the git clean-up of `get_sources` (locks, and configs and
 /// hooks a job may have planted). Errors are ignored.
 pub fn cleanup_file_variables(
     vars: &VarList,
     paths: &JobPaths,
-    repo_base: Option<&str>,
+    remote: Option<&str>,
     git: super::sources::GitCleanup,
 ) -> ScriptBody {
     let mut b = ScriptBody::new();
     write_exports(&mut b, vars, false);
-    if let Some(base) = repo_base {
-        let (scheme, host) = base.split_once("://").unwrap_or(("https", base));
-        b.line(format!(
-            "printf 'protocol=%s\\nhost=%s\\nusername=gitlab-ci-token\\n\\n' {} {} | git credential reject >/dev/null 2>&1 || true",
-            quote(scheme),
-            quote(host)
-        ));
+    if let Some(base) = remote {
+        super::sources::write_credential_reject(&mut b, base);
     }
     let tmp = &paths.tmp_dir;
     let mut files = vec![

@@ -11,7 +11,7 @@ use crate::executor::paths::JobPaths;
 use crate::executor::settings::RunnerSettings;
 use crate::job::JobPayload;
 
-/// drover's own version (git's `http.userAgent`); `CI_RUNNER_VERSION` is the upstream release
+/// drover's own version; `CI_RUNNER_VERSION` is the upstream release
 /// drover follows.
 pub const RUNNER_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -169,8 +169,12 @@ impl VarList {
     /// `$`; unknown names expand to nothing).
     pub fn expand(&self, s: &str) -> String {
         // `$$` reaches the lookup as the variable `$`, which stands for itself.
+        // The shell's special parameters (`$1`, `$@`, `$?`, …) are empty, even when a variable
+        // has that name, as upstream's.
         crate::config::expand::expand_with(s, |name| match name {
             "$" => Some("$".to_string()),
+            "*" | "#" | "@" | "!" | "?" | "0" | "1" | "2" | "3" | "4" | "5" | "6" | "7" | "8"
+            | "9" => Some(String::new()),
             _ => self.value(name),
         })
     }
@@ -610,6 +614,15 @@ mod tests {
         assert_eq!(l.expand("$1A"), "A");
         assert_eq!(l.expand("x${A"), "xA");
         assert_eq!(l.expanded().get("B").unwrap().value, "x2");
+    }
+
+    #[test]
+    fn special_parameters_expand_to_nothing_even_when_defined() {
+        let l = list(&[("1", "one"), ("@", "at"), ("?", "q"), ("10", "ten")]);
+        assert_eq!(l.expand("a$1b"), "ab");
+        assert_eq!(l.expand("a${1}b$@c$?d"), "abcd");
+        // `${10}` names the variable `10`, which is not special.
+        assert_eq!(l.expand("${10}"), "ten");
     }
 
     #[test]
