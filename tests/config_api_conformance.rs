@@ -11,7 +11,9 @@
 //! * `common/config_test.go`: StringOrArray_UnmarshalFlag, RunnerCredentials_SameAs,
 //!   DockerMachine (idle settings in force at a time, through config.toml),
 //!   DockerConfig_GetPullPolicies and _GetAllowedPullPolicies (through the effective policies),
-//!   ParseVariable and InvalidParseVariable;
+//!   ParseVariable and InvalidParseVariable, ConfigParse (the docker rows),
+//!   StringOrArray_UnmarshalTOML, Service_ToImageDefinition, RunnerSettings_IsFeatureFlagOn,
+//!   Docker_UserIsAllowed, RunnerCredentials_HasToken;
 //! * `helpers/timeperiod/period_test.go`: InPeriod, InvalidTimezone, TimeperiodsWithTimezone
 //!   (through an autoscaling section's `Periods` and `Timezone`);
 //! * `common/build_test.go`: GetPrepareTimeout, GetGetSourcesTimeout (the phase limits; the
@@ -1110,6 +1112,362 @@ fn phase_limits(t: &mut Tally) {
     }
 }
 
+/// What a `TestConfigParse` row checks of a loaded config: the docker image, the services
+/// (name, alias, environment) and the container labels.
+type Parsed = (
+    String,
+    Vec<(String, String, Vec<String>)>,
+    Vec<(String, String)>,
+);
+
+fn parsed(text: &str) -> Option<Parsed> {
+    let loaded = drover::config::load_str(text, "case.toml").ok()?;
+    let runner = loaded.config.runners.first()?;
+    let docker = runner.docker.as_deref().cloned().unwrap_or_default();
+    let services = docker
+        .services
+        .iter()
+        .map(|s| (s.name.clone(), s.alias.clone(), s.environment.clone()))
+        .collect();
+    let labels = docker.container_labels.into_iter().collect();
+    Some((docker.image, services, labels))
+}
+
+/// `common/config_test.go` tables about config.toml itself and the runner-side getters.
+fn config_file_tables(t: &mut Tally) {
+    let svc = |n: &str, a: &str, e: &[&str]| {
+        (
+            n.to_owned(),
+            a.to_owned(),
+            e.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>(),
+        )
+    };
+    let two = |a: (&str, &str), b: (&str, &str)| vec![svc(a.0, a.1, &[]), svc(b.0, b.1, &[])];
+    let label = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
+    let labels = |body: &str| {
+        format!("[[runners]]\n[runners.docker]\nimage = \"image\"\n[runners.docker.container_labels]\n{body}\n")
+    };
+    let rows: Vec<(&str, String, Option<Parsed>)> = vec![
+        (
+            "as table with only name",
+            "[[runners]]\n[[runners.docker.services]]\nname = \"svc1\"\n[[runners.docker.services]]\nname = \"svc2\"\n".into(),
+            Some((String::new(), two(("svc1", ""), ("svc2", "")), vec![])),
+        ),
+        (
+            "as table with only alias",
+            "[[runners]]\n[[runners.docker.services]]\nalias = \"svc1\"\n[[runners.docker.services]]\nalias = \"svc2\"\n".into(),
+            Some((String::new(), two(("", "svc1"), ("", "svc2")), vec![])),
+        ),
+        (
+            "as table",
+            "[[runners]]\n[[runners.docker.services]]\nname = \"svc1\"\nalias = \"svc1_alias\"\n[[runners.docker.services]]\nname = \"svc2\"\nalias = \"svc2_alias\"\n".into(),
+            Some((
+                String::new(),
+                two(("svc1", "svc1_alias"), ("svc2", "svc2_alias")),
+                vec![],
+            )),
+        ),
+        (
+            "as table int value name",
+            "[[runners]]\n[[runners.docker.services]]\nname = 5\n".into(),
+            None,
+        ),
+        (
+            "as table int value alias",
+            "[[runners]]\n[[runners.docker.services]]\nname = \"svc1\"\nalias = 5\n".into(),
+            None,
+        ),
+        (
+            "runners.docker and runners.docker.services",
+            "[[runners]]\n[runners.docker]\nimage = \"image\"\n[[runners.docker.services]]\nname = \"svc1\"\n[[runners.docker.services]]\nname = \"svc2\"\n".into(),
+            Some(("image".into(), two(("svc1", ""), ("svc2", "")), vec![])),
+        ),
+        (
+            "runners.docker.services environment",
+            "[[runners]]\n[runners.docker]\n[[runners.docker.services]]\nname = \"svc1\"\nenvironment = [\"ENV1=value1\", \"ENV2=value2\"]\n".into(),
+            Some((
+                String::new(),
+                vec![svc("svc1", "", &["ENV1=value1", "ENV2=value2"])],
+                vec![],
+            )),
+        ),
+        (
+            "Docker Container Labels with string key and value",
+            labels("\"my.docker.TestContainerlabel1\" = \"TestContainerlabel-1\""),
+            Some((
+                "image".into(),
+                vec![],
+                label("my.docker.TestContainerlabel1", "TestContainerlabel-1"),
+            )),
+        ),
+        (
+            "Docker Container Labels with integer key and value",
+            labels("5 = 5"),
+            None,
+        ),
+        (
+            "Docker Container Labels with integer value",
+            labels("\"my.docker.TestContainerlabel1\" = 5"),
+            None,
+        ),
+        (
+            "Docker Container Labels with integer key",
+            labels("5 = \"TestContainerlabel-1\""),
+            Some(("image".into(), vec![], label("5", "TestContainerlabel-1"))),
+        ),
+    ];
+    for (case, text, want) in rows {
+        t.check(&format!("ConfigParse/{case}"), parsed(&text), want);
+    }
+
+    // StringOrArray_UnmarshalTOML, through `pull_policy` (`None`: the file does not load).
+    for (case, value, want) in [
+        ("no fields", None, Some(vec![])),
+        ("empty string_or_array", Some("\"\""), Some(vec![""])),
+        ("string", Some("\"always\""), Some(vec!["always"])),
+        ("slice with invalid single value", Some("10"), None),
+        (
+            "valid slice with multiple values",
+            Some("[\"unknown\", \"always\"]"),
+            Some(vec!["unknown", "always"]),
+        ),
+        ("slice with mixed values", Some("[\"unknown\", 10]"), None),
+        ("slice with invalid values", Some("[true, false]"), None),
+    ] {
+        let line = value
+            .map(|v| format!("pull_policy = {v}\n"))
+            .unwrap_or_default();
+        let text = format!("[[runners]]\n[runners.docker]\nimage = \"i\"\n{line}");
+        let got = drover::config::load_str(&text, "case.toml").ok().map(|l| {
+            l.config.runners[0]
+                .docker
+                .as_ref()
+                .map(|d| d.pull_policy.clone())
+                .unwrap_or_default()
+        });
+        let want = want.map(|v| v.into_iter().map(str::to_owned).collect::<Vec<_>>());
+        t.check(&format!("StringOrArray_UnmarshalTOML/{case}"), got, want);
+    }
+
+    // Service_ToImageDefinition, through the job's service definitions.
+    use drover::executor::services::{definitions, ServiceDefinition};
+    use drover::executor::settings::{ConfigService, ServiceSettings};
+    let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let command = strings(&["executable", "param1", "param2"]);
+    let entrypoint = strings(&["executable", "param3", "param4"]);
+    let named = |name: &str| ConfigService {
+        name: name.into(),
+        ..Default::default()
+    };
+    let def = |image: &str, aliases: &[&str]| ServiceDefinition {
+        image: image.into(),
+        aliases: strings(aliases),
+        ..Default::default()
+    };
+    let rows: Vec<(&str, ConfigService, ServiceDefinition)> = vec![
+        ("empty service", ConfigService::default(), def("", &[])),
+        ("only name", named("name"), def("name", &[])),
+        (
+            "only alias",
+            ConfigService {
+                alias: "alias".into(),
+                ..Default::default()
+            },
+            def("", &["alias"]),
+        ),
+        (
+            "name and alias",
+            ConfigService {
+                alias: "alias".into(),
+                ..named("name")
+            },
+            def("name", &["alias"]),
+        ),
+        (
+            "only aliases",
+            ConfigService {
+                alias: "alias-1 alias-2".into(),
+                ..Default::default()
+            },
+            def("", &["alias-1", "alias-2"]),
+        ),
+        (
+            "name and aliases",
+            ConfigService {
+                alias: "alias-1 alias-2".into(),
+                ..named("name")
+            },
+            def("name", &["alias-1", "alias-2"]),
+        ),
+        (
+            "command specified",
+            ConfigService {
+                command: command.clone(),
+                ..named("name")
+            },
+            ServiceDefinition {
+                command: command.clone(),
+                ..def("name", &[])
+            },
+        ),
+        (
+            "entrypoint specified",
+            ConfigService {
+                entrypoint: entrypoint.clone(),
+                ..named("name")
+            },
+            ServiceDefinition {
+                entrypoint: Some(entrypoint.clone()),
+                ..def("name", &[])
+            },
+        ),
+        (
+            "command and entrypoint specified",
+            ConfigService {
+                command: command.clone(),
+                entrypoint: entrypoint.clone(),
+                ..named("name")
+            },
+            ServiceDefinition {
+                command: command.clone(),
+                entrypoint: Some(entrypoint.clone()),
+                ..def("name", &[])
+            },
+        ),
+        (
+            "environment specified",
+            ConfigService {
+                environment: strings(&["ENV1=value1", "ENV2=value2"]),
+                ..named("name")
+            },
+            ServiceDefinition {
+                variables: vec![
+                    ("ENV1".into(), "value1".into()),
+                    ("ENV2".into(), "value2".into()),
+                ],
+                ..def("name", &[])
+            },
+        ),
+    ];
+    let vars = drover::executor::script::variables::VarList::default();
+    for (case, service, want) in rows {
+        let settings = ServiceSettings {
+            services: vec![service],
+            ..Default::default()
+        };
+        let got = definitions(&settings, &[], &vars).map_err(|e| e.message);
+        t.check(
+            &format!("Service_ToImageDefinition/{case}"),
+            got,
+            Ok(vec![want]),
+        );
+    }
+
+    // RunnerSettings_IsFeatureFlagOn.
+    use drover::executor::script::variables::resolve_flag;
+    use std::collections::BTreeMap;
+    let custom = "TestRunnerSettings_IsFeatureFlagOn";
+    let direct = "FF_USE_DIRECT_DOWNLOAD";
+    for (case, config, name, want) in [
+        ("feature flag not configured", vec![], custom, false),
+        (
+            "feature flag not configured but feature flag default is true",
+            vec![],
+            direct,
+            true,
+        ),
+        ("feature flag on", vec![(custom, true)], custom, true),
+        ("feature flag off", vec![(direct, false)], custom, false),
+    ] {
+        let config: BTreeMap<String, bool> =
+            config.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        t.check(
+            &format!("RunnerSettings_IsFeatureFlagOn/{case}"),
+            resolve_flag(&config, name, None),
+            want,
+        );
+    }
+
+    // Docker_UserIsAllowed: (case, job user, runner user, allowed_users, allowed).
+    use drover::executor::containers::user_allowed;
+    for (case, user, runner, allowed, want) in [
+        ("no allowed users, neither specified", "", "", &[][..], true),
+        (
+            "no allowed users, runner user specified",
+            "",
+            "baba",
+            &[],
+            true,
+        ),
+        (
+            "no allowed users, job user specified",
+            "baba",
+            "",
+            &[],
+            true,
+        ),
+        (
+            "no allowed users, both specified",
+            "yaga",
+            "baba",
+            &[],
+            false,
+        ),
+        ("allowed users, neither specified", "", "", &["baba"], true),
+        (
+            "allowed users, runner user specified",
+            "",
+            "yaga",
+            &["baba"],
+            true,
+        ),
+        (
+            "allowed users, job user specified",
+            "baba",
+            "yaga",
+            &["baba"],
+            true,
+        ),
+        (
+            "allowed users, both specified",
+            "yaga",
+            "yaga",
+            &["baba"],
+            false,
+        ),
+    ] {
+        let runner = (!runner.is_empty()).then_some(runner);
+        t.check(
+            &format!("Docker_UserIsAllowed/{case}"),
+            user_allowed(runner, &strings(allowed), user),
+            want,
+        );
+    }
+
+    // RunnerCredentials_HasToken.
+    use drover::manager::runloop::has_token;
+    for (case, token, want) in [
+        ("valid token", "abc123", true),
+        ("empty string", "", false),
+        ("single space", " ", false),
+        ("multiple spaces", "   ", false),
+        ("tab character", "\t", false),
+        ("newline", "\n", false),
+        ("mixed whitespace", " \t\n ", false),
+        ("surrounded token", "  abc  ", true),
+    ] {
+        let runner = drover::config::RunnerConfig {
+            token: token.into(),
+            ..Default::default()
+        };
+        t.check(
+            &format!("RunnerCredentials_HasToken/{case}"),
+            has_token(&runner),
+            want,
+        );
+    }
+}
+
 #[tokio::test]
 async fn config_and_api_tables_of_upstream() {
     let mut t = Tally::default();
@@ -1121,5 +1479,6 @@ async fn config_and_api_tables_of_upstream() {
     docker_machine(&mut t);
     time_periods(&mut t);
     pull_policies(&mut t);
+    config_file_tables(&mut t);
     t.finish("config-api");
 }

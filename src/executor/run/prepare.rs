@@ -353,6 +353,7 @@ impl JobRun<'_> {
             if aliases.is_empty() {
                 continue;
             }
+            services::require_image(&name, def)?;
             // `service:version...`, or `service@sha256:...` for a digest, as upstream prints.
             let sep = if name.version.starts_with("@sha256") {
                 ""
