@@ -13,7 +13,10 @@
 //!   DockerConfig_GetPullPolicies and _GetAllowedPullPolicies (through the effective policies),
 //!   ParseVariable and InvalidParseVariable, ConfigParse (the docker rows),
 //!   StringOrArray_UnmarshalTOML, Service_ToImageDefinition, RunnerSettings_IsFeatureFlagOn,
-//!   Docker_UserIsAllowed, RunnerCredentials_HasToken;
+//!   Docker_UserIsAllowed, RunnerCredentials_HasToken, RunnerSettings_ComputeLabels,
+//!   _ComputedLabels, _CombineLabels_MultipleCalls, Config_Validate, LoadConfig,
+//!   LoadConfig_ExpandsEnvironmentVariables, RunnerConfig_ValidateMachineOptionsWithName,
+//!   RunnerByName, RunnerByToken, RunnerByURLAndID, RunnerByNameAndToken;
 //! * `helpers/timeperiod/period_test.go`: InPeriod, InvalidTimezone, TimeperiodsWithTimezone
 //!   (through an autoscaling section's `Periods` and `Timezone`);
 //! * `common/build_test.go`: GetPrepareTimeout, GetGetSourcesTimeout (the phase limits; the
@@ -1468,6 +1471,505 @@ fn config_file_tables(t: &mut Tally) {
     }
 }
 
+/// A `BTreeMap` of labels from pairs.
+fn label_map(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// A TOML table body of labels.
+fn label_lines(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k:?} = {v:?}\n"))
+        .collect()
+}
+
+/// Labels, runner selection, machine options and loading tables of `common/config_test.go`.
+fn labels_and_selection(t: &mut Tally) {
+    use drover::gitlab::Info;
+    // ComputeLabels: (case, runner labels, global labels, computed labels); the labels sent
+    // to GitLab are the computed ones.
+    let pg = [("env", "prod"), ("team", "backend")];
+    let rows: Vec<(
+        &str,
+        Vec<(&str, &str)>,
+        Vec<(&str, &str)>,
+        Vec<(&str, &str)>,
+    )> = vec![
+        (
+            "nil labels and nil computed with empty global defaults",
+            vec![],
+            vec![],
+            vec![],
+        ),
+        (
+            "nil labels and nil computed with global defaults",
+            vec![],
+            pg.to_vec(),
+            pg.to_vec(),
+        ),
+        (
+            "empty labels with global defaults",
+            vec![],
+            pg.to_vec(),
+            pg.to_vec(),
+        ),
+        (
+            "runner labels override global defaults",
+            vec![("env", "staging"), ("region", "us-west")],
+            pg.to_vec(),
+            vec![
+                ("env", "staging"),
+                ("team", "backend"),
+                ("region", "us-west"),
+            ],
+        ),
+        (
+            "runner labels only, no global defaults",
+            vec![("custom", "value"), ("runner", "specific")],
+            vec![],
+            vec![("custom", "value"), ("runner", "specific")],
+        ),
+        (
+            "existing computed labels are overwritten",
+            vec![("env", "staging")],
+            vec![("team", "backend")],
+            vec![("env", "staging"), ("team", "backend")],
+        ),
+        (
+            "nil global defaults with existing labels",
+            vec![("runner", "test")],
+            vec![],
+            vec![("runner", "test")],
+        ),
+        (
+            "complex scenario with multiple overrides",
+            vec![
+                ("env", "staging"),
+                ("version", "1.2.3"),
+                ("team", "frontend"),
+            ],
+            vec![
+                ("env", "prod"),
+                ("team", "backend"),
+                ("region", "us-east"),
+                ("cost-center", "eng"),
+            ],
+            vec![
+                ("env", "staging"),
+                ("version", "1.2.3"),
+                ("team", "frontend"),
+                ("region", "us-east"),
+                ("cost-center", "eng"),
+            ],
+        ),
+        (
+            "empty string values in labels",
+            vec![("empty", ""), ("normal", "value")],
+            vec![("global", "default"), ("empty", "global-value")],
+            vec![("global", "default"), ("empty", ""), ("normal", "value")],
+        ),
+        (
+            "labels with special characters in key",
+            vec![
+                ("key-with-dashes", "value1"),
+                ("key_with_underscores", "value2"),
+                ("key.with.dots", "value3"),
+            ],
+            vec![("key-with_different.characters", "value4")],
+            vec![
+                ("key-with-dashes", "value1"),
+                ("key_with_underscores", "value2"),
+                ("key.with.dots", "value3"),
+                ("key-with_different.characters", "value4"),
+            ],
+        ),
+    ];
+    let computed = |runner: &[(&str, &str)], global: &[(&str, &str)]| {
+        let r = drover::config::RunnerConfig {
+            labels: label_map(runner),
+            ..Default::default()
+        };
+        Info::for_runner(&r, &label_map(global)).labels
+    };
+    for (case, runner, global, want) in rows {
+        t.check(
+            &format!("RunnerSettings_ComputeLabels/{case}"),
+            computed(&runner, &global),
+            label_map(&want),
+        );
+    }
+    // ComputedLabels: what was computed is what is sent (nil and empty alike: no labels).
+    for (case, labels) in [
+        ("nil computed labels", vec![]),
+        ("empty computed labels", vec![]),
+        ("single label", vec![("env", "prod")]),
+        (
+            "multiple labels",
+            vec![("env", "prod"), ("team", "backend"), ("region", "us-west")],
+        ),
+    ] {
+        t.check(
+            &format!("RunnerSettings_ComputedLabels/{case}"),
+            computed(&labels, &[]),
+            label_map(&labels),
+        );
+    }
+    // CombineLabels_MultipleCalls: a second computation starts afresh.
+    let runner = [("runner", "test")];
+    let first = computed(&runner, &pg);
+    let second = computed(&runner, &[("env", "staging"), ("region", "us-east")]);
+    t.check(
+        "RunnerSettings_CombineLabels_MultipleCalls",
+        (first, second),
+        (
+            label_map(&[("env", "prod"), ("team", "backend"), ("runner", "test")]),
+            label_map(&[
+                ("env", "staging"),
+                ("region", "us-east"),
+                ("runner", "test"),
+            ]),
+        ),
+    );
+
+    // Config_Validate: (case, global labels, tested runner's labels, what the error names).
+    let numbers = [
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+        "twenty",
+        "twenty-one",
+        "twenty-two",
+        "twenty-three",
+        "twenty-four",
+        "twenty-five",
+        "twenty-six",
+        "twenty-seven",
+        "twenty-eight",
+        "twenty-nine",
+        "thirty",
+        "thirty-one",
+        "thirty-two",
+        "thirty-three",
+        "thirty-four",
+    ];
+    let many: Vec<(&str, &str)> = numbers.iter().map(|n| (*n, "1")).collect();
+    let rows: Vec<(&str, Vec<(&str, &str)>, Vec<(&str, &str)>, Option<&str>)> = vec![
+        (
+            "all labels are valid",
+            vec![("env", "production")],
+            vec![("privileged", "true")],
+            None,
+        ),
+        (
+            "invalid global label key",
+            vec![("test/key", "test_value")],
+            vec![],
+            Some("lobal labels"),
+        ),
+        (
+            "invalid global label value",
+            vec![("test_key", "test/value")],
+            vec![],
+            Some("lobal labels"),
+        ),
+        (
+            "invalid runner label key",
+            vec![],
+            vec![("test/key", "test_value")],
+            Some("runner-tested"),
+        ),
+        (
+            "invalid runner label value",
+            vec![],
+            vec![("test_key", "test/value")],
+            Some("runner-tested"),
+        ),
+        (
+            "too many labels",
+            many[..17].to_vec(),
+            many[17..].to_vec(),
+            Some("runner-tested"),
+        ),
+    ];
+    for (case, global, runner, want) in rows {
+        let text = format!(
+            "[labels]\n{}\n[[runners]]\nname = \"runner-always-valid\"\n[runners.labels]\nrunner = \"name\"\n[[runners]]\nname = \"runner-tested\"\n[runners.labels]\n{}",
+            label_lines(&global),
+            label_lines(&runner)
+        );
+        let got = match drover::config::load_str(&text, "case.toml") {
+            Ok(_) => None,
+            Err(e) => {
+                let message = e.to_string();
+                Some(
+                    want.filter(|w| message.contains(w))
+                        .map_or(message, str::to_owned),
+                )
+            }
+        };
+        t.check(
+            &format!("Config_Validate/{case}"),
+            got,
+            want.map(str::to_owned),
+        );
+    }
+
+    // LoadConfig.
+    let load = |text: &str| drover::config::load_str(text, "case.toml");
+    t.check(
+        "LoadConfig/parse defaults",
+        load("").ok().map(|l| {
+            (
+                l.config.runners.len(),
+                l.config.connection_max_age_or_default().to_string(),
+            )
+        }),
+        Some((0, "15m0s".to_owned())),
+    );
+    t.check(
+        "LoadConfig/connection max age set",
+        load("connection_max_age = \"1s\"\n").ok().map(|l| {
+            (
+                l.config.runners.len(),
+                l.config.connection_max_age_or_default().to_string(),
+            )
+        }),
+        Some((0, "1s".to_owned())),
+    );
+    t.check(
+        "LoadConfig/invalid labels",
+        load("[labels]\n\"invalid/key\" = \"valid_value\"\n[[runners]]\nname = \"labels-test\"\n[runners.labels]\nenv = \"prod\"\n").is_err(),
+        true,
+    );
+    let global = [
+        ("env", "prod"),
+        ("test", "value"),
+        ("test_label", "value"),
+        ("test-label", "value"),
+        ("test.label", "value"),
+    ];
+    let own = [
+        ("shard", "default"),
+        ("test", "override"),
+        ("test_label", "override"),
+        ("test-label", "override"),
+        ("test.label", "override"),
+    ];
+    let text = format!(
+        "concurrent = 1\n[labels]\n{}\n[[runners]]\nname = \"labels-test\"\n[runners.labels]\n{}",
+        label_lines(&global),
+        label_lines(&own)
+    );
+    let got = load(&text).ok().map(|l| {
+        let r = &l.config.runners[0];
+        (
+            l.config.labels.clone(),
+            r.labels.clone(),
+            Info::for_runner(r, &l.config.labels).labels,
+        )
+    });
+    let mut all = own.to_vec();
+    all.push(("env", "prod"));
+    t.check(
+        "LoadConfig/valid labels",
+        got,
+        Some((label_map(&global), label_map(&own), label_map(&all))),
+    );
+    // LoadConfig_ExpandsEnvironmentVariables (names unique to this test).
+    std::env::set_var("DROVER_CONF_TEST_RUNNER_URL", "https://gitlab.example.com");
+    std::env::set_var("DROVER_CONF_TEST_RUNNER_TOKEN_1", "glrt-token-one");
+    std::env::set_var("DROVER_CONF_TEST_RUNNER_TOKEN_2", "glrt-token-two");
+    let text = "[[runners]]\nname = \"runner-1\"\nurl = \"$DROVER_CONF_TEST_RUNNER_URL\"\ntoken = \"${DROVER_CONF_TEST_RUNNER_TOKEN_1}\"\n[[runners]]\nname = \"runner-2\"\nurl = \"${DROVER_CONF_TEST_RUNNER_URL}\"\ntoken = \"$DROVER_CONF_TEST_RUNNER_TOKEN_2\"\n[[runners]]\nname = \"runner-literal\"\nurl = \"https://literal.example.com\"\ntoken = \"glrt-literal-token\"\n";
+    let got = load(text).ok().map(|l| {
+        l.config
+            .runners
+            .iter()
+            .map(|r| (r.url.clone(), r.token.clone()))
+            .collect::<Vec<_>>()
+    });
+    let pair = |u: &str, tk: &str| (u.to_owned(), tk.to_owned());
+    t.check(
+        "LoadConfig_ExpandsEnvironmentVariables",
+        got,
+        Some(vec![
+            pair("https://gitlab.example.com", "glrt-token-one"),
+            pair("https://gitlab.example.com", "glrt-token-two"),
+            pair("https://literal.example.com", "glrt-literal-token"),
+        ]),
+    );
+
+    // RunnerConfig_ValidateMachineOptionsWithName: (case, options or no machine section,
+    // the option the error names).
+    let opts = |v: &[&str]| {
+        Some(
+            v.iter()
+                .map(|s| format!("{s:?}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+    };
+    for (case, options, want) in [
+        (
+            "valid options with %s",
+            opts(&["--option=%s", "--another=%s-suffix"]),
+            None,
+        ),
+        ("empty options", opts(&[]), None),
+        ("nil options", None, None),
+        ("nil machine config", None, None),
+        (
+            "invalid option without %s",
+            opts(&["--option=value"]),
+            Some("--option=value"),
+        ),
+        (
+            "mixed valid and invalid",
+            opts(&["--valid=%s", "--invalid=value"]),
+            Some("--invalid=value"),
+        ),
+    ] {
+        let machine = if case == "nil machine config" {
+            "executor = \"docker\"\n".to_owned()
+        } else {
+            let line = options
+                .map(|o| format!("MachineOptionsWithName = [{o}]\n"))
+                .unwrap_or_default();
+            format!("executor = \"docker+machine\"\n[runners.machine]\nMachineDriver = \"none\"\nMachineName = \"m-%s\"\n{line}")
+        };
+        let text = format!("[[runners]]\nname = \"m\"\nurl = \"https://gitlab.example.com\"\ntoken = \"glrt-x\"\n{machine}");
+        let got = match load(&text) {
+            Ok(_) => None,
+            Err(e) => {
+                let message = e.to_string();
+                Some(
+                    want.filter(|w| message.contains(&format!("{w:?}")))
+                        .map_or(message, str::to_owned),
+                )
+            }
+        };
+        t.check(
+            &format!("RunnerConfig_ValidateMachineOptionsWithName/{case}"),
+            got,
+            want.map(str::to_owned),
+        );
+    }
+
+    // RunnerBy*: the runners `unregister`, `verify` and `reset-token` act on.
+    use drover::cli::config_file::Selection;
+    let runner = |name: &str, token: &str, url: &str, id: i64| drover::config::RunnerConfig {
+        name: name.into(),
+        token: token.into(),
+        url: url.into(),
+        id,
+        ..Default::default()
+    };
+    let g1 = "https://gitlab1.example.com/";
+    let by_name = drover::config::Config {
+        runners: vec![
+            runner("runner1", "token1", g1, 1),
+            runner("runner2", "token2", g1, 2),
+        ],
+        ..Default::default()
+    };
+    let by_token = drover::config::Config {
+        runners: vec![runner("", "runner1", "", 0), runner("", "runner2", "", 0)],
+        ..Default::default()
+    };
+    let select =
+        |name: Option<&str>, token: Option<&str>, url: Option<&str>, id: Option<i64>| Selection {
+            name: name.map(str::to_owned),
+            token: token.map(str::to_owned),
+            url: url.map(str::to_owned),
+            id,
+            all: false,
+        };
+    let rows: Vec<(&str, &drover::config::Config, Selection, Vec<usize>)> = vec![
+        (
+            "RunnerByName/finds runner by name",
+            &by_name,
+            select(Some("runner2"), None, None, None),
+            vec![1],
+        ),
+        (
+            "RunnerByName/does not find non-existent runner",
+            &by_name,
+            select(Some("runner3"), None, None, None),
+            vec![],
+        ),
+        (
+            "RunnerByToken/finds runner by token",
+            &by_token,
+            select(None, Some("runner2"), None, None),
+            vec![1],
+        ),
+        (
+            "RunnerByToken/does not find non-existent runner authentication token",
+            &by_token,
+            select(None, Some("runner3"), None, None),
+            vec![],
+        ),
+        (
+            "RunnerByURLAndID/finds runner by name",
+            &by_name,
+            select(None, None, Some(g1), Some(1)),
+            vec![0],
+        ),
+        (
+            "RunnerByURLAndID/does not find runner with wrong ID",
+            &by_name,
+            select(None, None, Some(g1), Some(3)),
+            vec![],
+        ),
+        (
+            "RunnerByURLAndID/does not find runner with wrong URL",
+            &by_name,
+            select(None, None, Some("https://gitlab2.example.com/"), Some(1)),
+            vec![],
+        ),
+        (
+            "RunnerByNameAndToken/finds runner by name and token",
+            &by_name,
+            select(Some("runner1"), Some("token1"), None, None),
+            vec![0],
+        ),
+        (
+            "RunnerByNameAndToken/does not find runner with wrong name",
+            &by_name,
+            select(Some("runner3"), Some("token1"), None, None),
+            vec![],
+        ),
+        (
+            "RunnerByNameAndToken/does not find runner with wrong token",
+            &by_name,
+            select(Some("runner1"), Some("token3"), None, None),
+            vec![],
+        ),
+    ];
+    for (case, config, selection, want) in rows {
+        t.check(case, selection.pick(config, false), want);
+    }
+}
+
 #[tokio::test]
 async fn config_and_api_tables_of_upstream() {
     let mut t = Tally::default();
@@ -1480,5 +1982,6 @@ async fn config_and_api_tables_of_upstream() {
     time_periods(&mut t);
     pull_policies(&mut t);
     config_file_tables(&mut t);
+    labels_and_selection(&mut t);
     t.finish("config-api");
 }
