@@ -5,9 +5,12 @@
 //! Object names are `[<Path>/][runner/<short token>/]project/<project id>/<key>` (the
 //! `runner/…` part left out with `Shared = true`). S3 is implemented (access keys; presigned
 //! GET, HEAD and PUT valid for the job timeout, the PUT signed with `x-amz-meta-cachekey` and
-//! the server-side-encryption headers). GCS, Azure, IAM credentials and `RoleARN` load from
-//! `config.toml` but are reported as not implemented, and the job keeps its local cache.
+//! the server-side-encryption headers), with access keys or with IAM credentials from the AWS
+//! credential chain (environment, shared file, container endpoint, instance profile). GCS,
+//! Azure and `RoleARN` load from `config.toml` but are reported as not implemented, and the job
+//! keeps its local cache.
 
+pub mod aws_credentials;
 pub mod s3;
 
 use std::time::Duration;
@@ -38,6 +41,42 @@ impl CacheRemote {
         project_id: i64,
         expires: Duration,
     ) -> (Self, Vec<String>) {
+        Self::with_iam(config, short_token, project_id, expires, None)
+    }
+
+    /// [`CacheRemote::from_config`], with IAM credentials looked up through the AWS chain
+    /// (cached while valid) when `[runners.cache.s3]` asks for them.
+    pub async fn resolving_iam(
+        config: Option<&CacheConfig>,
+        short_token: &str,
+        project_id: i64,
+        expires: Duration,
+    ) -> (Self, Vec<String>) {
+        let wants_iam = config.is_some_and(|c| {
+            c.cache_type.eq_ignore_ascii_case("s3")
+                && c.s3.as_ref().is_some_and(|s| {
+                    s.auth_type() == Some("iam")
+                        && s.role_arn.is_empty()
+                        && s.upload_role_arn.is_empty()
+                        && !s.bucket_name.trim().is_empty()
+                })
+        });
+        let iam = if wants_iam {
+            Some(aws_credentials::cached_default_chain().await)
+        } else {
+            None
+        };
+        Self::with_iam(config, short_token, project_id, expires, iam.as_ref())
+    }
+
+    /// [`CacheRemote::from_config`] with the IAM credentials already looked up.
+    pub fn with_iam(
+        config: Option<&CacheConfig>,
+        short_token: &str,
+        project_id: i64,
+        expires: Duration,
+        iam: Option<&Result<aws_credentials::AwsCredentials, String>>,
+    ) -> (Self, Vec<String>) {
         let Some(c) = config else {
             return (Self::local(), Vec::new());
         };
@@ -61,7 +100,7 @@ impl CacheRemote {
                         "[runners.cache] Type = \"s3\" has no [runners.cache.s3] section; using the local cache only".into(),
                     );
                 };
-                match s3::S3Cache::new(s3c, expires) {
+                match s3::S3Cache::with_iam(s3c, expires, iam) {
                     Ok(s3) => (
                         CacheRemote {
                             s3: Some(s3),
