@@ -19,6 +19,13 @@
 //!   RunnerByName, RunnerByToken, RunnerByURLAndID, RunnerByNameAndToken;
 //! * `helpers/timeperiod/period_test.go`: InPeriod, InvalidTimezone, TimeperiodsWithTimezone
 //!   (through an autoscaling section's `Periods` and `Timezone`);
+//! * `network/gitlab_test.go`: UpdateJob, UpdateJobAsKeepAlive, UnknownPatchTrace,
+//!   ForbiddenPatchTrace, JobFailedStatePatchTrace, PatchTraceCantConnect,
+//!   UpdateIntervalHeaderHandling;
+//! * `network/client_test.go`: UrlFixing; `network/remote_job_state_response_test.go`:
+//!   NewTracePatchResponse; `helpers/featureflags/flags_test.go`: IsOn;
+//! * `cache/cache_test.go`: GenerateObjectName (not the sharded rows: `FF_HASH_CACHE_KEYS` is
+//!   not implemented), CacheOperations (download and upload URLs; not GoCloud URLs);
 //! * `common/build_test.go`: GetPrepareTimeout, GetGetSourcesTimeout (the phase limits; the
 //!   Build*Timeout runs are end-to-end tests in `tests/executor_engine.rs`).
 
@@ -72,6 +79,25 @@ type PolicyRow = (
     &'static [&'static str],
     &'static [&'static str],
     Result<Vec<&'static str>, ()>,
+);
+
+/// Label pairs.
+type Pairs = Vec<(&'static str, &'static str)>;
+
+/// ComputeLabels rows: case, runner labels, global labels, computed labels.
+type LabelRow = (&'static str, Pairs, Pairs, Pairs);
+
+/// Config_Validate rows: case, global labels, the tested runner's labels, what the error names.
+type ValidateRow = (&'static str, Pairs, Pairs, Option<&'static str>);
+
+/// UpdateJob rows: case, status, headers, the state sent, expected state, cancel requested.
+type UpdateRow = (
+    &'static str,
+    u16,
+    Vec<(&'static str, String)>,
+    JobState,
+    drover::gitlab::UpdateState,
+    bool,
 );
 
 /// One case's verdict.
@@ -1493,12 +1519,7 @@ fn labels_and_selection(t: &mut Tally) {
     // ComputeLabels: (case, runner labels, global labels, computed labels); the labels sent
     // to GitLab are the computed ones.
     let pg = [("env", "prod"), ("team", "backend")];
-    let rows: Vec<(
-        &str,
-        Vec<(&str, &str)>,
-        Vec<(&str, &str)>,
-        Vec<(&str, &str)>,
-    )> = vec![
+    let rows: Vec<LabelRow> = vec![
         (
             "nil labels and nil computed with empty global defaults",
             vec![],
@@ -1673,7 +1694,7 @@ fn labels_and_selection(t: &mut Tally) {
         "thirty-four",
     ];
     let many: Vec<(&str, &str)> = numbers.iter().map(|n| (*n, "1")).collect();
-    let rows: Vec<(&str, Vec<(&str, &str)>, Vec<(&str, &str)>, Option<&str>)> = vec![
+    let rows: Vec<ValidateRow> = vec![
         (
             "all labels are valid",
             vec![("env", "production")],
@@ -1970,6 +1991,350 @@ fn labels_and_selection(t: &mut Tally) {
     }
 }
 
+/// `network/client_test.go` TestUrlFixing, `helpers/featureflags` TestIsOn and
+/// `cache/cache_test.go` TestGenerateObjectName and TestCacheOperations.
+fn client_flags_and_cache_names(t: &mut Tally) {
+    use drover::gitlab::client::api_base;
+    for (given, fixed) in [
+        (
+            "https://gitlab.example.com/ci///",
+            "https://gitlab.example.com",
+        ),
+        (
+            "https://gitlab.example.com/ci/",
+            "https://gitlab.example.com",
+        ),
+        (
+            "https://gitlab.example.com/ci",
+            "https://gitlab.example.com",
+        ),
+        ("https://gitlab.example.com/", "https://gitlab.example.com"),
+        (
+            "https://gitlab.example.com///",
+            "https://gitlab.example.com",
+        ),
+        ("https://gitlab.example.com", "https://gitlab.example.com"),
+        (
+            "https://example.com/gitlab/ci/",
+            "https://example.com/gitlab",
+        ),
+        (
+            "https://example.com/gitlab/ci///",
+            "https://example.com/gitlab",
+        ),
+        (
+            "https://example.com/gitlab/ci",
+            "https://example.com/gitlab",
+        ),
+        ("https://example.com/gitlab/", "https://example.com/gitlab"),
+        (
+            "https://example.com/gitlab///",
+            "https://example.com/gitlab",
+        ),
+        ("https://example.com/gitlab", "https://example.com/gitlab"),
+    ] {
+        t.check(
+            &format!("UrlFixing/{given}"),
+            api_base(given).map(|u| u.to_string()).ok(),
+            Some(format!("{fixed}/api/v4/")),
+        );
+    }
+
+    // NewTracePatchResponse: the update interval a response asks for. Upstream keeps a
+    // negative value and its trace updater ignores every value ≤ 0; drover drops it when read.
+    use drover::gitlab::jobs::parse_update_interval;
+    for (case, header, want) in [
+        ("nil response", None, None),
+        ("no remote update period in header", None, None),
+        (
+            "invalid remote update period in header",
+            Some("invalid"),
+            None,
+        ),
+        ("negative remote update period in header", Some("-10"), None),
+        ("valid remote update period in header", Some("10"), Some(10)),
+    ] {
+        t.check(
+            &format!("NewTracePatchResponse/{case}"),
+            parse_update_interval(header),
+            want.map(Duration::from_secs),
+        );
+    }
+
+    // IsOn: a flag's value as written (FF_TEST_FEATURE defaults to false).
+    use drover::executor::script::variables::resolve_flag;
+    let none = std::collections::BTreeMap::new();
+    for (case, value, want) in [
+        ("empty value", "", false),
+        ("non boolean value", "a", false),
+        ("true value", "1", true),
+        ("false value", "f", false),
+    ] {
+        t.check(
+            &format!("IsOn/{case}"),
+            resolve_flag(&none, "FF_TEST_FEATURE", Some(value)),
+            want,
+        );
+    }
+
+    use drover::cache::CacheRemote;
+    use drover::config::cache::CacheConfig;
+    use drover::executor::script::cache::Remote;
+    let config = |path: &str, shared: bool| CacheConfig {
+        cache_type: "s3".into(),
+        path: path.into(),
+        shared,
+        s3: Some(s3(|c| {
+            c.server_address = "127.0.0.1:9000".into();
+            c.access_key = "a".into();
+            c.secret_key = "s".into();
+            c.bucket_name = "b".into();
+            c.insecure = true;
+        })),
+        ..Default::default()
+    };
+    let name = |c: &CacheConfig, key: &str| {
+        let (remote, _) =
+            CacheRemote::from_config(Some(c), "longtoken", 10, Duration::from_secs(3600));
+        remote.object_name(key)
+    };
+    let own = "runner/longtoken/project/10/key";
+    for (case, key, path, shared, want) in [
+        ("default usage", "key", "", false, Some(own.to_owned())),
+        ("empty key", "", "", false, None),
+        (
+            "short path is set",
+            "key",
+            "whatever",
+            false,
+            Some(format!("whatever/{own}")),
+        ),
+        (
+            "multiple segment path is set",
+            "key",
+            "some/other/path/goes/here",
+            false,
+            Some(format!("some/other/path/goes/here/{own}")),
+        ),
+        ("path is empty", "key", "", false, Some(own.to_owned())),
+        (
+            "shared flag is set to true",
+            "key",
+            "",
+            true,
+            Some("project/10/key".to_owned()),
+        ),
+        (
+            "shared flag is set to false",
+            "key",
+            "",
+            false,
+            Some(own.to_owned()),
+        ),
+        (
+            "path traversal but within base path",
+            "../10/key",
+            "",
+            false,
+            Some(own.to_owned()),
+        ),
+        (
+            "path traversal resolves to empty key",
+            "../10",
+            "",
+            false,
+            None,
+        ),
+        (
+            "path traversal escapes project namespace",
+            "../10-outside",
+            "",
+            false,
+            None,
+        ),
+    ] {
+        t.check(
+            &format!("GenerateObjectName/{case}"),
+            name(&config(path, shared), key),
+            want,
+        );
+    }
+
+    // CacheOperations: whether a download and an upload URL are given.
+    let unknown = CacheConfig {
+        cache_type: "test".into(),
+        ..Default::default()
+    };
+    let s3_config = config("", false);
+    for (case, c, key, want) in [
+        ("no-config", None, "key", false),
+        ("key-not-specified", Some(&s3_config), "", false),
+        ("adapter-doesnt-exists", Some(&unknown), "key", false),
+        ("adapter-exists", Some(&s3_config), "key", true),
+    ] {
+        let (remote, _) = CacheRemote::from_config(c, "shorttoken", 10, Duration::from_secs(3600));
+        t.check(
+            &format!("CacheOperations/{case}/GetDownloadURL"),
+            remote.download(key).is_some(),
+            want,
+        );
+        t.check(
+            &format!("CacheOperations/{case}/GetUploadURL"),
+            remote.upload(key).is_some(),
+            want,
+        );
+    }
+}
+
+/// A client of a scripted server, with short retry waits.
+async fn scripted_client(script: Script) -> Client {
+    let (url, _) = scripted(script).await;
+    Client::new(&ClientSettings {
+        url,
+        retry: RetryPolicy {
+            max_attempts: 3,
+            base: Duration::from_millis(10),
+            cap: Duration::from_millis(100),
+        },
+        ..ClientSettings::default()
+    })
+    .expect("client")
+}
+
+/// `network/gitlab_test.go`: UpdateJob, UpdateJobAsKeepAlive, the PATCH outcomes and
+/// UpdateIntervalHeaderHandling, against a server answering as upstream's test handlers do.
+async fn gitlab_updates(t: &mut Tally) {
+    use drover::gitlab::UpdateState;
+    let info = Info::registration();
+    let creds = JobCredentials {
+        id: 10,
+        token: "token".into(),
+    };
+    let update = |state: JobState| JobUpdate {
+        state,
+        failure_reason: None,
+        exit_code: 0,
+        output: TraceOutput::default(),
+    };
+    let status = |v: &str| vec![("Job-Status", v.to_owned())];
+    // (case, the answer, the update sent, expected state, cancel requested)
+    let rows: Vec<UpdateRow> = vec![
+        ("UpdateJob/Update continues when running", 200, vec![], JobState::Running, UpdateState::Succeeded, false),
+        ("UpdateJob/Update aborts if the access is forbidden", 403, vec![], JobState::Success, UpdateState::Abort, false),
+        // Upstream's test server refuses an invalid state or failure reason with 400.
+        ("UpdateJob/Update fails for badly formatted request", 400, vec![], JobState::Running, UpdateState::Failed, false),
+        ("UpdateJob/Update aborts for unknown job", 404, vec![], JobState::Success, UpdateState::Abort, false),
+        (
+            "UpdateJob/Update returns accepted, but not completed if server returns `202 StatusAccepted`",
+            202,
+            vec![],
+            JobState::Success,
+            UpdateState::Accepted,
+            false,
+        ),
+        (
+            "UpdateJob/Update returns reset content requested if server returns `412 Precondition Failed`",
+            412,
+            vec![],
+            JobState::Success,
+            UpdateState::TraceValidationFailed,
+            false,
+        ),
+        ("UpdateJob/Update should continue when script fails", 200, vec![], JobState::Failed, UpdateState::Succeeded, false),
+        ("UpdateJob/Update fails for invalid failure reason", 400, vec![], JobState::Failed, UpdateState::Failed, false),
+        ("UpdateJobAsKeepAlive/Update should continue when running", 200, vec![], JobState::Running, UpdateState::Succeeded, false),
+        (
+            "UpdateJobAsKeepAlive/Update should be aborted when Job-Status=canceled",
+            200,
+            status("canceled"),
+            JobState::Running,
+            UpdateState::Abort,
+            false,
+        ),
+        (
+            "UpdateJobAsKeepAlive/Update should continue when Job-Status=failed",
+            200,
+            status("failed"),
+            JobState::Running,
+            UpdateState::Abort,
+            false,
+        ),
+        (
+            "UpdateJobAsKeepAlive/Update should continue when Job-Status=canceling",
+            200,
+            status("canceling"),
+            JobState::Running,
+            UpdateState::Succeeded,
+            true,
+        ),
+    ];
+    for (case, code, headers, state, want, cancel) in rows {
+        let client = scripted_client(vec![(code, headers)]).await;
+        let r = client.update_job(&creds, &info, &update(state)).await;
+        t.check(case, (r.state, r.cancel_requested), (want, cancel));
+    }
+
+    let patch = bytes::Bytes::from_static(b"trace trace trace");
+    for (case, code, headers, want) in [
+        ("UnknownPatchTrace", 404, vec![], UpdateState::NotFound),
+        ("ForbiddenPatchTrace", 403, vec![], UpdateState::Abort),
+        (
+            "JobFailedStatePatchTrace",
+            202,
+            status("failed"),
+            UpdateState::Abort,
+        ),
+    ] {
+        let client = scripted_client(vec![(code, headers)]).await;
+        let r = client.patch_trace(&creds, 0, patch.clone(), false).await;
+        t.check(case, r.state, want);
+    }
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let client = Client::new(&ClientSettings {
+        url,
+        ..ClientSettings::default()
+    })
+    .expect("client");
+    let r = client.patch_trace(&creds, 0, patch.clone(), false).await;
+    t.check("PatchTraceCantConnect", r.state, UpdateState::Failed);
+
+    // UpdateIntervalHeaderHandling: upstream returns the header's seconds as given and its
+    // trace updater ignores values ≤ 0; drover drops those when it reads them.
+    for (case, header, want) in [
+        ("header set to negative integer", Some("-10"), None),
+        ("header set to zero", Some("0"), None),
+        ("header set to positive integer", Some("10"), Some(10)),
+        ("header set to invalid format", Some("some text"), None),
+        ("empty header", Some(""), None),
+        ("header not set", None, None),
+    ] {
+        let headers = || {
+            header
+                .map(|v| vec![("X-GitLab-Trace-Update-Interval", v.to_owned())])
+                .unwrap_or_default()
+        };
+        let want = want.map(Duration::from_secs);
+        let client = scripted_client(vec![(404, headers())]).await;
+        let r = client
+            .update_job(&creds, &info, &update(JobState::Success))
+            .await;
+        t.check(
+            &format!("UpdateIntervalHeaderHandling/{case}/UpdateJob"),
+            r.update_interval,
+            want,
+        );
+        let client = scripted_client(vec![(202, headers())]).await;
+        let r = client.patch_trace(&creds, 0, patch.clone(), false).await;
+        t.check(
+            &format!("UpdateIntervalHeaderHandling/{case}/PatchTrace"),
+            r.update_interval,
+            want,
+        );
+    }
+}
+
 #[tokio::test]
 async fn config_and_api_tables_of_upstream() {
     let mut t = Tally::default();
@@ -1983,5 +2348,7 @@ async fn config_and_api_tables_of_upstream() {
     pull_policies(&mut t);
     config_file_tables(&mut t);
     labels_and_selection(&mut t);
+    client_flags_and_cache_names(&mut t);
+    gitlab_updates(&mut t).await;
     t.finish("config-api");
 }

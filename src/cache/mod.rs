@@ -123,12 +123,25 @@ impl CacheRemote {
         }
     }
 
-    /// The object name of `key`, or `None` when it would leave the project's prefix.
+    /// The object name of `key` joined to the project's prefix as a URL path (empty and `.`
+    /// segments dropped, `..` going up), or `None` when the key is empty or the result is not
+    /// inside the project's prefix, as upstream names objects.
     pub fn object_name(&self, key: &str) -> Option<String> {
-        let escapes = key
-            .split('/')
-            .any(|s| s == ".." || s == "." || s.is_empty());
-        (!escapes).then(|| format!("{}{key}", self.prefix))
+        if key.is_empty() {
+            return None;
+        }
+        let base: Vec<&str> = self.prefix.split('/').filter(|s| !s.is_empty()).collect();
+        let mut full = base.clone();
+        for segment in key.split('/') {
+            match segment {
+                "" | "." => {}
+                ".." => {
+                    full.pop()?;
+                }
+                s => full.push(s),
+            }
+        }
+        (full.len() > base.len() && full.starts_with(&base)).then(|| full.join("/"))
     }
 
     /// Whether a distributed cache is configured and usable.
@@ -192,7 +205,19 @@ mod tests {
             r.object_name("main-protected").as_deref(),
             Some("ci/runner/abc123/project/42/main-protected")
         );
-        assert_eq!(r.object_name("a/../b"), None);
+        // Joined as a URL path, and refused outside the project, as upstream.
+        assert_eq!(
+            r.object_name("a/../b").as_deref(),
+            Some("ci/runner/abc123/project/42/b")
+        );
+        assert_eq!(
+            r.object_name("../42/k").as_deref(),
+            Some("ci/runner/abc123/project/42/k")
+        );
+        assert_eq!(r.object_name("../42"), None);
+        assert_eq!(r.object_name("../42-outside"), None);
+        assert_eq!(r.object_name("../../../../../../x"), None);
+        assert_eq!(r.object_name(""), None);
         let (r, _) = CacheRemote::from_config(
             Some(&s3_config(true)),
             "abc123",
