@@ -19,7 +19,8 @@
 //!   RunnerByName, RunnerByToken, RunnerByURLAndID, RunnerByNameAndToken;
 //! * `helpers/timeperiod/period_test.go`: InPeriod, InvalidTimezone, TimeperiodsWithTimezone
 //!   (through an autoscaling section's `Periods` and `Timezone`);
-//! * `network/gitlab_test.go`: UpdateJob, UpdateJobAsKeepAlive, UnknownPatchTrace,
+//! * `network/gitlab_test.go`: RequestJob (outcome and health), UnregisterRunner,
+//!   VerifyRunnerOnLegacyServer, VerifyRunner, UpdateJob, UpdateJobAsKeepAlive, UnknownPatchTrace,
 //!   ForbiddenPatchTrace, JobFailedStatePatchTrace, PatchTraceCantConnect,
 //!   UpdateIntervalHeaderHandling;
 //! * `network/client_test.go`: UrlFixing; `network/remote_job_state_response_test.go`:
@@ -64,6 +65,12 @@ type EndpointRow = (
 
 /// Scripted answers: status and headers.
 type Script = Vec<(u16, Vec<(&'static str, String)>)>;
+
+/// Scripted answers with bodies: status, headers, body.
+type BodyScript = Vec<(u16, Vec<(&'static str, String)>, String)>;
+
+/// What verify makes of an answer: the verdict, the runner ID and the token expiry sent.
+type VerifyOutcome = (&'static str, i64, Option<String>);
 
 /// RetryRequester_Do rows: case, the server's answers, final status, attempts.
 type DoRow = (&'static str, Script, i32, u32);
@@ -561,6 +568,17 @@ fn retry_requester_pure(t: &mut Tally) {
 /// A server that answers each request with the next scripted status and headers, counting
 /// requests; past the script it answers 200.
 async fn scripted(script: Script) -> (String, Arc<Mutex<u32>>) {
+    scripted_bodies(
+        script
+            .into_iter()
+            .map(|(status, headers)| (status, headers, String::new()))
+            .collect(),
+    )
+    .await
+}
+
+/// [`scripted`] with a body for each answer.
+async fn scripted_bodies(script: BodyScript) -> (String, Arc<Mutex<u32>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -595,16 +613,18 @@ async fn scripted(script: Script) -> (String, Arc<Mutex<u32>>) {
                     }
                     buf.drain(..end + 4 + length);
                     *seen.lock().expect("count") += 1;
-                    let (status, headers) = script
+                    let (status, headers, body) = script
                         .lock()
                         .expect("script")
                         .next()
-                        .unwrap_or((200, Vec::new()));
-                    let mut out = format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n");
+                        .unwrap_or((200, Vec::new(), String::new()));
+                    let mut out =
+                        format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n", body.len());
                     for (k, v) in headers {
                         out.push_str(&format!("{k}: {v}\r\n"));
                     }
                     out.push_str("\r\n");
+                    out.push_str(&body);
                     if conn.write_all(out.as_bytes()).await.is_err() {
                         return;
                     }
@@ -2335,6 +2355,241 @@ async fn gitlab_updates(t: &mut Tally) {
     }
 }
 
+/// `network/gitlab_test.go` RequestJob: what a job request gives and whether the runner stays
+/// healthy (only a 403 and a client error count against it).
+async fn gitlab_request_job(t: &mut Tally) {
+    use drover::gitlab::{JobRequest, JobRequestOutcome};
+    let info = Info::registration();
+    let job = serde_json::json!({
+        "id": 10,
+        "token": "job-token",
+        "allow_git_fetch": false,
+        "job_info": {"name": "test", "stage": "test", "project_id": 1, "project_name": "test"},
+        "git_info": {"repo_url": "https://gitlab.example.com/test/test-project.git",
+                     "ref": "main", "sha": "abcdef", "ref_type": "branch"},
+        "image": {"name": "alpine", "executor_opts": {"docker": {"powpow": "x"}}},
+        "services": [{"name": "redis", "executor_opts": {"docker": {"powpow": "x"}}}],
+        "steps": [{"name": "script", "script": ["true"], "timeout": 3600, "when": "on_success"}],
+        "variables": [],
+    })
+    .to_string();
+    let json = || vec![("Content-Type", "application/json".to_owned())];
+    let retry_after = || vec![("Retry-After", "1".to_owned())];
+    let rows: Vec<(&str, BodyScript, &str, bool)> = vec![
+        ("valid token", vec![(201, json(), job.clone())], "job", true),
+        (
+            "no jobs token",
+            vec![(204, vec![], String::new())],
+            "no job",
+            true,
+        ),
+        (
+            "invalid token",
+            vec![(403, vec![], String::new())],
+            "forbidden",
+            false,
+        ),
+        (
+            "unsupported executor options",
+            vec![(201, json(), job.clone())],
+            "job",
+            true,
+        ),
+        (
+            "service unavailable",
+            vec![(503, retry_after(), String::new()); 3],
+            "failed",
+            true,
+        ),
+        (
+            "too many requests",
+            vec![(429, retry_after(), String::new()); 3],
+            "failed",
+            true,
+        ),
+    ];
+    let kind = |o: &JobRequestOutcome| match o {
+        JobRequestOutcome::Job(_) => "job",
+        JobRequestOutcome::NoJob => "no job",
+        JobRequestOutcome::Forbidden => "forbidden",
+        JobRequestOutcome::Failed(_) => "failed",
+        JobRequestOutcome::ClientError(_) => "client error",
+    };
+    let healthy = |o: &JobRequestOutcome| {
+        !matches!(
+            o,
+            JobRequestOutcome::Forbidden | JobRequestOutcome::ClientError(_)
+        )
+    };
+    for (case, script, want, want_healthy) in rows {
+        let (url, _) = scripted_bodies(script).await;
+        let client = Client::new(&ClientSettings {
+            url,
+            retry: RetryPolicy {
+                max_attempts: 3,
+                base: Duration::from_millis(10),
+                cap: Duration::from_millis(100),
+            },
+            ..ClientSettings::default()
+        })
+        .expect("client");
+        let r = client
+            .request_job(&JobRequest {
+                token: "glrt-valid",
+                info: &info,
+                system_id: "s_0123456789ab",
+                session: None,
+                runner_name: "valid",
+            })
+            .await;
+        t.check(
+            &format!("GitLabClient_RequestJob/{case}"),
+            (kind(&r.outcome), healthy(&r.outcome)),
+            (want, want_healthy),
+        );
+    }
+    // "invalid url": the client cannot be made; a client error, unhealthy.
+    let made = Client::new(&ClientSettings {
+        url: "invalid".into(),
+        ..ClientSettings::default()
+    });
+    t.check("GitLabClient_RequestJob/invalid url", made.is_err(), true);
+}
+
+/// A client of a scripted server with bodies, or of an address that cannot be parsed.
+async fn body_client(script: Option<BodyScript>) -> Result<Client, String> {
+    let url = match script {
+        Some(script) => scripted_bodies(script).await.0,
+        None => "broken".to_owned(),
+    };
+    Client::new(&ClientSettings {
+        url,
+        ..ClientSettings::default()
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// `network/gitlab_test.go` UnregisterRunner, VerifyRunnerOnLegacyServer and VerifyRunner:
+/// the answers of upstream's test handlers (204/200 for a valid token, 403 for an invalid one,
+/// 400 otherwise), and what the runner makes of them.
+async fn gitlab_runner_calls(t: &mut Tally) {
+    let answer = |status: u16| Some(vec![(status, vec![], String::new())]);
+    for (case, script, want) in [
+        ("valid token", answer(204), true),
+        ("invalid token", answer(403), false),
+        ("other token", answer(400), false),
+        ("empty token", answer(400), false),
+        ("broken credentials", None, false),
+    ] {
+        let ok = match body_client(script).await {
+            Ok(c) => c.unregister_runner("token").await.is_ok(),
+            Err(_) => false,
+        };
+        t.check(&format!("GitLabClient_UnregisterRunner/{case}"), ok, want);
+    }
+
+    // Verify: "alive"/"valid" with what GitLab sent, "removed" only for a 403, else the
+    // runner is kept ("failed", "client error").
+    let info = Info::registration();
+    let verify = |script: Option<BodyScript>, token: &'static str| {
+        let info = info.clone();
+        async move {
+            let client = match body_client(script).await {
+                Ok(c) => c,
+                Err(_) => return ("kept", 0, None),
+            };
+            match client.verify_runner(token, &info, "s_0123456789ab").await {
+                Ok(c) => ("verified", c.id, c.token_expires_at.map(|e| e.to_rfc3339())),
+                Err(e) if e.status() == 403 => ("removed", 0, None),
+                Err(_) => ("kept", 0, None),
+            }
+        }
+    };
+    let plain = || {
+        Some(vec![(
+            200,
+            vec![("Content-Type", "plain/text".to_owned())],
+            String::new(),
+        )])
+    };
+    let creds = |token: &str| {
+        Some(vec![(
+            200,
+            vec![("Content-Type", "application/json".to_owned())],
+            serde_json::json!({"id": 54321, "token": token,
+                               "token_expires_at": "2684-10-16T13:25:59Z"})
+            .to_string(),
+        )])
+    };
+    let expires = Some("2684-10-16T13:25:59+00:00".to_owned());
+    let bad = |status: u16| Some(vec![(status, vec![], String::new())]);
+    let rows: Vec<(&str, Option<BodyScript>, &'static str, VerifyOutcome)> = vec![
+        (
+            "VerifyRunnerOnLegacyServer/valid token",
+            plain(),
+            "valid",
+            ("verified", 0, None),
+        ),
+        (
+            "VerifyRunnerOnLegacyServer/valid glrt token",
+            plain(),
+            "glrt-valid",
+            ("verified", 0, None),
+        ),
+        (
+            "VerifyRunnerOnLegacyServer/invalid token",
+            bad(403),
+            "invalid",
+            ("removed", 0, None),
+        ),
+        (
+            "VerifyRunnerOnLegacyServer/other token",
+            bad(400),
+            "other",
+            ("kept", 0, None),
+        ),
+        (
+            "VerifyRunnerOnLegacyServer/broken credentials",
+            None,
+            "broken",
+            ("kept", 0, None),
+        ),
+        (
+            "VerifyRunner/valid token",
+            creds("valid"),
+            "valid",
+            ("verified", 54321, expires.clone()),
+        ),
+        (
+            "VerifyRunner/valid glrt token",
+            creds("glrt-valid"),
+            "glrt-valid",
+            ("verified", 54321, expires.clone()),
+        ),
+        (
+            "VerifyRunner/invalid token",
+            bad(403),
+            "invalid",
+            ("removed", 0, None),
+        ),
+        (
+            "VerifyRunner/other token",
+            bad(400),
+            "other",
+            ("kept", 0, None),
+        ),
+        (
+            "VerifyRunner/broken credentials",
+            None,
+            "broken",
+            ("kept", 0, None),
+        ),
+    ];
+    for (case, script, token, want) in rows {
+        t.check(case, verify(script, token).await, want);
+    }
+}
+
 #[tokio::test]
 async fn config_and_api_tables_of_upstream() {
     let mut t = Tally::default();
@@ -2350,5 +2605,7 @@ async fn config_and_api_tables_of_upstream() {
     labels_and_selection(&mut t);
     client_flags_and_cache_names(&mut t);
     gitlab_updates(&mut t).await;
+    gitlab_request_job(&mut t).await;
+    gitlab_runner_calls(&mut t).await;
     t.finish("config-api");
 }
