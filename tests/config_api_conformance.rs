@@ -20,6 +20,7 @@
 //! * `helpers/timeperiod/period_test.go`: InPeriod, InvalidTimezone, TimeperiodsWithTimezone
 //!   (through an autoscaling section's `Periods` and `Timezone`);
 //! * `network/gitlab_test.go`: RequestJob (outcome and health), UnregisterRunner,
+//!   UnregisterRunnerManager, ResetToken,
 //!   VerifyRunnerOnLegacyServer, VerifyRunner, UpdateJob, UpdateJobAsKeepAlive, UnknownPatchTrace,
 //!   ForbiddenPatchTrace, JobFailedStatePatchTrace, PatchTraceCantConnect,
 //!   UpdateIntervalHeaderHandling;
@@ -2486,6 +2487,59 @@ async fn gitlab_runner_calls(t: &mut Tally) {
             Err(_) => false,
         };
         t.check(&format!("GitLabClient_UnregisterRunner/{case}"), ok, want);
+    }
+
+    // UnregisterRunnerManager: the handler answers 204 for a valid token (a glrt token with
+    // the right system ID), 403 for an invalid one and 400 otherwise.
+    for (case, script, want) in [
+        ("valid token", answer(204), true),
+        ("valid glrt token", answer(204), true),
+        ("invalid token", answer(403), false),
+        ("other token", answer(400), false),
+        ("broken credentials", None, false),
+    ] {
+        let ok = match body_client(script).await {
+            Ok(c) => c
+                .unregister_manager("token", "s_some_system_id")
+                .await
+                .is_ok(),
+            Err(_) => false,
+        };
+        t.check(&format!("UnregisterRunnerManager/{case}"), ok, want);
+    }
+
+    // ResetToken: the new token and its expiry, or nothing.
+    let reset = |token: &str, expires: Option<&str>| {
+        Some(vec![(
+            201,
+            vec![("Content-Type", "application/json".to_owned())],
+            serde_json::json!({"token": token, "token_expires_at": expires}).to_string(),
+        )])
+    };
+    for (case, script, want) in [
+        (
+            "valid token",
+            reset("reset-token", None),
+            Some(("reset-token", None)),
+        ),
+        (
+            "expiring token",
+            reset("reset-expiring-token", Some("2684-10-16T13:25:59Z")),
+            Some(("reset-expiring-token", Some("2684-10-16T13:25:59+00:00"))),
+        ),
+        ("invalid token", answer(403), None),
+        ("other token", answer(400), None),
+    ] {
+        let got = match body_client(script).await {
+            Ok(c) => c
+                .reset_token("token")
+                .await
+                .ok()
+                .map(|r| (r.token, r.token_expires_at.map(|e| e.to_rfc3339()))),
+            Err(_) => None,
+        };
+        let want = want.map(|(tk, e)| (tk.to_owned(), e.map(str::to_owned)));
+        t.check(&format!("GitlabClient_ResetToken/{case}"), got, want);
     }
 
     // Verify: "alive"/"valid" with what GitLab sent, "removed" only for a 403, else the
