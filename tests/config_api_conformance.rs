@@ -20,7 +20,7 @@
 //! * `helpers/timeperiod/period_test.go`: InPeriod, InvalidTimezone, TimeperiodsWithTimezone
 //!   (through an autoscaling section's `Periods` and `Timezone`);
 //! * `network/gitlab_test.go`: RequestJob (outcome and health), UnregisterRunner,
-//!   UnregisterRunnerManager, ResetToken,
+//!   UnregisterRunnerManager, ResetToken, RegisterRunner, RegisterRunner_OnRunnerLimitHit,
 //!   VerifyRunnerOnLegacyServer, VerifyRunner, UpdateJob, UpdateJobAsKeepAlive, UnknownPatchTrace,
 //!   ForbiddenPatchTrace, JobFailedStatePatchTrace, PatchTraceCantConnect,
 //!   UpdateIntervalHeaderHandling;
@@ -2540,6 +2540,89 @@ async fn gitlab_runner_calls(t: &mut Tally) {
         };
         let want = want.map(|(tk, e)| (tk.to_owned(), e.map(str::to_owned)));
         t.check(&format!("GitlabClient_ResetToken/{case}"), got, want);
+    }
+
+    // RegisterRunner: the handler answers 201 with the ID and token (and the expiry for the
+    // expiring token), 400 for a wrong description or an unknown token, 403 for an invalid one.
+    let registered = |id: i64, token: &str, expires: Option<&str>| {
+        Some(vec![(
+            201,
+            vec![("Content-Type", "application/json".to_owned())],
+            serde_json::json!({"id": id, "token": token, "token_expires_at": expires}).to_string(),
+        )])
+    };
+    type Registered = Option<(i64, String, Option<String>)>;
+    let rows: Vec<(&str, Option<BodyScript>, Registered)> = vec![
+        (
+            "valid token",
+            registered(12345, "valid", None),
+            Some((12345, "valid".into(), None)),
+        ),
+        (
+            "expiring token",
+            registered(54321, "expiring", Some("2684-10-16T13:25:59Z")),
+            Some((
+                54321,
+                "expiring".into(),
+                Some("2684-10-16T13:25:59+00:00".into()),
+            )),
+        ),
+        ("invalid description", answer(400), None),
+        ("invalid token", answer(403), None),
+        ("other token", answer(400), None),
+        ("broken credentials", None, None),
+    ];
+    let params = drover::gitlab::RegisterParams {
+        registration_token: "valid".into(),
+        description: "test".into(),
+        tag_list: vec!["tags".into()],
+        run_untagged: true,
+        locked: true,
+        ..Default::default()
+    };
+    for (case, script, want) in rows {
+        let got = match body_client(script).await {
+            Ok(c) => c
+                .register_runner(&params)
+                .await
+                .ok()
+                .map(|r| (r.id, r.token, r.token_expires_at.map(|e| e.to_rfc3339()))),
+            Err(_) => None,
+        };
+        t.check(&format!("GitLabClient_RegisterRunner/{case}"), got, want);
+    }
+    // RegisterRunner_OnRunnerLimitHit: GitLab's field message is in what the runner reports.
+    for (case, body, want) in [
+        (
+            "runner namespace limit hit",
+            r#"{"message":{"runner_namespaces.base":["Maximum number of ci registered group runners (3) exceeded"]}}"#,
+            "runner_namespaces.base: Maximum number of ci registered group runners (3) exceeded",
+        ),
+        (
+            "runner projects limit hit",
+            r#"{"message":{"runner_projects.base":["Maximum number of ci registered project runners (3) exceeded"]}}"#,
+            "runner_projects.base: Maximum number of ci registered project runners (3) exceeded",
+        ),
+    ] {
+        let script = vec![(
+            400,
+            vec![("Content-Type", "application/json".to_owned())],
+            body.to_owned(),
+        )];
+        let message = match body_client(Some(script)).await {
+            Ok(c) => c
+                .register_runner(&params)
+                .await
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default(),
+            Err(e) => e,
+        };
+        t.check(
+            &format!("GitLabClient_RegisterRunner_OnRunnerLimitHit/{case}"),
+            message.contains(want).then_some(want).unwrap_or(&message),
+            want,
+        );
     }
 
     // Verify: "alive"/"valid" with what GitLab sent, "removed" only for a 403, else the
