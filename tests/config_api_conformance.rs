@@ -20,7 +20,7 @@
 //! * `helpers/timeperiod/period_test.go`: InPeriod, InvalidTimezone, TimeperiodsWithTimezone
 //!   (through an autoscaling section's `Periods` and `Timezone`);
 //! * `network/gitlab_test.go`: RequestJob (outcome and health), UnregisterRunner,
-//!   UnregisterRunnerManager, ResetToken, RegisterRunner, RegisterRunner_OnRunnerLimitHit,
+//!   UnregisterRunnerManager, ResetToken, ResetTokenWithPAT, RegisterRunner, RegisterRunner_OnRunnerLimitHit,
 //!   VerifyRunnerOnLegacyServer, VerifyRunner, UpdateJob, UpdateJobAsKeepAlive, UnknownPatchTrace,
 //!   ForbiddenPatchTrace, JobFailedStatePatchTrace, PatchTraceCantConnect,
 //!   UpdateIntervalHeaderHandling;
@@ -2540,6 +2540,59 @@ async fn gitlab_runner_calls(t: &mut Tally) {
         };
         let want = want.map(|(tk, e)| (tk.to_owned(), e.map(str::to_owned)));
         t.check(&format!("GitlabClient_ResetToken/{case}"), got, want);
+    }
+
+    // ResetTokenWithPAT: the handler answers 201 for runner 12345 with the valid PAT and for
+    // 54321 (with an expiry), 401 without a PAT, 403 for a wrong PAT, 404 for 77777 and 400
+    // for other runners.
+    for (case, id, pat, script, want) in [
+        (
+            "valid token with valid PAT",
+            12345,
+            "valid-pat",
+            reset("valid", None),
+            Some(("valid", None)),
+        ),
+        (
+            "expiring token with valid PAT",
+            54321,
+            "valid-pat",
+            reset("expiring", Some("2684-10-16T13:25:59Z")),
+            Some(("expiring", Some("2684-10-16T13:25:59+00:00"))),
+        ),
+        ("valid token with empty PAT", 12345, "", answer(401), None),
+        (
+            "valid token with invalid PAT",
+            12345,
+            "invalid-pat",
+            answer(403),
+            None,
+        ),
+        (
+            "invalid token with valid PAT",
+            77777,
+            "valid-pat",
+            answer(404),
+            None,
+        ),
+        (
+            "other token with valid PAT",
+            99999,
+            "valid-pat",
+            answer(400),
+            None,
+        ),
+    ] {
+        let got = match body_client(script).await {
+            Ok(c) => c
+                .reset_token_with_pat(id, pat)
+                .await
+                .ok()
+                .map(|r| (r.token, r.token_expires_at.map(|e| e.to_rfc3339()))),
+            Err(_) => None,
+        };
+        let want = want.map(|(tk, e)| (tk.to_owned(), e.map(str::to_owned)));
+        t.check(&format!("GitLabClient_ResetTokenWithPAT/{case}"), got, want);
     }
 
     // RegisterRunner: the handler answers 201 with the ID and token (and the expiry for the
