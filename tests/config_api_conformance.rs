@@ -23,7 +23,8 @@
 //!   UnregisterRunnerManager, ResetToken, ResetTokenWithPAT, RegisterRunner, RegisterRunner_OnRunnerLimitHit,
 //!   VerifyRunnerOnLegacyServer, VerifyRunner, UpdateJob, UpdateJobAsKeepAlive, UnknownPatchTrace,
 //!   ForbiddenPatchTrace, JobFailedStatePatchTrace, PatchTraceCantConnect,
-//!   UpdateIntervalHeaderHandling;
+//!   UpdateIntervalHeaderHandling, PatchTraceContentRangeAndLength,
+//!   PatchTraceContentRangeHeaderValues, PatchTraceUrlParams;
 //! * `network/client_test.go`: UrlFixing; `network/remote_job_state_response_test.go`:
 //!   NewTracePatchResponse; `helpers/featureflags/flags_test.go`: IsOn;
 //! * `cache/cache_test.go`: GenerateObjectName (not the sharded rows: `FF_HASH_CACHE_KEYS` is
@@ -566,9 +567,9 @@ fn retry_requester_pure(t: &mut Tally) {
     }
 }
 
-/// A server that answers each request with the next scripted status and headers, counting
-/// requests; past the script it answers 200.
-async fn scripted(script: Script) -> (String, Arc<Mutex<u32>>) {
+/// A server that answers each request with the next scripted status and headers, recording
+/// each request's head (request line and headers); past the script it answers 200.
+async fn scripted(script: Script) -> (String, Arc<Mutex<Vec<String>>>) {
     scripted_bodies(
         script
             .into_iter()
@@ -579,13 +580,13 @@ async fn scripted(script: Script) -> (String, Arc<Mutex<u32>>) {
 }
 
 /// [`scripted`] with a body for each answer.
-async fn scripted_bodies(script: BodyScript) -> (String, Arc<Mutex<u32>>) {
+async fn scripted_bodies(script: BodyScript) -> (String, Arc<Mutex<Vec<String>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let count = Arc::new(Mutex::new(0u32));
-    let seen = count.clone();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let seen = heads.clone();
     let script = Arc::new(Mutex::new(script.into_iter()));
     tokio::spawn(async move {
         while let Ok((mut conn, _)) = listener.accept().await {
@@ -603,7 +604,8 @@ async fn scripted_bodies(script: BodyScript) -> (String, Arc<Mutex<u32>>) {
                     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
                         continue;
                     };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                    let raw_head = String::from_utf8_lossy(&buf[..end]).to_string();
+                    let head = raw_head.to_lowercase();
                     let length: usize = head
                         .lines()
                         .find_map(|l| l.strip_prefix("content-length:"))
@@ -613,7 +615,7 @@ async fn scripted_bodies(script: BodyScript) -> (String, Arc<Mutex<u32>>) {
                         continue;
                     }
                     buf.drain(..end + 4 + length);
-                    *seen.lock().expect("count") += 1;
+                    seen.lock().expect("heads").push(raw_head);
                     let (status, headers, body) = script
                         .lock()
                         .expect("script")
@@ -633,7 +635,7 @@ async fn scripted_bodies(script: BodyScript) -> (String, Arc<Mutex<u32>>) {
             });
         }
     });
-    (url, count)
+    (url, heads)
 }
 
 async fn retry_requester_do(t: &mut Tally) {
@@ -701,7 +703,7 @@ async fn retry_requester_do(t: &mut Tally) {
         })
         .expect("client");
         let r = client.update_job(&creds, &info, &update).await;
-        let attempts = *count.lock().expect("count");
+        let attempts = count.lock().expect("count").len() as u32;
         t.check(
             &format!("RetryRequester_Do/{case}"),
             (r.status, attempts),
@@ -2780,6 +2782,128 @@ async fn gitlab_runner_calls(t: &mut Tally) {
     }
 }
 
+/// A header of a recorded request head (`None` when absent).
+fn head_header(head: &str, name: &str) -> Option<String> {
+    head.lines().skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_owned())
+    })
+}
+
+/// `network/gitlab_test.go` PatchTraceContentRangeAndLength, PatchTraceContentRangeHeaderValues
+/// and PatchTraceUrlParams: what a PATCH sends and what its result says.
+async fn gitlab_patch_requests(t: &mut Tally) {
+    use drover::gitlab::UpdateState;
+    let creds = JobCredentials {
+        id: 1,
+        token: "patch-token".into(),
+    };
+    // (case, trace, Job-Status answered, (Content-Range, Content-Length) sent or no request,
+    //  (state, offset, cancel requested))
+    type PatchRow = (
+        &'static str,
+        &'static [u8],
+        &'static str,
+        Option<(&'static str, &'static str)>,
+        (UpdateState, Option<u64>, bool),
+    );
+    let rows: [PatchRow; 4] = [
+        (
+            "0 bytes",
+            b"",
+            "running",
+            None,
+            (UpdateState::Succeeded, Some(0), false),
+        ),
+        (
+            "1 byte",
+            b"1",
+            "running",
+            Some(("0-0", "1")),
+            (UpdateState::Succeeded, Some(1), false),
+        ),
+        (
+            "2 bytes",
+            b"12",
+            "running",
+            Some(("0-1", "2")),
+            (UpdateState::Succeeded, Some(2), false),
+        ),
+        (
+            "2 bytes canceling job",
+            b"12",
+            "canceling",
+            Some(("0-1", "2")),
+            (UpdateState::Succeeded, Some(2), true),
+        ),
+    ];
+    for (case, trace, status, want_sent, want) in rows {
+        let (url, heads) = scripted(vec![(202, vec![("Job-Status", status.to_owned())])]).await;
+        let client = Client::new(&ClientSettings {
+            url,
+            ..ClientSettings::default()
+        })
+        .expect("client");
+        let r = client
+            .patch_trace(&creds, 0, bytes::Bytes::from_static(trace), false)
+            .await;
+        let sent = heads.lock().expect("heads").first().map(|h| {
+            (
+                head_header(h, "content-range").unwrap_or_default(),
+                head_header(h, "content-length").unwrap_or_default(),
+            )
+        });
+        let want_sent = want_sent.map(|(r, l)| (r.to_owned(), l.to_owned()));
+        t.check(
+            &format!("PatchTraceContentRangeAndLength/{case}"),
+            (sent, (r.state, r.offset, r.cancel_requested)),
+            (want_sent, want),
+        );
+    }
+
+    let content = bytes::Bytes::from_static(b"trace trace trace");
+    let (url, heads) = scripted(vec![(202, vec![]), (202, vec![]), (202, vec![])]).await;
+    let client = Client::new(&ClientSettings {
+        url,
+        ..ClientSettings::default()
+    })
+    .expect("client");
+    let r = client.patch_trace(&creds, 0, content.clone(), false).await;
+    let range = heads
+        .lock()
+        .expect("heads")
+        .first()
+        .and_then(|h| head_header(h, "content-range"));
+    t.check(
+        "PatchTraceContentRangeHeaderValues",
+        (range, r.state),
+        (
+            Some(format!("0-{}", content.len() - 1)),
+            UpdateState::Succeeded,
+        ),
+    );
+    for debug in [false, true] {
+        let r = client.patch_trace(&creds, 0, content.clone(), debug).await;
+        let line = heads
+            .lock()
+            .expect("heads")
+            .last()
+            .and_then(|h| h.lines().next().map(str::to_owned));
+        t.check(
+            &format!("PatchTraceUrlParams/debug_trace={debug}"),
+            (line, r.state),
+            (
+                Some(format!(
+                    "PATCH /api/v4/jobs/1/trace?debug_trace={debug} HTTP/1.1"
+                )),
+                UpdateState::Succeeded,
+            ),
+        );
+    }
+}
+
 #[tokio::test]
 async fn config_and_api_tables_of_upstream() {
     let mut t = Tally::default();
@@ -2797,5 +2921,6 @@ async fn config_and_api_tables_of_upstream() {
     gitlab_updates(&mut t).await;
     gitlab_request_job(&mut t).await;
     gitlab_runner_calls(&mut t).await;
+    gitlab_patch_requests(&mut t).await;
     t.finish("config-api");
 }
