@@ -24,7 +24,8 @@
 //!   VerifyRunnerOnLegacyServer, VerifyRunner, UpdateJob, UpdateJobAsKeepAlive, UnknownPatchTrace,
 //!   ForbiddenPatchTrace, JobFailedStatePatchTrace, PatchTraceCantConnect,
 //!   UpdateIntervalHeaderHandling, PatchTraceContentRangeAndLength,
-//!   PatchTraceContentRangeHeaderValues, PatchTraceUrlParams;
+//!   PatchTraceContentRangeHeaderValues, PatchTraceUrlParams, SetLastUpdate, RunnerVersion,
+//!   AddCorrelationIDHeader;
 //! * `network/client_test.go`: UrlFixing; `network/remote_job_state_response_test.go`:
 //!   NewTracePatchResponse; `helpers/featureflags/flags_test.go`: IsOn;
 //! * `cache/cache_test.go`: GenerateObjectName (not the sharded rows: `FF_HASH_CACHE_KEYS` is
@@ -568,7 +569,7 @@ fn retry_requester_pure(t: &mut Tally) {
 }
 
 /// A server that answers each request with the next scripted status and headers, recording
-/// each request's head (request line and headers); past the script it answers 200.
+/// each request as received (request line, headers, body); past the script it answers 200.
 async fn scripted(script: Script) -> (String, Arc<Mutex<Vec<String>>>) {
     scripted_bodies(
         script
@@ -604,8 +605,7 @@ async fn scripted_bodies(script: BodyScript) -> (String, Arc<Mutex<Vec<String>>>
                     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
                         continue;
                     };
-                    let raw_head = String::from_utf8_lossy(&buf[..end]).to_string();
-                    let head = raw_head.to_lowercase();
+                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
                     let length: usize = head
                         .lines()
                         .find_map(|l| l.strip_prefix("content-length:"))
@@ -614,8 +614,9 @@ async fn scripted_bodies(script: BodyScript) -> (String, Arc<Mutex<Vec<String>>>
                     if buf.len() < end + 4 + length {
                         continue;
                     }
+                    let request = String::from_utf8_lossy(&buf[..end + 4 + length]).to_string();
                     buf.drain(..end + 4 + length);
-                    seen.lock().expect("heads").push(raw_head);
+                    seen.lock().expect("requests").push(request);
                     let (status, headers, body) = script
                         .lock()
                         .expect("script")
@@ -2782,14 +2783,18 @@ async fn gitlab_runner_calls(t: &mut Tally) {
     }
 }
 
-/// A header of a recorded request head (`None` when absent).
-fn head_header(head: &str, name: &str) -> Option<String> {
-    head.lines().skip(1).find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim()
-            .eq_ignore_ascii_case(name)
-            .then(|| v.trim().to_owned())
-    })
+/// A header of a recorded request (`None` when absent).
+fn head_header(request: &str, name: &str) -> Option<String> {
+    request
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
 }
 
 /// `network/gitlab_test.go` PatchTraceContentRangeAndLength, PatchTraceContentRangeHeaderValues
@@ -2904,6 +2909,105 @@ async fn gitlab_patch_requests(t: &mut Tally) {
     }
 }
 
+/// `network/gitlab_test.go` SetLastUpdate, RunnerVersion and AddCorrelationIDHeader.
+async fn gitlab_request_details(t: &mut Tally) {
+    use drover::gitlab::JobRequest;
+    let info = Info::registration();
+    let (url, requests) = scripted(vec![
+        (204, vec![("X-GitLab-Last-Update", "queue-v1".to_owned())]),
+        (204, vec![]),
+    ])
+    .await;
+    let client = Client::new(&ClientSettings {
+        url,
+        ..ClientSettings::default()
+    })
+    .expect("client");
+    let request = JobRequest {
+        token: "test-token",
+        info: &info,
+        system_id: "s_0123456789ab",
+        session: None,
+        runner_name: "r",
+    };
+    client.request_job(&request).await;
+    client.request_job(&request).await;
+    let last_updates: Vec<Option<String>> = requests
+        .lock()
+        .expect("requests")
+        .iter()
+        .map(|r| {
+            let body = r.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+            serde_json::from_str::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| {
+                    v.get("last_update")
+                        .and_then(|l| l.as_str())
+                        .map(str::to_owned)
+                })
+                .filter(|l| !l.is_empty())
+        })
+        .collect();
+    t.check(
+        "SetLastUpdate",
+        last_updates,
+        vec![None, Some("queue-v1".to_owned())],
+    );
+
+    // RunnerVersion: the info sent names the runner, its version, revision, platform and
+    // architecture, with the executor, shell and computed labels.
+    let runner = drover::config::RunnerConfig {
+        executor: "my-executor".into(),
+        shell: "my-shell".into(),
+        labels: label_map(&[("testing", "testing")]),
+        ..Default::default()
+    };
+    let info = Info::for_runner(&runner, &label_map(&[("123", "123")]));
+    let v = serde_json::to_value(&info).expect("info as JSON");
+    let filled = ["name", "version", "revision", "platform", "architecture"]
+        .iter()
+        .filter(|k| {
+            v.get(**k)
+                .and_then(|x| x.as_str())
+                .is_some_and(|x| !x.is_empty())
+        })
+        .count();
+    t.check(
+        "RunnerVersion",
+        (
+            filled,
+            info.executor.as_str(),
+            info.shell.as_str(),
+            info.labels.clone(),
+        ),
+        (
+            5,
+            "my-executor",
+            "my-shell",
+            label_map(&[("testing", "testing"), ("123", "123")]),
+        ),
+    );
+
+    // AddCorrelationIDHeader: every request carries a correlation ID, next to its own headers.
+    let recorded = requests.lock().expect("requests").clone();
+    for (case, request) in [
+        ("header nil", recorded.first()),
+        ("existing header", recorded.last()),
+    ] {
+        let got = request.map(|r| {
+            (
+                head_header(r, "x-request-id").is_some_and(|id| !id.is_empty()),
+                head_header(r, "content-type"),
+            )
+        });
+        t.check(
+            &format!("AddCorrelationIDHeader/{case}"),
+            got,
+            Some((true, Some("application/json".to_owned()))),
+        );
+    }
+}
+
 #[tokio::test]
 async fn config_and_api_tables_of_upstream() {
     let mut t = Tally::default();
@@ -2922,5 +3026,6 @@ async fn config_and_api_tables_of_upstream() {
     gitlab_request_job(&mut t).await;
     gitlab_runner_calls(&mut t).await;
     gitlab_patch_requests(&mut t).await;
+    gitlab_request_details(&mut t).await;
     t.finish("config-api");
 }
