@@ -26,7 +26,7 @@
 //!   UpdateIntervalHeaderHandling, PatchTraceContentRangeAndLength,
 //!   PatchTraceContentRangeHeaderValues, PatchTraceUrlParams, SetLastUpdate, RunnerVersion,
 //!   AddCorrelationIDHeader;
-//! * `network/client_test.go`: UrlFixing; `network/remote_job_state_response_test.go`:
+//! * `network/client_test.go`: UrlFixing, ClientHandleCharsetInContentType; `network/remote_job_state_response_test.go`:
 //!   NewTracePatchResponse; `helpers/featureflags/flags_test.go`: IsOn;
 //! * `cache/cache_test.go`: GenerateObjectName (not the sharded rows: `FF_HASH_CACHE_KEYS` is
 //!   not implemented), CacheOperations (download and upload URLs; not GoCloud URLs);
@@ -2677,6 +2677,34 @@ async fn gitlab_runner_calls(t: &mut Tally) {
         t.check(
             &format!("GitLabClient_RegisterRunner_OnRunnerLimitHit/{case}"),
             message.contains(want).then_some(want).unwrap_or(&message),
+            want,
+        );
+    }
+
+    // ClientHandleCharsetInContentType: a JSON answer is read with or without a charset; any
+    // other content type is refused (upstream's −1), seen through a token reset.
+    for (case, content_type, want) in [
+        ("with-charset", "application/json; charset=utf-8", true),
+        ("without-charset", "application/json", true),
+        ("without-json", "application/octet-stream", false),
+        (
+            "invalid-header",
+            "application/octet-stream, test, a=b",
+            false,
+        ),
+    ] {
+        let script = vec![(
+            201,
+            vec![("Content-Type", content_type.to_owned())],
+            r#"{"token":"glrt-new"}"#.to_owned(),
+        )];
+        let ok = match body_client(Some(script)).await {
+            Ok(c) => c.reset_token("token").await.is_ok(),
+            Err(_) => false,
+        };
+        t.check(
+            &format!("ClientHandleCharsetInContentType/{case}"),
+            ok,
             want,
         );
     }
