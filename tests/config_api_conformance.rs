@@ -2676,7 +2676,11 @@ async fn gitlab_runner_calls(t: &mut Tally) {
         };
         t.check(
             &format!("GitLabClient_RegisterRunner_OnRunnerLimitHit/{case}"),
-            message.contains(want).then_some(want).unwrap_or(&message),
+            if message.contains(want) {
+                want
+            } else {
+                &message
+            },
             want,
         );
     }
