@@ -16,7 +16,8 @@
 //!   Docker_UserIsAllowed, RunnerCredentials_HasToken, RunnerSettings_ComputeLabels,
 //!   _ComputedLabels, _CombineLabels_MultipleCalls, Config_Validate, LoadConfig,
 //!   LoadConfig_ExpandsEnvironmentVariables, RunnerConfig_ValidateMachineOptionsWithName,
-//!   RunnerByName, RunnerByToken, RunnerByURLAndID, RunnerByNameAndToken;
+//!   RunnerByName, RunnerByToken, RunnerByURLAndID, RunnerByNameAndToken,
+//!   Config_SaveConfig_CustomBuildDir;
 //! * `helpers/timeperiod/period_test.go`: InPeriod, InvalidTimezone, TimeperiodsWithTimezone
 //!   (through an autoscaling section's `Periods` and `Timezone`);
 //! * `network/gitlab_test.go`: RequestJob (outcome and health), UnregisterRunner,
@@ -1916,6 +1917,49 @@ fn labels_and_selection(t: &mut Tally) {
             &format!("RunnerConfig_ValidateMachineOptionsWithName/{case}"),
             got,
             want.map(str::to_owned),
+        );
+    }
+
+    // Config_SaveConfig_CustomBuildDir: a saved config keeps `[runners.custom_build_dir]` as
+    // written and adds none (drover edits config.toml in place: here a token reset's write).
+    let dir = tempfile::tempdir().expect("temporary directory");
+    for (case, section, want) in [
+        ("not explicitly set", "", None),
+        (
+            "explicitly enabled",
+            "[runners.custom_build_dir]\n  enabled = true\n",
+            Some(true),
+        ),
+        (
+            "explicitly disabled",
+            "[runners.custom_build_dir]\n  enabled = false\n",
+            Some(false),
+        ),
+    ] {
+        let path = dir.path().join(format!("{}.toml", case.replace(' ', "-")));
+        let text = format!("[[runners]]\n  name = {case:?}\n  url = \"https://gitlab.example.com\"\n  token = \"glrt-old\"\n  executor = \"docker\"\n{section}");
+        std::fs::write(&path, text).expect("write config");
+        let saved = drover::cli::config_file::ConfigFile::open(&path, false)
+            .and_then(|mut f| {
+                f.runner_mut(0)?["token"] = toml_edit::value("glrt-new");
+                f.save()
+            })
+            .map_err(|e| e.to_string())
+            .and_then(|()| std::fs::read_to_string(&path).map_err(|e| e.to_string()));
+        let got = saved.map(|text| {
+            let enabled = text
+                .split_once("[runners.custom_build_dir]")
+                .map(|(_, rest)| rest.trim_start().starts_with("enabled = true"));
+            (
+                text.contains("glrt-new"),
+                text.contains("custom_build_dir"),
+                enabled,
+            )
+        });
+        t.check(
+            &format!("Config_SaveConfig_CustomBuildDir/{case}"),
+            got,
+            Ok((true, want.is_some(), want)),
         );
     }
 
