@@ -11,9 +11,26 @@
 //! * `common/config_test.go`: StringOrArray_UnmarshalFlag, RunnerCredentials_SameAs,
 //!   DockerMachine (idle settings in force at a time, through config.toml),
 //!   DockerConfig_GetPullPolicies and _GetAllowedPullPolicies (through the effective policies),
-//!   ParseVariable and InvalidParseVariable;
+//!   ParseVariable and InvalidParseVariable, ConfigParse (the docker rows),
+//!   StringOrArray_UnmarshalTOML, Service_ToImageDefinition, RunnerSettings_IsFeatureFlagOn,
+//!   Docker_UserIsAllowed, RunnerCredentials_HasToken, RunnerSettings_ComputeLabels,
+//!   _ComputedLabels, _CombineLabels_MultipleCalls, Config_Validate, LoadConfig,
+//!   LoadConfig_ExpandsEnvironmentVariables, RunnerConfig_ValidateMachineOptionsWithName,
+//!   RunnerByName, RunnerByToken, RunnerByURLAndID, RunnerByNameAndToken,
+//!   Config_SaveConfig_CustomBuildDir;
 //! * `helpers/timeperiod/period_test.go`: InPeriod, InvalidTimezone, TimeperiodsWithTimezone
 //!   (through an autoscaling section's `Periods` and `Timezone`);
+//! * `network/gitlab_test.go`: RequestJob (outcome and health), UnregisterRunner,
+//!   UnregisterRunnerManager, ResetToken, ResetTokenWithPAT, RegisterRunner, RegisterRunner_OnRunnerLimitHit,
+//!   VerifyRunnerOnLegacyServer, VerifyRunner, UpdateJob, UpdateJobAsKeepAlive, UnknownPatchTrace,
+//!   ForbiddenPatchTrace, JobFailedStatePatchTrace, PatchTraceCantConnect,
+//!   UpdateIntervalHeaderHandling, PatchTraceContentRangeAndLength,
+//!   PatchTraceContentRangeHeaderValues, PatchTraceUrlParams, SetLastUpdate, RunnerVersion,
+//!   AddCorrelationIDHeader;
+//! * `network/client_test.go`: UrlFixing, ClientHandleCharsetInContentType; `network/remote_job_state_response_test.go`:
+//!   NewTracePatchResponse; `helpers/featureflags/flags_test.go`: IsOn;
+//! * `cache/cache_test.go`: GenerateObjectName (not the sharded rows: `FF_HASH_CACHE_KEYS` is
+//!   not implemented), CacheOperations (download and upload URLs; not GoCloud URLs);
 //! * `common/build_test.go`: GetPrepareTimeout, GetGetSourcesTimeout (the phase limits; the
 //!   Build*Timeout runs are end-to-end tests in `tests/executor_engine.rs`).
 
@@ -53,6 +70,12 @@ type EndpointRow = (
 /// Scripted answers: status and headers.
 type Script = Vec<(u16, Vec<(&'static str, String)>)>;
 
+/// Scripted answers with bodies: status, headers, body.
+type BodyScript = Vec<(u16, Vec<(&'static str, String)>, String)>;
+
+/// What verify makes of an answer: the verdict, the runner ID and the token expiry sent.
+type VerifyOutcome = (&'static str, i64, Option<String>);
+
 /// RetryRequester_Do rows: case, the server's answers, final status, attempts.
 type DoRow = (&'static str, Script, i32, u32);
 
@@ -67,6 +90,25 @@ type PolicyRow = (
     &'static [&'static str],
     &'static [&'static str],
     Result<Vec<&'static str>, ()>,
+);
+
+/// Label pairs.
+type Pairs = Vec<(&'static str, &'static str)>;
+
+/// ComputeLabels rows: case, runner labels, global labels, computed labels.
+type LabelRow = (&'static str, Pairs, Pairs, Pairs);
+
+/// Config_Validate rows: case, global labels, the tested runner's labels, what the error names.
+type ValidateRow = (&'static str, Pairs, Pairs, Option<&'static str>);
+
+/// UpdateJob rows: case, status, headers, the state sent, expected state, cancel requested.
+type UpdateRow = (
+    &'static str,
+    u16,
+    Vec<(&'static str, String)>,
+    JobState,
+    drover::gitlab::UpdateState,
+    bool,
 );
 
 /// One case's verdict.
@@ -527,15 +569,26 @@ fn retry_requester_pure(t: &mut Tally) {
     }
 }
 
-/// A server that answers each request with the next scripted status and headers, counting
-/// requests; past the script it answers 200.
-async fn scripted(script: Script) -> (String, Arc<Mutex<u32>>) {
+/// A server that answers each request with the next scripted status and headers, recording
+/// each request as received (request line, headers, body); past the script it answers 200.
+async fn scripted(script: Script) -> (String, Arc<Mutex<Vec<String>>>) {
+    scripted_bodies(
+        script
+            .into_iter()
+            .map(|(status, headers)| (status, headers, String::new()))
+            .collect(),
+    )
+    .await
+}
+
+/// [`scripted`] with a body for each answer.
+async fn scripted_bodies(script: BodyScript) -> (String, Arc<Mutex<Vec<String>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let count = Arc::new(Mutex::new(0u32));
-    let seen = count.clone();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let seen = heads.clone();
     let script = Arc::new(Mutex::new(script.into_iter()));
     tokio::spawn(async move {
         while let Ok((mut conn, _)) = listener.accept().await {
@@ -562,18 +615,21 @@ async fn scripted(script: Script) -> (String, Arc<Mutex<u32>>) {
                     if buf.len() < end + 4 + length {
                         continue;
                     }
+                    let request = String::from_utf8_lossy(&buf[..end + 4 + length]).to_string();
                     buf.drain(..end + 4 + length);
-                    *seen.lock().expect("count") += 1;
-                    let (status, headers) = script
+                    seen.lock().expect("requests").push(request);
+                    let (status, headers, body) = script
                         .lock()
                         .expect("script")
                         .next()
-                        .unwrap_or((200, Vec::new()));
-                    let mut out = format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n");
+                        .unwrap_or((200, Vec::new(), String::new()));
+                    let mut out =
+                        format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n", body.len());
                     for (k, v) in headers {
                         out.push_str(&format!("{k}: {v}\r\n"));
                     }
                     out.push_str("\r\n");
+                    out.push_str(&body);
                     if conn.write_all(out.as_bytes()).await.is_err() {
                         return;
                     }
@@ -581,7 +637,7 @@ async fn scripted(script: Script) -> (String, Arc<Mutex<u32>>) {
             });
         }
     });
-    (url, count)
+    (url, heads)
 }
 
 async fn retry_requester_do(t: &mut Tally) {
@@ -649,7 +705,7 @@ async fn retry_requester_do(t: &mut Tally) {
         })
         .expect("client");
         let r = client.update_job(&creds, &info, &update).await;
-        let attempts = *count.lock().expect("count");
+        let attempts = count.lock().expect("count").len() as u32;
         t.check(
             &format!("RetryRequester_Do/{case}"),
             (r.status, attempts),
@@ -1110,6 +1166,1924 @@ fn phase_limits(t: &mut Tally) {
     }
 }
 
+/// What a `TestConfigParse` row checks of a loaded config: the docker image, the services
+/// (name, alias, environment) and the container labels.
+type Parsed = (
+    String,
+    Vec<(String, String, Vec<String>)>,
+    Vec<(String, String)>,
+);
+
+fn parsed(text: &str) -> Option<Parsed> {
+    let loaded = drover::config::load_str(text, "case.toml").ok()?;
+    let runner = loaded.config.runners.first()?;
+    let docker = runner.docker.as_deref().cloned().unwrap_or_default();
+    let services = docker
+        .services
+        .iter()
+        .map(|s| (s.name.clone(), s.alias.clone(), s.environment.clone()))
+        .collect();
+    let labels = docker.container_labels.into_iter().collect();
+    Some((docker.image, services, labels))
+}
+
+/// `common/config_test.go` tables about config.toml itself and the runner-side getters.
+fn config_file_tables(t: &mut Tally) {
+    let svc = |n: &str, a: &str, e: &[&str]| {
+        (
+            n.to_owned(),
+            a.to_owned(),
+            e.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>(),
+        )
+    };
+    let two = |a: (&str, &str), b: (&str, &str)| vec![svc(a.0, a.1, &[]), svc(b.0, b.1, &[])];
+    let label = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
+    let labels = |body: &str| {
+        format!("[[runners]]\n[runners.docker]\nimage = \"image\"\n[runners.docker.container_labels]\n{body}\n")
+    };
+    let rows: Vec<(&str, String, Option<Parsed>)> = vec![
+        (
+            "as table with only name",
+            "[[runners]]\n[[runners.docker.services]]\nname = \"svc1\"\n[[runners.docker.services]]\nname = \"svc2\"\n".into(),
+            Some((String::new(), two(("svc1", ""), ("svc2", "")), vec![])),
+        ),
+        (
+            "as table with only alias",
+            "[[runners]]\n[[runners.docker.services]]\nalias = \"svc1\"\n[[runners.docker.services]]\nalias = \"svc2\"\n".into(),
+            Some((String::new(), two(("", "svc1"), ("", "svc2")), vec![])),
+        ),
+        (
+            "as table",
+            "[[runners]]\n[[runners.docker.services]]\nname = \"svc1\"\nalias = \"svc1_alias\"\n[[runners.docker.services]]\nname = \"svc2\"\nalias = \"svc2_alias\"\n".into(),
+            Some((
+                String::new(),
+                two(("svc1", "svc1_alias"), ("svc2", "svc2_alias")),
+                vec![],
+            )),
+        ),
+        (
+            "as table int value name",
+            "[[runners]]\n[[runners.docker.services]]\nname = 5\n".into(),
+            None,
+        ),
+        (
+            "as table int value alias",
+            "[[runners]]\n[[runners.docker.services]]\nname = \"svc1\"\nalias = 5\n".into(),
+            None,
+        ),
+        (
+            "runners.docker and runners.docker.services",
+            "[[runners]]\n[runners.docker]\nimage = \"image\"\n[[runners.docker.services]]\nname = \"svc1\"\n[[runners.docker.services]]\nname = \"svc2\"\n".into(),
+            Some(("image".into(), two(("svc1", ""), ("svc2", "")), vec![])),
+        ),
+        (
+            "runners.docker.services environment",
+            "[[runners]]\n[runners.docker]\n[[runners.docker.services]]\nname = \"svc1\"\nenvironment = [\"ENV1=value1\", \"ENV2=value2\"]\n".into(),
+            Some((
+                String::new(),
+                vec![svc("svc1", "", &["ENV1=value1", "ENV2=value2"])],
+                vec![],
+            )),
+        ),
+        (
+            "Docker Container Labels with string key and value",
+            labels("\"my.docker.TestContainerlabel1\" = \"TestContainerlabel-1\""),
+            Some((
+                "image".into(),
+                vec![],
+                label("my.docker.TestContainerlabel1", "TestContainerlabel-1"),
+            )),
+        ),
+        (
+            "Docker Container Labels with integer key and value",
+            labels("5 = 5"),
+            None,
+        ),
+        (
+            "Docker Container Labels with integer value",
+            labels("\"my.docker.TestContainerlabel1\" = 5"),
+            None,
+        ),
+        (
+            "Docker Container Labels with integer key",
+            labels("5 = \"TestContainerlabel-1\""),
+            Some(("image".into(), vec![], label("5", "TestContainerlabel-1"))),
+        ),
+    ];
+    for (case, text, want) in rows {
+        t.check(&format!("ConfigParse/{case}"), parsed(&text), want);
+    }
+
+    // StringOrArray_UnmarshalTOML, through `pull_policy` (`None`: the file does not load).
+    for (case, value, want) in [
+        ("no fields", None, Some(vec![])),
+        ("empty string_or_array", Some("\"\""), Some(vec![""])),
+        ("string", Some("\"always\""), Some(vec!["always"])),
+        ("slice with invalid single value", Some("10"), None),
+        (
+            "valid slice with multiple values",
+            Some("[\"unknown\", \"always\"]"),
+            Some(vec!["unknown", "always"]),
+        ),
+        ("slice with mixed values", Some("[\"unknown\", 10]"), None),
+        ("slice with invalid values", Some("[true, false]"), None),
+    ] {
+        let line = value
+            .map(|v| format!("pull_policy = {v}\n"))
+            .unwrap_or_default();
+        let text = format!("[[runners]]\n[runners.docker]\nimage = \"i\"\n{line}");
+        let got = drover::config::load_str(&text, "case.toml").ok().map(|l| {
+            l.config.runners[0]
+                .docker
+                .as_ref()
+                .map(|d| d.pull_policy.clone())
+                .unwrap_or_default()
+        });
+        let want = want.map(|v| v.into_iter().map(str::to_owned).collect::<Vec<_>>());
+        t.check(&format!("StringOrArray_UnmarshalTOML/{case}"), got, want);
+    }
+
+    // Service_ToImageDefinition, through the job's service definitions.
+    use drover::executor::services::{definitions, ServiceDefinition};
+    use drover::executor::settings::{ConfigService, ServiceSettings};
+    let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let command = strings(&["executable", "param1", "param2"]);
+    let entrypoint = strings(&["executable", "param3", "param4"]);
+    let named = |name: &str| ConfigService {
+        name: name.into(),
+        ..Default::default()
+    };
+    let def = |image: &str, aliases: &[&str]| ServiceDefinition {
+        image: image.into(),
+        aliases: strings(aliases),
+        ..Default::default()
+    };
+    let rows: Vec<(&str, ConfigService, ServiceDefinition)> = vec![
+        ("empty service", ConfigService::default(), def("", &[])),
+        ("only name", named("name"), def("name", &[])),
+        (
+            "only alias",
+            ConfigService {
+                alias: "alias".into(),
+                ..Default::default()
+            },
+            def("", &["alias"]),
+        ),
+        (
+            "name and alias",
+            ConfigService {
+                alias: "alias".into(),
+                ..named("name")
+            },
+            def("name", &["alias"]),
+        ),
+        (
+            "only aliases",
+            ConfigService {
+                alias: "alias-1 alias-2".into(),
+                ..Default::default()
+            },
+            def("", &["alias-1", "alias-2"]),
+        ),
+        (
+            "name and aliases",
+            ConfigService {
+                alias: "alias-1 alias-2".into(),
+                ..named("name")
+            },
+            def("name", &["alias-1", "alias-2"]),
+        ),
+        (
+            "command specified",
+            ConfigService {
+                command: command.clone(),
+                ..named("name")
+            },
+            ServiceDefinition {
+                command: command.clone(),
+                ..def("name", &[])
+            },
+        ),
+        (
+            "entrypoint specified",
+            ConfigService {
+                entrypoint: entrypoint.clone(),
+                ..named("name")
+            },
+            ServiceDefinition {
+                entrypoint: Some(entrypoint.clone()),
+                ..def("name", &[])
+            },
+        ),
+        (
+            "command and entrypoint specified",
+            ConfigService {
+                command: command.clone(),
+                entrypoint: entrypoint.clone(),
+                ..named("name")
+            },
+            ServiceDefinition {
+                command: command.clone(),
+                entrypoint: Some(entrypoint.clone()),
+                ..def("name", &[])
+            },
+        ),
+        (
+            "environment specified",
+            ConfigService {
+                environment: strings(&["ENV1=value1", "ENV2=value2"]),
+                ..named("name")
+            },
+            ServiceDefinition {
+                variables: vec![
+                    ("ENV1".into(), "value1".into()),
+                    ("ENV2".into(), "value2".into()),
+                ],
+                ..def("name", &[])
+            },
+        ),
+    ];
+    let vars = drover::executor::script::variables::VarList::default();
+    for (case, service, want) in rows {
+        let settings = ServiceSettings {
+            services: vec![service],
+            ..Default::default()
+        };
+        let got = definitions(&settings, &[], &vars).map_err(|e| e.message);
+        t.check(
+            &format!("Service_ToImageDefinition/{case}"),
+            got,
+            Ok(vec![want]),
+        );
+    }
+
+    // RunnerSettings_IsFeatureFlagOn.
+    use drover::executor::script::variables::resolve_flag;
+    use std::collections::BTreeMap;
+    let custom = "TestRunnerSettings_IsFeatureFlagOn";
+    let direct = "FF_USE_DIRECT_DOWNLOAD";
+    for (case, config, name, want) in [
+        ("feature flag not configured", vec![], custom, false),
+        (
+            "feature flag not configured but feature flag default is true",
+            vec![],
+            direct,
+            true,
+        ),
+        ("feature flag on", vec![(custom, true)], custom, true),
+        ("feature flag off", vec![(direct, false)], custom, false),
+    ] {
+        let config: BTreeMap<String, bool> =
+            config.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        t.check(
+            &format!("RunnerSettings_IsFeatureFlagOn/{case}"),
+            resolve_flag(&config, name, None),
+            want,
+        );
+    }
+
+    // Docker_UserIsAllowed: (case, job user, runner user, allowed_users, allowed).
+    use drover::executor::containers::user_allowed;
+    for (case, user, runner, allowed, want) in [
+        ("no allowed users, neither specified", "", "", &[][..], true),
+        (
+            "no allowed users, runner user specified",
+            "",
+            "baba",
+            &[],
+            true,
+        ),
+        (
+            "no allowed users, job user specified",
+            "baba",
+            "",
+            &[],
+            true,
+        ),
+        (
+            "no allowed users, both specified",
+            "yaga",
+            "baba",
+            &[],
+            false,
+        ),
+        ("allowed users, neither specified", "", "", &["baba"], true),
+        (
+            "allowed users, runner user specified",
+            "",
+            "yaga",
+            &["baba"],
+            true,
+        ),
+        (
+            "allowed users, job user specified",
+            "baba",
+            "yaga",
+            &["baba"],
+            true,
+        ),
+        (
+            "allowed users, both specified",
+            "yaga",
+            "yaga",
+            &["baba"],
+            false,
+        ),
+    ] {
+        let runner = (!runner.is_empty()).then_some(runner);
+        t.check(
+            &format!("Docker_UserIsAllowed/{case}"),
+            user_allowed(runner, &strings(allowed), user),
+            want,
+        );
+    }
+
+    // RunnerCredentials_HasToken.
+    use drover::manager::runloop::has_token;
+    for (case, token, want) in [
+        ("valid token", "abc123", true),
+        ("empty string", "", false),
+        ("single space", " ", false),
+        ("multiple spaces", "   ", false),
+        ("tab character", "\t", false),
+        ("newline", "\n", false),
+        ("mixed whitespace", " \t\n ", false),
+        ("surrounded token", "  abc  ", true),
+    ] {
+        let runner = drover::config::RunnerConfig {
+            token: token.into(),
+            ..Default::default()
+        };
+        t.check(
+            &format!("RunnerCredentials_HasToken/{case}"),
+            has_token(&runner),
+            want,
+        );
+    }
+}
+
+/// A `BTreeMap` of labels from pairs.
+fn label_map(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// A TOML table body of labels.
+fn label_lines(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k:?} = {v:?}\n"))
+        .collect()
+}
+
+/// Labels, runner selection, machine options and loading tables of `common/config_test.go`.
+fn labels_and_selection(t: &mut Tally) {
+    use drover::gitlab::Info;
+    // ComputeLabels: (case, runner labels, global labels, computed labels); the labels sent
+    // to GitLab are the computed ones.
+    let pg = [("env", "prod"), ("team", "backend")];
+    let rows: Vec<LabelRow> = vec![
+        (
+            "nil labels and nil computed with empty global defaults",
+            vec![],
+            vec![],
+            vec![],
+        ),
+        (
+            "nil labels and nil computed with global defaults",
+            vec![],
+            pg.to_vec(),
+            pg.to_vec(),
+        ),
+        (
+            "empty labels with global defaults",
+            vec![],
+            pg.to_vec(),
+            pg.to_vec(),
+        ),
+        (
+            "runner labels override global defaults",
+            vec![("env", "staging"), ("region", "us-west")],
+            pg.to_vec(),
+            vec![
+                ("env", "staging"),
+                ("team", "backend"),
+                ("region", "us-west"),
+            ],
+        ),
+        (
+            "runner labels only, no global defaults",
+            vec![("custom", "value"), ("runner", "specific")],
+            vec![],
+            vec![("custom", "value"), ("runner", "specific")],
+        ),
+        (
+            "existing computed labels are overwritten",
+            vec![("env", "staging")],
+            vec![("team", "backend")],
+            vec![("env", "staging"), ("team", "backend")],
+        ),
+        (
+            "nil global defaults with existing labels",
+            vec![("runner", "test")],
+            vec![],
+            vec![("runner", "test")],
+        ),
+        (
+            "complex scenario with multiple overrides",
+            vec![
+                ("env", "staging"),
+                ("version", "1.2.3"),
+                ("team", "frontend"),
+            ],
+            vec![
+                ("env", "prod"),
+                ("team", "backend"),
+                ("region", "us-east"),
+                ("cost-center", "eng"),
+            ],
+            vec![
+                ("env", "staging"),
+                ("version", "1.2.3"),
+                ("team", "frontend"),
+                ("region", "us-east"),
+                ("cost-center", "eng"),
+            ],
+        ),
+        (
+            "empty string values in labels",
+            vec![("empty", ""), ("normal", "value")],
+            vec![("global", "default"), ("empty", "global-value")],
+            vec![("global", "default"), ("empty", ""), ("normal", "value")],
+        ),
+        (
+            "labels with special characters in key",
+            vec![
+                ("key-with-dashes", "value1"),
+                ("key_with_underscores", "value2"),
+                ("key.with.dots", "value3"),
+            ],
+            vec![("key-with_different.characters", "value4")],
+            vec![
+                ("key-with-dashes", "value1"),
+                ("key_with_underscores", "value2"),
+                ("key.with.dots", "value3"),
+                ("key-with_different.characters", "value4"),
+            ],
+        ),
+    ];
+    let computed = |runner: &[(&str, &str)], global: &[(&str, &str)]| {
+        let r = drover::config::RunnerConfig {
+            labels: label_map(runner),
+            ..Default::default()
+        };
+        Info::for_runner(&r, &label_map(global)).labels
+    };
+    for (case, runner, global, want) in rows {
+        t.check(
+            &format!("RunnerSettings_ComputeLabels/{case}"),
+            computed(&runner, &global),
+            label_map(&want),
+        );
+    }
+    // ComputedLabels: what was computed is what is sent (nil and empty alike: no labels).
+    for (case, labels) in [
+        ("nil computed labels", vec![]),
+        ("empty computed labels", vec![]),
+        ("single label", vec![("env", "prod")]),
+        (
+            "multiple labels",
+            vec![("env", "prod"), ("team", "backend"), ("region", "us-west")],
+        ),
+    ] {
+        t.check(
+            &format!("RunnerSettings_ComputedLabels/{case}"),
+            computed(&labels, &[]),
+            label_map(&labels),
+        );
+    }
+    // CombineLabels_MultipleCalls: a second computation starts afresh.
+    let runner = [("runner", "test")];
+    let first = computed(&runner, &pg);
+    let second = computed(&runner, &[("env", "staging"), ("region", "us-east")]);
+    t.check(
+        "RunnerSettings_CombineLabels_MultipleCalls",
+        (first, second),
+        (
+            label_map(&[("env", "prod"), ("team", "backend"), ("runner", "test")]),
+            label_map(&[
+                ("env", "staging"),
+                ("region", "us-east"),
+                ("runner", "test"),
+            ]),
+        ),
+    );
+
+    // Config_Validate: (case, global labels, tested runner's labels, what the error names).
+    let numbers = [
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+        "twenty",
+        "twenty-one",
+        "twenty-two",
+        "twenty-three",
+        "twenty-four",
+        "twenty-five",
+        "twenty-six",
+        "twenty-seven",
+        "twenty-eight",
+        "twenty-nine",
+        "thirty",
+        "thirty-one",
+        "thirty-two",
+        "thirty-three",
+        "thirty-four",
+    ];
+    let many: Vec<(&str, &str)> = numbers.iter().map(|n| (*n, "1")).collect();
+    let rows: Vec<ValidateRow> = vec![
+        (
+            "all labels are valid",
+            vec![("env", "production")],
+            vec![("privileged", "true")],
+            None,
+        ),
+        (
+            "invalid global label key",
+            vec![("test/key", "test_value")],
+            vec![],
+            Some("lobal labels"),
+        ),
+        (
+            "invalid global label value",
+            vec![("test_key", "test/value")],
+            vec![],
+            Some("lobal labels"),
+        ),
+        (
+            "invalid runner label key",
+            vec![],
+            vec![("test/key", "test_value")],
+            Some("runner-tested"),
+        ),
+        (
+            "invalid runner label value",
+            vec![],
+            vec![("test_key", "test/value")],
+            Some("runner-tested"),
+        ),
+        (
+            "too many labels",
+            many[..17].to_vec(),
+            many[17..].to_vec(),
+            Some("runner-tested"),
+        ),
+    ];
+    for (case, global, runner, want) in rows {
+        let text = format!(
+            "[labels]\n{}\n[[runners]]\nname = \"runner-always-valid\"\n[runners.labels]\nrunner = \"name\"\n[[runners]]\nname = \"runner-tested\"\n[runners.labels]\n{}",
+            label_lines(&global),
+            label_lines(&runner)
+        );
+        let got = match drover::config::load_str(&text, "case.toml") {
+            Ok(_) => None,
+            Err(e) => {
+                let message = e.to_string();
+                Some(
+                    want.filter(|w| message.contains(w))
+                        .map_or(message, str::to_owned),
+                )
+            }
+        };
+        t.check(
+            &format!("Config_Validate/{case}"),
+            got,
+            want.map(str::to_owned),
+        );
+    }
+
+    // LoadConfig.
+    let load = |text: &str| drover::config::load_str(text, "case.toml");
+    t.check(
+        "LoadConfig/parse defaults",
+        load("").ok().map(|l| {
+            (
+                l.config.runners.len(),
+                l.config.connection_max_age_or_default().to_string(),
+            )
+        }),
+        Some((0, "15m0s".to_owned())),
+    );
+    t.check(
+        "LoadConfig/connection max age set",
+        load("connection_max_age = \"1s\"\n").ok().map(|l| {
+            (
+                l.config.runners.len(),
+                l.config.connection_max_age_or_default().to_string(),
+            )
+        }),
+        Some((0, "1s".to_owned())),
+    );
+    t.check(
+        "LoadConfig/invalid labels",
+        load("[labels]\n\"invalid/key\" = \"valid_value\"\n[[runners]]\nname = \"labels-test\"\n[runners.labels]\nenv = \"prod\"\n").is_err(),
+        true,
+    );
+    let global = [
+        ("env", "prod"),
+        ("test", "value"),
+        ("test_label", "value"),
+        ("test-label", "value"),
+        ("test.label", "value"),
+    ];
+    let own = [
+        ("shard", "default"),
+        ("test", "override"),
+        ("test_label", "override"),
+        ("test-label", "override"),
+        ("test.label", "override"),
+    ];
+    let text = format!(
+        "concurrent = 1\n[labels]\n{}\n[[runners]]\nname = \"labels-test\"\n[runners.labels]\n{}",
+        label_lines(&global),
+        label_lines(&own)
+    );
+    let got = load(&text).ok().map(|l| {
+        let r = &l.config.runners[0];
+        (
+            l.config.labels.clone(),
+            r.labels.clone(),
+            Info::for_runner(r, &l.config.labels).labels,
+        )
+    });
+    let mut all = own.to_vec();
+    all.push(("env", "prod"));
+    t.check(
+        "LoadConfig/valid labels",
+        got,
+        Some((label_map(&global), label_map(&own), label_map(&all))),
+    );
+    // LoadConfig_ExpandsEnvironmentVariables (names unique to this test).
+    std::env::set_var("DROVER_CONF_TEST_RUNNER_URL", "https://gitlab.example.com");
+    std::env::set_var("DROVER_CONF_TEST_RUNNER_TOKEN_1", "glrt-token-one");
+    std::env::set_var("DROVER_CONF_TEST_RUNNER_TOKEN_2", "glrt-token-two");
+    let text = "[[runners]]\nname = \"runner-1\"\nurl = \"$DROVER_CONF_TEST_RUNNER_URL\"\ntoken = \"${DROVER_CONF_TEST_RUNNER_TOKEN_1}\"\n[[runners]]\nname = \"runner-2\"\nurl = \"${DROVER_CONF_TEST_RUNNER_URL}\"\ntoken = \"$DROVER_CONF_TEST_RUNNER_TOKEN_2\"\n[[runners]]\nname = \"runner-literal\"\nurl = \"https://literal.example.com\"\ntoken = \"glrt-literal-token\"\n";
+    let got = load(text).ok().map(|l| {
+        l.config
+            .runners
+            .iter()
+            .map(|r| (r.url.clone(), r.token.clone()))
+            .collect::<Vec<_>>()
+    });
+    let pair = |u: &str, tk: &str| (u.to_owned(), tk.to_owned());
+    t.check(
+        "LoadConfig_ExpandsEnvironmentVariables",
+        got,
+        Some(vec![
+            pair("https://gitlab.example.com", "glrt-token-one"),
+            pair("https://gitlab.example.com", "glrt-token-two"),
+            pair("https://literal.example.com", "glrt-literal-token"),
+        ]),
+    );
+
+    // RunnerConfig_ValidateMachineOptionsWithName: (case, options or no machine section,
+    // the option the error names).
+    let opts = |v: &[&str]| {
+        Some(
+            v.iter()
+                .map(|s| format!("{s:?}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+    };
+    for (case, options, want) in [
+        (
+            "valid options with %s",
+            opts(&["--option=%s", "--another=%s-suffix"]),
+            None,
+        ),
+        ("empty options", opts(&[]), None),
+        ("nil options", None, None),
+        ("nil machine config", None, None),
+        (
+            "invalid option without %s",
+            opts(&["--option=value"]),
+            Some("--option=value"),
+        ),
+        (
+            "mixed valid and invalid",
+            opts(&["--valid=%s", "--invalid=value"]),
+            Some("--invalid=value"),
+        ),
+    ] {
+        let machine = if case == "nil machine config" {
+            "executor = \"docker\"\n".to_owned()
+        } else {
+            let line = options
+                .map(|o| format!("MachineOptionsWithName = [{o}]\n"))
+                .unwrap_or_default();
+            format!("executor = \"docker+machine\"\n[runners.machine]\nMachineDriver = \"none\"\nMachineName = \"m-%s\"\n{line}")
+        };
+        let text = format!("[[runners]]\nname = \"m\"\nurl = \"https://gitlab.example.com\"\ntoken = \"glrt-x\"\n{machine}");
+        let got = match load(&text) {
+            Ok(_) => None,
+            Err(e) => {
+                let message = e.to_string();
+                Some(
+                    want.filter(|w| message.contains(&format!("{w:?}")))
+                        .map_or(message, str::to_owned),
+                )
+            }
+        };
+        t.check(
+            &format!("RunnerConfig_ValidateMachineOptionsWithName/{case}"),
+            got,
+            want.map(str::to_owned),
+        );
+    }
+
+    // Config_SaveConfig_CustomBuildDir: a saved config keeps `[runners.custom_build_dir]` as
+    // written and adds none (drover edits config.toml in place: here a token reset's write).
+    let dir = tempfile::tempdir().expect("temporary directory");
+    for (case, section, want) in [
+        ("not explicitly set", "", None),
+        (
+            "explicitly enabled",
+            "[runners.custom_build_dir]\n  enabled = true\n",
+            Some(true),
+        ),
+        (
+            "explicitly disabled",
+            "[runners.custom_build_dir]\n  enabled = false\n",
+            Some(false),
+        ),
+    ] {
+        let path = dir.path().join(format!("{}.toml", case.replace(' ', "-")));
+        let text = format!("[[runners]]\n  name = {case:?}\n  url = \"https://gitlab.example.com\"\n  token = \"glrt-old\"\n  executor = \"docker\"\n{section}");
+        std::fs::write(&path, text).expect("write config");
+        let saved = drover::cli::config_file::ConfigFile::open(&path, false)
+            .and_then(|mut f| {
+                f.runner_mut(0)?["token"] = toml_edit::value("glrt-new");
+                f.save()
+            })
+            .map_err(|e| e.to_string())
+            .and_then(|()| std::fs::read_to_string(&path).map_err(|e| e.to_string()));
+        let got = saved.map(|text| {
+            let enabled = text
+                .split_once("[runners.custom_build_dir]")
+                .map(|(_, rest)| rest.trim_start().starts_with("enabled = true"));
+            (
+                text.contains("glrt-new"),
+                text.contains("custom_build_dir"),
+                enabled,
+            )
+        });
+        t.check(
+            &format!("Config_SaveConfig_CustomBuildDir/{case}"),
+            got,
+            Ok((true, want.is_some(), want)),
+        );
+    }
+
+    // RunnerBy*: the runners `unregister`, `verify` and `reset-token` act on.
+    use drover::cli::config_file::Selection;
+    let runner = |name: &str, token: &str, url: &str, id: i64| drover::config::RunnerConfig {
+        name: name.into(),
+        token: token.into(),
+        url: url.into(),
+        id,
+        ..Default::default()
+    };
+    let g1 = "https://gitlab1.example.com/";
+    let by_name = drover::config::Config {
+        runners: vec![
+            runner("runner1", "token1", g1, 1),
+            runner("runner2", "token2", g1, 2),
+        ],
+        ..Default::default()
+    };
+    let by_token = drover::config::Config {
+        runners: vec![runner("", "runner1", "", 0), runner("", "runner2", "", 0)],
+        ..Default::default()
+    };
+    let select =
+        |name: Option<&str>, token: Option<&str>, url: Option<&str>, id: Option<i64>| Selection {
+            name: name.map(str::to_owned),
+            token: token.map(str::to_owned),
+            url: url.map(str::to_owned),
+            id,
+            all: false,
+        };
+    let rows: Vec<(&str, &drover::config::Config, Selection, Vec<usize>)> = vec![
+        (
+            "RunnerByName/finds runner by name",
+            &by_name,
+            select(Some("runner2"), None, None, None),
+            vec![1],
+        ),
+        (
+            "RunnerByName/does not find non-existent runner",
+            &by_name,
+            select(Some("runner3"), None, None, None),
+            vec![],
+        ),
+        (
+            "RunnerByToken/finds runner by token",
+            &by_token,
+            select(None, Some("runner2"), None, None),
+            vec![1],
+        ),
+        (
+            "RunnerByToken/does not find non-existent runner authentication token",
+            &by_token,
+            select(None, Some("runner3"), None, None),
+            vec![],
+        ),
+        (
+            "RunnerByURLAndID/finds runner by name",
+            &by_name,
+            select(None, None, Some(g1), Some(1)),
+            vec![0],
+        ),
+        (
+            "RunnerByURLAndID/does not find runner with wrong ID",
+            &by_name,
+            select(None, None, Some(g1), Some(3)),
+            vec![],
+        ),
+        (
+            "RunnerByURLAndID/does not find runner with wrong URL",
+            &by_name,
+            select(None, None, Some("https://gitlab2.example.com/"), Some(1)),
+            vec![],
+        ),
+        (
+            "RunnerByNameAndToken/finds runner by name and token",
+            &by_name,
+            select(Some("runner1"), Some("token1"), None, None),
+            vec![0],
+        ),
+        (
+            "RunnerByNameAndToken/does not find runner with wrong name",
+            &by_name,
+            select(Some("runner3"), Some("token1"), None, None),
+            vec![],
+        ),
+        (
+            "RunnerByNameAndToken/does not find runner with wrong token",
+            &by_name,
+            select(Some("runner1"), Some("token3"), None, None),
+            vec![],
+        ),
+    ];
+    for (case, config, selection, want) in rows {
+        t.check(case, selection.pick(config, false), want);
+    }
+}
+
+/// `network/client_test.go` TestUrlFixing, `helpers/featureflags` TestIsOn and
+/// `cache/cache_test.go` TestGenerateObjectName and TestCacheOperations.
+fn client_flags_and_cache_names(t: &mut Tally) {
+    use drover::gitlab::client::api_base;
+    for (given, fixed) in [
+        (
+            "https://gitlab.example.com/ci///",
+            "https://gitlab.example.com",
+        ),
+        (
+            "https://gitlab.example.com/ci/",
+            "https://gitlab.example.com",
+        ),
+        (
+            "https://gitlab.example.com/ci",
+            "https://gitlab.example.com",
+        ),
+        ("https://gitlab.example.com/", "https://gitlab.example.com"),
+        (
+            "https://gitlab.example.com///",
+            "https://gitlab.example.com",
+        ),
+        ("https://gitlab.example.com", "https://gitlab.example.com"),
+        (
+            "https://example.com/gitlab/ci/",
+            "https://example.com/gitlab",
+        ),
+        (
+            "https://example.com/gitlab/ci///",
+            "https://example.com/gitlab",
+        ),
+        (
+            "https://example.com/gitlab/ci",
+            "https://example.com/gitlab",
+        ),
+        ("https://example.com/gitlab/", "https://example.com/gitlab"),
+        (
+            "https://example.com/gitlab///",
+            "https://example.com/gitlab",
+        ),
+        ("https://example.com/gitlab", "https://example.com/gitlab"),
+    ] {
+        t.check(
+            &format!("UrlFixing/{given}"),
+            api_base(given).map(|u| u.to_string()).ok(),
+            Some(format!("{fixed}/api/v4/")),
+        );
+    }
+
+    // NewTracePatchResponse: the update interval a response asks for. Upstream keeps a
+    // negative value and its trace updater ignores every value ≤ 0; drover drops it when read.
+    use drover::gitlab::jobs::parse_update_interval;
+    for (case, header, want) in [
+        ("nil response", None, None),
+        ("no remote update period in header", None, None),
+        (
+            "invalid remote update period in header",
+            Some("invalid"),
+            None,
+        ),
+        ("negative remote update period in header", Some("-10"), None),
+        ("valid remote update period in header", Some("10"), Some(10)),
+    ] {
+        t.check(
+            &format!("NewTracePatchResponse/{case}"),
+            parse_update_interval(header),
+            want.map(Duration::from_secs),
+        );
+    }
+
+    // IsOn: a flag's value as written (FF_TEST_FEATURE defaults to false).
+    use drover::executor::script::variables::resolve_flag;
+    let none = std::collections::BTreeMap::new();
+    for (case, value, want) in [
+        ("empty value", "", false),
+        ("non boolean value", "a", false),
+        ("true value", "1", true),
+        ("false value", "f", false),
+    ] {
+        t.check(
+            &format!("IsOn/{case}"),
+            resolve_flag(&none, "FF_TEST_FEATURE", Some(value)),
+            want,
+        );
+    }
+
+    use drover::cache::CacheRemote;
+    use drover::config::cache::CacheConfig;
+    use drover::executor::script::cache::Remote;
+    let config = |path: &str, shared: bool| CacheConfig {
+        cache_type: "s3".into(),
+        path: path.into(),
+        shared,
+        s3: Some(s3(|c| {
+            c.server_address = "127.0.0.1:9000".into();
+            c.access_key = "a".into();
+            c.secret_key = "s".into();
+            c.bucket_name = "b".into();
+            c.insecure = true;
+        })),
+        ..Default::default()
+    };
+    let name = |c: &CacheConfig, key: &str| {
+        let (remote, _) =
+            CacheRemote::from_config(Some(c), "longtoken", 10, Duration::from_secs(3600));
+        remote.object_name(key)
+    };
+    let own = "runner/longtoken/project/10/key";
+    for (case, key, path, shared, want) in [
+        ("default usage", "key", "", false, Some(own.to_owned())),
+        ("empty key", "", "", false, None),
+        (
+            "short path is set",
+            "key",
+            "whatever",
+            false,
+            Some(format!("whatever/{own}")),
+        ),
+        (
+            "multiple segment path is set",
+            "key",
+            "some/other/path/goes/here",
+            false,
+            Some(format!("some/other/path/goes/here/{own}")),
+        ),
+        ("path is empty", "key", "", false, Some(own.to_owned())),
+        (
+            "shared flag is set to true",
+            "key",
+            "",
+            true,
+            Some("project/10/key".to_owned()),
+        ),
+        (
+            "shared flag is set to false",
+            "key",
+            "",
+            false,
+            Some(own.to_owned()),
+        ),
+        (
+            "path traversal but within base path",
+            "../10/key",
+            "",
+            false,
+            Some(own.to_owned()),
+        ),
+        (
+            "path traversal resolves to empty key",
+            "../10",
+            "",
+            false,
+            None,
+        ),
+        (
+            "path traversal escapes project namespace",
+            "../10-outside",
+            "",
+            false,
+            None,
+        ),
+    ] {
+        t.check(
+            &format!("GenerateObjectName/{case}"),
+            name(&config(path, shared), key),
+            want,
+        );
+    }
+
+    // CacheOperations: whether a download and an upload URL are given.
+    let unknown = CacheConfig {
+        cache_type: "test".into(),
+        ..Default::default()
+    };
+    let s3_config = config("", false);
+    for (case, c, key, want) in [
+        ("no-config", None, "key", false),
+        ("key-not-specified", Some(&s3_config), "", false),
+        ("adapter-doesnt-exists", Some(&unknown), "key", false),
+        ("adapter-exists", Some(&s3_config), "key", true),
+    ] {
+        let (remote, _) = CacheRemote::from_config(c, "shorttoken", 10, Duration::from_secs(3600));
+        t.check(
+            &format!("CacheOperations/{case}/GetDownloadURL"),
+            remote.download(key).is_some(),
+            want,
+        );
+        t.check(
+            &format!("CacheOperations/{case}/GetUploadURL"),
+            remote.upload(key).is_some(),
+            want,
+        );
+    }
+}
+
+/// A client of a scripted server, with short retry waits.
+async fn scripted_client(script: Script) -> Client {
+    let (url, _) = scripted(script).await;
+    Client::new(&ClientSettings {
+        url,
+        retry: RetryPolicy {
+            max_attempts: 3,
+            base: Duration::from_millis(10),
+            cap: Duration::from_millis(100),
+        },
+        ..ClientSettings::default()
+    })
+    .expect("client")
+}
+
+/// `network/gitlab_test.go`: UpdateJob, UpdateJobAsKeepAlive, the PATCH outcomes and
+/// UpdateIntervalHeaderHandling, against a server answering as upstream's test handlers do.
+async fn gitlab_updates(t: &mut Tally) {
+    use drover::gitlab::UpdateState;
+    let info = Info::registration();
+    let creds = JobCredentials {
+        id: 10,
+        token: "token".into(),
+    };
+    let update = |state: JobState| JobUpdate {
+        state,
+        failure_reason: None,
+        exit_code: 0,
+        output: TraceOutput::default(),
+    };
+    let status = |v: &str| vec![("Job-Status", v.to_owned())];
+    // (case, the answer, the update sent, expected state, cancel requested)
+    let rows: Vec<UpdateRow> = vec![
+        ("UpdateJob/Update continues when running", 200, vec![], JobState::Running, UpdateState::Succeeded, false),
+        ("UpdateJob/Update aborts if the access is forbidden", 403, vec![], JobState::Success, UpdateState::Abort, false),
+        // Upstream's test server refuses an invalid state or failure reason with 400.
+        ("UpdateJob/Update fails for badly formatted request", 400, vec![], JobState::Running, UpdateState::Failed, false),
+        ("UpdateJob/Update aborts for unknown job", 404, vec![], JobState::Success, UpdateState::Abort, false),
+        (
+            "UpdateJob/Update returns accepted, but not completed if server returns `202 StatusAccepted`",
+            202,
+            vec![],
+            JobState::Success,
+            UpdateState::Accepted,
+            false,
+        ),
+        (
+            "UpdateJob/Update returns reset content requested if server returns `412 Precondition Failed`",
+            412,
+            vec![],
+            JobState::Success,
+            UpdateState::TraceValidationFailed,
+            false,
+        ),
+        ("UpdateJob/Update should continue when script fails", 200, vec![], JobState::Failed, UpdateState::Succeeded, false),
+        ("UpdateJob/Update fails for invalid failure reason", 400, vec![], JobState::Failed, UpdateState::Failed, false),
+        ("UpdateJobAsKeepAlive/Update should continue when running", 200, vec![], JobState::Running, UpdateState::Succeeded, false),
+        (
+            "UpdateJobAsKeepAlive/Update should be aborted when Job-Status=canceled",
+            200,
+            status("canceled"),
+            JobState::Running,
+            UpdateState::Abort,
+            false,
+        ),
+        (
+            "UpdateJobAsKeepAlive/Update should continue when Job-Status=failed",
+            200,
+            status("failed"),
+            JobState::Running,
+            UpdateState::Abort,
+            false,
+        ),
+        (
+            "UpdateJobAsKeepAlive/Update should continue when Job-Status=canceling",
+            200,
+            status("canceling"),
+            JobState::Running,
+            UpdateState::Succeeded,
+            true,
+        ),
+    ];
+    for (case, code, headers, state, want, cancel) in rows {
+        let client = scripted_client(vec![(code, headers)]).await;
+        let r = client.update_job(&creds, &info, &update(state)).await;
+        t.check(case, (r.state, r.cancel_requested), (want, cancel));
+    }
+
+    let patch = bytes::Bytes::from_static(b"trace trace trace");
+    for (case, code, headers, want) in [
+        ("UnknownPatchTrace", 404, vec![], UpdateState::NotFound),
+        ("ForbiddenPatchTrace", 403, vec![], UpdateState::Abort),
+        (
+            "JobFailedStatePatchTrace",
+            202,
+            status("failed"),
+            UpdateState::Abort,
+        ),
+    ] {
+        let client = scripted_client(vec![(code, headers)]).await;
+        let r = client.patch_trace(&creds, 0, patch.clone(), false).await;
+        t.check(case, r.state, want);
+    }
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let client = Client::new(&ClientSettings {
+        url,
+        ..ClientSettings::default()
+    })
+    .expect("client");
+    let r = client.patch_trace(&creds, 0, patch.clone(), false).await;
+    t.check("PatchTraceCantConnect", r.state, UpdateState::Failed);
+
+    // UpdateIntervalHeaderHandling: upstream returns the header's seconds as given and its
+    // trace updater ignores values ≤ 0; drover drops those when it reads them.
+    for (case, header, want) in [
+        ("header set to negative integer", Some("-10"), None),
+        ("header set to zero", Some("0"), None),
+        ("header set to positive integer", Some("10"), Some(10)),
+        ("header set to invalid format", Some("some text"), None),
+        ("empty header", Some(""), None),
+        ("header not set", None, None),
+    ] {
+        let headers = || {
+            header
+                .map(|v| vec![("X-GitLab-Trace-Update-Interval", v.to_owned())])
+                .unwrap_or_default()
+        };
+        let want = want.map(Duration::from_secs);
+        let client = scripted_client(vec![(404, headers())]).await;
+        let r = client
+            .update_job(&creds, &info, &update(JobState::Success))
+            .await;
+        t.check(
+            &format!("UpdateIntervalHeaderHandling/{case}/UpdateJob"),
+            r.update_interval,
+            want,
+        );
+        let client = scripted_client(vec![(202, headers())]).await;
+        let r = client.patch_trace(&creds, 0, patch.clone(), false).await;
+        t.check(
+            &format!("UpdateIntervalHeaderHandling/{case}/PatchTrace"),
+            r.update_interval,
+            want,
+        );
+    }
+}
+
+/// `network/gitlab_test.go` RequestJob: what a job request gives and whether the runner stays
+/// healthy (only a 403 and a client error count against it).
+async fn gitlab_request_job(t: &mut Tally) {
+    use drover::gitlab::{JobRequest, JobRequestOutcome};
+    let info = Info::registration();
+    let job = serde_json::json!({
+        "id": 10,
+        "token": "job-token",
+        "allow_git_fetch": false,
+        "job_info": {"name": "test", "stage": "test", "project_id": 1, "project_name": "test"},
+        "git_info": {"repo_url": "https://gitlab.example.com/test/test-project.git",
+                     "ref": "main", "sha": "abcdef", "ref_type": "branch"},
+        "image": {"name": "alpine", "executor_opts": {"docker": {"powpow": "x"}}},
+        "services": [{"name": "redis", "executor_opts": {"docker": {"powpow": "x"}}}],
+        "steps": [{"name": "script", "script": ["true"], "timeout": 3600, "when": "on_success"}],
+        "variables": [],
+    })
+    .to_string();
+    let json = || vec![("Content-Type", "application/json".to_owned())];
+    let retry_after = || vec![("Retry-After", "1".to_owned())];
+    let rows: Vec<(&str, BodyScript, &str, bool)> = vec![
+        ("valid token", vec![(201, json(), job.clone())], "job", true),
+        (
+            "no jobs token",
+            vec![(204, vec![], String::new())],
+            "no job",
+            true,
+        ),
+        (
+            "invalid token",
+            vec![(403, vec![], String::new())],
+            "forbidden",
+            false,
+        ),
+        (
+            "unsupported executor options",
+            vec![(201, json(), job.clone())],
+            "job",
+            true,
+        ),
+        (
+            "service unavailable",
+            vec![(503, retry_after(), String::new()); 3],
+            "failed",
+            true,
+        ),
+        (
+            "too many requests",
+            vec![(429, retry_after(), String::new()); 3],
+            "failed",
+            true,
+        ),
+    ];
+    let kind = |o: &JobRequestOutcome| match o {
+        JobRequestOutcome::Job(_) => "job",
+        JobRequestOutcome::NoJob => "no job",
+        JobRequestOutcome::Forbidden => "forbidden",
+        JobRequestOutcome::Failed(_) => "failed",
+        JobRequestOutcome::ClientError(_) => "client error",
+    };
+    let healthy = |o: &JobRequestOutcome| {
+        !matches!(
+            o,
+            JobRequestOutcome::Forbidden | JobRequestOutcome::ClientError(_)
+        )
+    };
+    for (case, script, want, want_healthy) in rows {
+        let (url, _) = scripted_bodies(script).await;
+        let client = Client::new(&ClientSettings {
+            url,
+            retry: RetryPolicy {
+                max_attempts: 3,
+                base: Duration::from_millis(10),
+                cap: Duration::from_millis(100),
+            },
+            ..ClientSettings::default()
+        })
+        .expect("client");
+        let r = client
+            .request_job(&JobRequest {
+                token: "glrt-valid",
+                info: &info,
+                system_id: "s_0123456789ab",
+                session: None,
+                runner_name: "valid",
+            })
+            .await;
+        t.check(
+            &format!("GitLabClient_RequestJob/{case}"),
+            (kind(&r.outcome), healthy(&r.outcome)),
+            (want, want_healthy),
+        );
+    }
+    // "invalid url": the client cannot be made; a client error, unhealthy.
+    let made = Client::new(&ClientSettings {
+        url: "invalid".into(),
+        ..ClientSettings::default()
+    });
+    t.check("GitLabClient_RequestJob/invalid url", made.is_err(), true);
+}
+
+/// A client of a scripted server with bodies, or of an address that cannot be parsed.
+async fn body_client(script: Option<BodyScript>) -> Result<Client, String> {
+    let url = match script {
+        Some(script) => scripted_bodies(script).await.0,
+        None => "broken".to_owned(),
+    };
+    Client::new(&ClientSettings {
+        url,
+        ..ClientSettings::default()
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// `network/gitlab_test.go` UnregisterRunner, VerifyRunnerOnLegacyServer and VerifyRunner:
+/// the answers of upstream's test handlers (204/200 for a valid token, 403 for an invalid one,
+/// 400 otherwise), and what the runner makes of them.
+async fn gitlab_runner_calls(t: &mut Tally) {
+    let answer = |status: u16| Some(vec![(status, vec![], String::new())]);
+    for (case, script, want) in [
+        ("valid token", answer(204), true),
+        ("invalid token", answer(403), false),
+        ("other token", answer(400), false),
+        ("empty token", answer(400), false),
+        ("broken credentials", None, false),
+    ] {
+        let ok = match body_client(script).await {
+            Ok(c) => c.unregister_runner("token").await.is_ok(),
+            Err(_) => false,
+        };
+        t.check(&format!("GitLabClient_UnregisterRunner/{case}"), ok, want);
+    }
+
+    // UnregisterRunnerManager: the handler answers 204 for a valid token (a glrt token with
+    // the right system ID), 403 for an invalid one and 400 otherwise.
+    for (case, script, want) in [
+        ("valid token", answer(204), true),
+        ("valid glrt token", answer(204), true),
+        ("invalid token", answer(403), false),
+        ("other token", answer(400), false),
+        ("broken credentials", None, false),
+    ] {
+        let ok = match body_client(script).await {
+            Ok(c) => c
+                .unregister_manager("token", "s_some_system_id")
+                .await
+                .is_ok(),
+            Err(_) => false,
+        };
+        t.check(&format!("UnregisterRunnerManager/{case}"), ok, want);
+    }
+
+    // ResetToken: the new token and its expiry, or nothing.
+    let reset = |token: &str, expires: Option<&str>| {
+        Some(vec![(
+            201,
+            vec![("Content-Type", "application/json".to_owned())],
+            serde_json::json!({"token": token, "token_expires_at": expires}).to_string(),
+        )])
+    };
+    for (case, script, want) in [
+        (
+            "valid token",
+            reset("reset-token", None),
+            Some(("reset-token", None)),
+        ),
+        (
+            "expiring token",
+            reset("reset-expiring-token", Some("2684-10-16T13:25:59Z")),
+            Some(("reset-expiring-token", Some("2684-10-16T13:25:59+00:00"))),
+        ),
+        ("invalid token", answer(403), None),
+        ("other token", answer(400), None),
+    ] {
+        let got = match body_client(script).await {
+            Ok(c) => c
+                .reset_token("token")
+                .await
+                .ok()
+                .map(|r| (r.token, r.token_expires_at.map(|e| e.to_rfc3339()))),
+            Err(_) => None,
+        };
+        let want = want.map(|(tk, e)| (tk.to_owned(), e.map(str::to_owned)));
+        t.check(&format!("GitlabClient_ResetToken/{case}"), got, want);
+    }
+
+    // ResetTokenWithPAT: the handler answers 201 for runner 12345 with the valid PAT and for
+    // 54321 (with an expiry), 401 without a PAT, 403 for a wrong PAT, 404 for 77777 and 400
+    // for other runners.
+    for (case, id, pat, script, want) in [
+        (
+            "valid token with valid PAT",
+            12345,
+            "valid-pat",
+            reset("valid", None),
+            Some(("valid", None)),
+        ),
+        (
+            "expiring token with valid PAT",
+            54321,
+            "valid-pat",
+            reset("expiring", Some("2684-10-16T13:25:59Z")),
+            Some(("expiring", Some("2684-10-16T13:25:59+00:00"))),
+        ),
+        ("valid token with empty PAT", 12345, "", answer(401), None),
+        (
+            "valid token with invalid PAT",
+            12345,
+            "invalid-pat",
+            answer(403),
+            None,
+        ),
+        (
+            "invalid token with valid PAT",
+            77777,
+            "valid-pat",
+            answer(404),
+            None,
+        ),
+        (
+            "other token with valid PAT",
+            99999,
+            "valid-pat",
+            answer(400),
+            None,
+        ),
+    ] {
+        let got = match body_client(script).await {
+            Ok(c) => c
+                .reset_token_with_pat(id, pat)
+                .await
+                .ok()
+                .map(|r| (r.token, r.token_expires_at.map(|e| e.to_rfc3339()))),
+            Err(_) => None,
+        };
+        let want = want.map(|(tk, e)| (tk.to_owned(), e.map(str::to_owned)));
+        t.check(&format!("GitLabClient_ResetTokenWithPAT/{case}"), got, want);
+    }
+
+    // RegisterRunner: the handler answers 201 with the ID and token (and the expiry for the
+    // expiring token), 400 for a wrong description or an unknown token, 403 for an invalid one.
+    let registered = |id: i64, token: &str, expires: Option<&str>| {
+        Some(vec![(
+            201,
+            vec![("Content-Type", "application/json".to_owned())],
+            serde_json::json!({"id": id, "token": token, "token_expires_at": expires}).to_string(),
+        )])
+    };
+    type Registered = Option<(i64, String, Option<String>)>;
+    let rows: Vec<(&str, Option<BodyScript>, Registered)> = vec![
+        (
+            "valid token",
+            registered(12345, "valid", None),
+            Some((12345, "valid".into(), None)),
+        ),
+        (
+            "expiring token",
+            registered(54321, "expiring", Some("2684-10-16T13:25:59Z")),
+            Some((
+                54321,
+                "expiring".into(),
+                Some("2684-10-16T13:25:59+00:00".into()),
+            )),
+        ),
+        ("invalid description", answer(400), None),
+        ("invalid token", answer(403), None),
+        ("other token", answer(400), None),
+        ("broken credentials", None, None),
+    ];
+    let params = drover::gitlab::RegisterParams {
+        registration_token: "valid".into(),
+        description: "test".into(),
+        tag_list: vec!["tags".into()],
+        run_untagged: true,
+        locked: true,
+        ..Default::default()
+    };
+    for (case, script, want) in rows {
+        let got = match body_client(script).await {
+            Ok(c) => c
+                .register_runner(&params)
+                .await
+                .ok()
+                .map(|r| (r.id, r.token, r.token_expires_at.map(|e| e.to_rfc3339()))),
+            Err(_) => None,
+        };
+        t.check(&format!("GitLabClient_RegisterRunner/{case}"), got, want);
+    }
+    // RegisterRunner_OnRunnerLimitHit: GitLab's field message is in what the runner reports.
+    for (case, body, want) in [
+        (
+            "runner namespace limit hit",
+            r#"{"message":{"runner_namespaces.base":["Maximum number of ci registered group runners (3) exceeded"]}}"#,
+            "runner_namespaces.base: Maximum number of ci registered group runners (3) exceeded",
+        ),
+        (
+            "runner projects limit hit",
+            r#"{"message":{"runner_projects.base":["Maximum number of ci registered project runners (3) exceeded"]}}"#,
+            "runner_projects.base: Maximum number of ci registered project runners (3) exceeded",
+        ),
+    ] {
+        let script = vec![(
+            400,
+            vec![("Content-Type", "application/json".to_owned())],
+            body.to_owned(),
+        )];
+        let message = match body_client(Some(script)).await {
+            Ok(c) => c
+                .register_runner(&params)
+                .await
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default(),
+            Err(e) => e,
+        };
+        t.check(
+            &format!("GitLabClient_RegisterRunner_OnRunnerLimitHit/{case}"),
+            if message.contains(want) {
+                want
+            } else {
+                &message
+            },
+            want,
+        );
+    }
+
+    // ClientHandleCharsetInContentType: a JSON answer is read with or without a charset; any
+    // other content type is refused (upstream's −1), seen through a token reset.
+    for (case, content_type, want) in [
+        ("with-charset", "application/json; charset=utf-8", true),
+        ("without-charset", "application/json", true),
+        ("without-json", "application/octet-stream", false),
+        (
+            "invalid-header",
+            "application/octet-stream, test, a=b",
+            false,
+        ),
+    ] {
+        let script = vec![(
+            201,
+            vec![("Content-Type", content_type.to_owned())],
+            r#"{"token":"glrt-new"}"#.to_owned(),
+        )];
+        let ok = match body_client(Some(script)).await {
+            Ok(c) => c.reset_token("token").await.is_ok(),
+            Err(_) => false,
+        };
+        t.check(
+            &format!("ClientHandleCharsetInContentType/{case}"),
+            ok,
+            want,
+        );
+    }
+
+    // Verify: "alive"/"valid" with what GitLab sent, "removed" only for a 403, else the
+    // runner is kept ("failed", "client error").
+    let info = Info::registration();
+    let verify = |script: Option<BodyScript>, token: &'static str| {
+        let info = info.clone();
+        async move {
+            let client = match body_client(script).await {
+                Ok(c) => c,
+                Err(_) => return ("kept", 0, None),
+            };
+            match client.verify_runner(token, &info, "s_0123456789ab").await {
+                Ok(c) => ("verified", c.id, c.token_expires_at.map(|e| e.to_rfc3339())),
+                Err(e) if e.status() == 403 => ("removed", 0, None),
+                Err(_) => ("kept", 0, None),
+            }
+        }
+    };
+    let plain = || {
+        Some(vec![(
+            200,
+            vec![("Content-Type", "plain/text".to_owned())],
+            String::new(),
+        )])
+    };
+    let creds = |token: &str| {
+        Some(vec![(
+            200,
+            vec![("Content-Type", "application/json".to_owned())],
+            serde_json::json!({"id": 54321, "token": token,
+                               "token_expires_at": "2684-10-16T13:25:59Z"})
+            .to_string(),
+        )])
+    };
+    let expires = Some("2684-10-16T13:25:59+00:00".to_owned());
+    let bad = |status: u16| Some(vec![(status, vec![], String::new())]);
+    let rows: Vec<(&str, Option<BodyScript>, &'static str, VerifyOutcome)> = vec![
+        (
+            "VerifyRunnerOnLegacyServer/valid token",
+            plain(),
+            "valid",
+            ("verified", 0, None),
+        ),
+        (
+            "VerifyRunnerOnLegacyServer/valid glrt token",
+            plain(),
+            "glrt-valid",
+            ("verified", 0, None),
+        ),
+        (
+            "VerifyRunnerOnLegacyServer/invalid token",
+            bad(403),
+            "invalid",
+            ("removed", 0, None),
+        ),
+        (
+            "VerifyRunnerOnLegacyServer/other token",
+            bad(400),
+            "other",
+            ("kept", 0, None),
+        ),
+        (
+            "VerifyRunnerOnLegacyServer/broken credentials",
+            None,
+            "broken",
+            ("kept", 0, None),
+        ),
+        (
+            "VerifyRunner/valid token",
+            creds("valid"),
+            "valid",
+            ("verified", 54321, expires.clone()),
+        ),
+        (
+            "VerifyRunner/valid glrt token",
+            creds("glrt-valid"),
+            "glrt-valid",
+            ("verified", 54321, expires.clone()),
+        ),
+        (
+            "VerifyRunner/invalid token",
+            bad(403),
+            "invalid",
+            ("removed", 0, None),
+        ),
+        (
+            "VerifyRunner/other token",
+            bad(400),
+            "other",
+            ("kept", 0, None),
+        ),
+        (
+            "VerifyRunner/broken credentials",
+            None,
+            "broken",
+            ("kept", 0, None),
+        ),
+    ];
+    for (case, script, token, want) in rows {
+        t.check(case, verify(script, token).await, want);
+    }
+}
+
+/// A header of a recorded request (`None` when absent).
+fn head_header(request: &str, name: &str) -> Option<String> {
+    request
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
+}
+
+/// `network/gitlab_test.go` PatchTraceContentRangeAndLength, PatchTraceContentRangeHeaderValues
+/// and PatchTraceUrlParams: what a PATCH sends and what its result says.
+async fn gitlab_patch_requests(t: &mut Tally) {
+    use drover::gitlab::UpdateState;
+    let creds = JobCredentials {
+        id: 1,
+        token: "patch-token".into(),
+    };
+    // (case, trace, Job-Status answered, (Content-Range, Content-Length) sent or no request,
+    //  (state, offset, cancel requested))
+    type PatchRow = (
+        &'static str,
+        &'static [u8],
+        &'static str,
+        Option<(&'static str, &'static str)>,
+        (UpdateState, Option<u64>, bool),
+    );
+    let rows: [PatchRow; 4] = [
+        (
+            "0 bytes",
+            b"",
+            "running",
+            None,
+            (UpdateState::Succeeded, Some(0), false),
+        ),
+        (
+            "1 byte",
+            b"1",
+            "running",
+            Some(("0-0", "1")),
+            (UpdateState::Succeeded, Some(1), false),
+        ),
+        (
+            "2 bytes",
+            b"12",
+            "running",
+            Some(("0-1", "2")),
+            (UpdateState::Succeeded, Some(2), false),
+        ),
+        (
+            "2 bytes canceling job",
+            b"12",
+            "canceling",
+            Some(("0-1", "2")),
+            (UpdateState::Succeeded, Some(2), true),
+        ),
+    ];
+    for (case, trace, status, want_sent, want) in rows {
+        let (url, heads) = scripted(vec![(202, vec![("Job-Status", status.to_owned())])]).await;
+        let client = Client::new(&ClientSettings {
+            url,
+            ..ClientSettings::default()
+        })
+        .expect("client");
+        let r = client
+            .patch_trace(&creds, 0, bytes::Bytes::from_static(trace), false)
+            .await;
+        let sent = heads.lock().expect("heads").first().map(|h| {
+            (
+                head_header(h, "content-range").unwrap_or_default(),
+                head_header(h, "content-length").unwrap_or_default(),
+            )
+        });
+        let want_sent = want_sent.map(|(r, l)| (r.to_owned(), l.to_owned()));
+        t.check(
+            &format!("PatchTraceContentRangeAndLength/{case}"),
+            (sent, (r.state, r.offset, r.cancel_requested)),
+            (want_sent, want),
+        );
+    }
+
+    let content = bytes::Bytes::from_static(b"trace trace trace");
+    let (url, heads) = scripted(vec![(202, vec![]), (202, vec![]), (202, vec![])]).await;
+    let client = Client::new(&ClientSettings {
+        url,
+        ..ClientSettings::default()
+    })
+    .expect("client");
+    let r = client.patch_trace(&creds, 0, content.clone(), false).await;
+    let range = heads
+        .lock()
+        .expect("heads")
+        .first()
+        .and_then(|h| head_header(h, "content-range"));
+    t.check(
+        "PatchTraceContentRangeHeaderValues",
+        (range, r.state),
+        (
+            Some(format!("0-{}", content.len() - 1)),
+            UpdateState::Succeeded,
+        ),
+    );
+    for debug in [false, true] {
+        let r = client.patch_trace(&creds, 0, content.clone(), debug).await;
+        let line = heads
+            .lock()
+            .expect("heads")
+            .last()
+            .and_then(|h| h.lines().next().map(str::to_owned));
+        t.check(
+            &format!("PatchTraceUrlParams/debug_trace={debug}"),
+            (line, r.state),
+            (
+                Some(format!(
+                    "PATCH /api/v4/jobs/1/trace?debug_trace={debug} HTTP/1.1"
+                )),
+                UpdateState::Succeeded,
+            ),
+        );
+    }
+}
+
+/// `network/gitlab_test.go` SetLastUpdate, RunnerVersion and AddCorrelationIDHeader.
+async fn gitlab_request_details(t: &mut Tally) {
+    use drover::gitlab::JobRequest;
+    let info = Info::registration();
+    let (url, requests) = scripted(vec![
+        (204, vec![("X-GitLab-Last-Update", "queue-v1".to_owned())]),
+        (204, vec![]),
+    ])
+    .await;
+    let client = Client::new(&ClientSettings {
+        url,
+        ..ClientSettings::default()
+    })
+    .expect("client");
+    let request = JobRequest {
+        token: "test-token",
+        info: &info,
+        system_id: "s_0123456789ab",
+        session: None,
+        runner_name: "r",
+    };
+    client.request_job(&request).await;
+    client.request_job(&request).await;
+    let last_updates: Vec<Option<String>> = requests
+        .lock()
+        .expect("requests")
+        .iter()
+        .map(|r| {
+            let body = r.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+            serde_json::from_str::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| {
+                    v.get("last_update")
+                        .and_then(|l| l.as_str())
+                        .map(str::to_owned)
+                })
+                .filter(|l| !l.is_empty())
+        })
+        .collect();
+    t.check(
+        "SetLastUpdate",
+        last_updates,
+        vec![None, Some("queue-v1".to_owned())],
+    );
+
+    // RunnerVersion: the info sent names the runner, its version, revision, platform and
+    // architecture, with the executor, shell and computed labels.
+    let runner = drover::config::RunnerConfig {
+        executor: "my-executor".into(),
+        shell: "my-shell".into(),
+        labels: label_map(&[("testing", "testing")]),
+        ..Default::default()
+    };
+    let info = Info::for_runner(&runner, &label_map(&[("123", "123")]));
+    let v = serde_json::to_value(&info).expect("info as JSON");
+    let filled = ["name", "version", "revision", "platform", "architecture"]
+        .iter()
+        .filter(|k| {
+            v.get(**k)
+                .and_then(|x| x.as_str())
+                .is_some_and(|x| !x.is_empty())
+        })
+        .count();
+    t.check(
+        "RunnerVersion",
+        (
+            filled,
+            info.executor.as_str(),
+            info.shell.as_str(),
+            info.labels.clone(),
+        ),
+        (
+            5,
+            "my-executor",
+            "my-shell",
+            label_map(&[("testing", "testing"), ("123", "123")]),
+        ),
+    );
+
+    // AddCorrelationIDHeader: every request carries a correlation ID, next to its own headers.
+    let recorded = requests.lock().expect("requests").clone();
+    for (case, request) in [
+        ("header nil", recorded.first()),
+        ("existing header", recorded.last()),
+    ] {
+        let got = request.map(|r| {
+            (
+                head_header(r, "x-request-id").is_some_and(|id| !id.is_empty()),
+                head_header(r, "content-type"),
+            )
+        });
+        t.check(
+            &format!("AddCorrelationIDHeader/{case}"),
+            got,
+            Some((true, Some("application/json".to_owned()))),
+        );
+    }
+}
+
 #[tokio::test]
 async fn config_and_api_tables_of_upstream() {
     let mut t = Tally::default();
@@ -1121,5 +3095,13 @@ async fn config_and_api_tables_of_upstream() {
     docker_machine(&mut t);
     time_periods(&mut t);
     pull_policies(&mut t);
+    config_file_tables(&mut t);
+    labels_and_selection(&mut t);
+    client_flags_and_cache_names(&mut t);
+    gitlab_updates(&mut t).await;
+    gitlab_request_job(&mut t).await;
+    gitlab_runner_calls(&mut t).await;
+    gitlab_patch_requests(&mut t).await;
+    gitlab_request_details(&mut t).await;
     t.finish("config-api");
 }

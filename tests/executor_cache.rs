@@ -245,6 +245,120 @@ async fn cache_is_restored_from_s3_after_the_local_volumes_are_gone() {
     s3_round_trip(&moto, &runner, (53, 54), &base).await;
 }
 
+/// The AWS credential chain finds moto's instance profile through
+/// `AWS_EC2_METADATA_SERVICE_ENDPOINT` (moto answers the IMDSv2 token and the
+/// `iam/security-credentials` routes), and URLs signed with those temporary credentials (the
+/// session token included) store and return an object in moto.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn iam_credentials_come_from_the_instance_metadata_service() {
+    use drover::cache::aws_credentials::{default_chain, ChainInputs};
+    use drover::cache::s3::S3Cache;
+    let moto = Moto::start();
+    assert!(moto
+        .request("PUT", "/drover-iam")
+        .starts_with("HTTP/1.1 200"));
+    let inputs = ChainInputs {
+        env: [
+            (
+                "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+                format!("http://127.0.0.1:{}/", moto.port),
+            ),
+            (
+                "AWS_SHARED_CREDENTIALS_FILE",
+                "/nonexistent/drover/credentials".to_owned(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect(),
+        home: None,
+    };
+    let found = default_chain(&inputs).await;
+    let creds = found.as_ref().expect("instance profile credentials");
+    assert_eq!(creds.source, "instance profile");
+    assert_eq!(creds.access_key, "test-key");
+    assert_eq!(creds.session_token.as_deref(), Some("test-session-token"));
+    assert!(creds.expires.is_some(), "{creds:?}");
+
+    // No AccessKey/SecretKey: upstream's rule picks IAM.
+    let config = CacheS3Config {
+        server_address: format!("127.0.0.1:{}", moto.port),
+        bucket_name: "drover-iam".into(),
+        insecure: true,
+        ..Default::default()
+    };
+    assert_eq!(config.auth_type(), Some("iam"));
+    let s3 = S3Cache::with_iam(&config, Duration::from_secs(300), Some(&found)).expect("S3 cache");
+    let put = s3.upload("project/1/k", "k");
+    assert!(
+        put.url.contains("X-Amz-Credential=test-key%2F"),
+        "{}",
+        put.url
+    );
+    assert!(
+        put.url.contains("X-Amz-Security-Token=test-session-token"),
+        "{}",
+        put.url
+    );
+    let http = drover::helper::http::client(Duration::from_secs(30)).expect("HTTP client");
+    let mut request = http.put(&put.url).body("iam-cached");
+    for h in &put.headers {
+        let (k, v) = h.split_once(": ").expect("header");
+        request = request.header(k, v);
+    }
+    let stored = request.send().await.expect("PUT to moto");
+    assert!(stored.status().is_success(), "{:?}", stored.status());
+    let got = http
+        .get(&s3.download("project/1/k").url)
+        .send()
+        .await
+        .expect("GET from moto");
+    assert!(got.status().is_success(), "{:?}", got.status());
+    assert_eq!(got.text().await.expect("body"), "iam-cached");
+
+    // Nothing anywhere: the error says what each source answered.
+    let mut nothing = inputs.clone();
+    nothing
+        .env
+        .insert("AWS_EC2_METADATA_DISABLED".into(), "true".into());
+    let e = default_chain(&nothing).await.unwrap_err();
+    assert!(e.contains("AWS_EC2_METADATA_DISABLED is true"), "{e}");
+    assert!(e.contains("/nonexistent/drover/credentials"), "{e}");
+}
+
+/// A whole job with an S3 cache that has no keys: the runner takes the instance profile's
+/// credentials (from moto's metadata routes) and the cache goes to moto and comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_with_iam_credentials_round_trips_through_s3() {
+    let _guard = engine_test!();
+    let moto = Moto::start();
+    assert!(moto
+        .request("PUT", "/drover-cache")
+        .starts_with("HTTP/1.1 200"));
+    // The runner process's environment, as on an EC2 instance whose metadata service is moto.
+    std::env::set_var(
+        "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+        format!("http://127.0.0.1:{}", moto.port),
+    );
+    std::env::set_var(
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "/nonexistent/drover/credentials",
+    );
+    let mut runner = s3_runner(
+        "caches3iam",
+        CacheS3Config {
+            server_address: format!("127.0.0.1:{}", moto.port),
+            ..Default::default()
+        },
+    );
+    if let Some(s3) = runner.cache.as_mut().and_then(|c| c.s3.as_mut()) {
+        s3.access_key.clear();
+        s3.secret_key.clear();
+    }
+    let base = format!("http://127.0.0.1:{}/drover-cache", moto.port);
+    s3_round_trip(&moto, &runner, (57, 58), &base).await;
+}
+
 /// An AWS endpoint outside us-east-1: virtual-hosted style (the bucket in the host name) and
 /// the region in the signature, as upstream addresses it. The bucket's host name resolves to
 /// moto through `extra_hosts`, in the job's and the helper's containers alike.

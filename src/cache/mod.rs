@@ -5,9 +5,12 @@
 //! Object names are `[<Path>/][runner/<short token>/]project/<project id>/<key>` (the
 //! `runner/…` part left out with `Shared = true`). S3 is implemented (access keys; presigned
 //! GET, HEAD and PUT valid for the job timeout, the PUT signed with `x-amz-meta-cachekey` and
-//! the server-side-encryption headers). GCS, Azure, IAM credentials and `RoleARN` load from
-//! `config.toml` but are reported as not implemented, and the job keeps its local cache.
+//! the server-side-encryption headers), with access keys or with IAM credentials from the AWS
+//! credential chain (environment, shared file, container endpoint, instance profile). GCS,
+//! Azure and `RoleARN` load from `config.toml` but are reported as not implemented, and the job
+//! keeps its local cache.
 
+pub mod aws_credentials;
 pub mod s3;
 
 use std::time::Duration;
@@ -38,6 +41,42 @@ impl CacheRemote {
         project_id: i64,
         expires: Duration,
     ) -> (Self, Vec<String>) {
+        Self::with_iam(config, short_token, project_id, expires, None)
+    }
+
+    /// [`CacheRemote::from_config`], with IAM credentials looked up through the AWS chain
+    /// (cached while valid) when `[runners.cache.s3]` asks for them.
+    pub async fn resolving_iam(
+        config: Option<&CacheConfig>,
+        short_token: &str,
+        project_id: i64,
+        expires: Duration,
+    ) -> (Self, Vec<String>) {
+        let wants_iam = config.is_some_and(|c| {
+            c.cache_type.eq_ignore_ascii_case("s3")
+                && c.s3.as_ref().is_some_and(|s| {
+                    s.auth_type() == Some("iam")
+                        && s.role_arn.is_empty()
+                        && s.upload_role_arn.is_empty()
+                        && !s.bucket_name.trim().is_empty()
+                })
+        });
+        let iam = if wants_iam {
+            Some(aws_credentials::cached_default_chain().await)
+        } else {
+            None
+        };
+        Self::with_iam(config, short_token, project_id, expires, iam.as_ref())
+    }
+
+    /// [`CacheRemote::from_config`] with the IAM credentials already looked up.
+    pub fn with_iam(
+        config: Option<&CacheConfig>,
+        short_token: &str,
+        project_id: i64,
+        expires: Duration,
+        iam: Option<&Result<aws_credentials::AwsCredentials, String>>,
+    ) -> (Self, Vec<String>) {
         let Some(c) = config else {
             return (Self::local(), Vec::new());
         };
@@ -61,7 +100,7 @@ impl CacheRemote {
                         "[runners.cache] Type = \"s3\" has no [runners.cache.s3] section; using the local cache only".into(),
                     );
                 };
-                match s3::S3Cache::new(s3c, expires) {
+                match s3::S3Cache::with_iam(s3c, expires, iam) {
                     Ok(s3) => (
                         CacheRemote {
                             s3: Some(s3),
@@ -84,12 +123,25 @@ impl CacheRemote {
         }
     }
 
-    /// The object name of `key`, or `None` when it would leave the project's prefix.
+    /// The object name of `key` joined to the project's prefix as a URL path (empty and `.`
+    /// segments dropped, `..` going up), or `None` when the key is empty or the result is not
+    /// inside the project's prefix, as upstream names objects.
     pub fn object_name(&self, key: &str) -> Option<String> {
-        let escapes = key
-            .split('/')
-            .any(|s| s == ".." || s == "." || s.is_empty());
-        (!escapes).then(|| format!("{}{key}", self.prefix))
+        if key.is_empty() {
+            return None;
+        }
+        let base: Vec<&str> = self.prefix.split('/').filter(|s| !s.is_empty()).collect();
+        let mut full = base.clone();
+        for segment in key.split('/') {
+            match segment {
+                "" | "." => {}
+                ".." => {
+                    full.pop()?;
+                }
+                s => full.push(s),
+            }
+        }
+        (full.len() > base.len() && full.starts_with(&base)).then(|| full.join("/"))
     }
 
     /// Whether a distributed cache is configured and usable.
@@ -153,7 +205,19 @@ mod tests {
             r.object_name("main-protected").as_deref(),
             Some("ci/runner/abc123/project/42/main-protected")
         );
-        assert_eq!(r.object_name("a/../b"), None);
+        // Joined as a URL path, and refused outside the project, as upstream.
+        assert_eq!(
+            r.object_name("a/../b").as_deref(),
+            Some("ci/runner/abc123/project/42/b")
+        );
+        assert_eq!(
+            r.object_name("../42/k").as_deref(),
+            Some("ci/runner/abc123/project/42/k")
+        );
+        assert_eq!(r.object_name("../42"), None);
+        assert_eq!(r.object_name("../42-outside"), None);
+        assert_eq!(r.object_name("../../../../../../x"), None);
+        assert_eq!(r.object_name(""), None);
         let (r, _) = CacheRemote::from_config(
             Some(&s3_config(true)),
             "abc123",

@@ -4,12 +4,13 @@
 //! `DualStack = false`, `s3-accelerate` with `Accelerate`); path style when `PathStyle` says
 //! so, else automatically (virtual-host style on AWS, Google and Alibaba endpoints, path style
 //! on other custom endpoints and for dotted bucket names over https); access keys with an
-//! optional session token, and the server-side-encryption headers the PUT is signed with.
+//! optional session token, or IAM credentials from the AWS chain ([`super::aws_credentials`]), and the server-side-encryption headers the PUT is signed with.
 
 use std::time::Duration;
 
 use rusty_s3::{Bucket, Credentials, S3Action, UrlStyle};
 
+use crate::cache::aws_credentials::AwsCredentials;
 use crate::config::cache::CacheS3Config;
 use crate::executor::script::cache::{Download, Upload};
 
@@ -19,9 +20,10 @@ pub enum S3Error {
     /// `BucketName` is empty.
     #[error("[runners.cache.s3] BucketName is empty")]
     NoBucket,
-    /// IAM (instance profile) credentials are not supported.
-    #[error("[runners.cache.s3] IAM credentials are not implemented by drover, and gitlab-runner's rule picks them when ServerAddress, AccessKey or SecretKey is empty (or AuthenticationType = \"iam\"): set all three (ServerAddress = \"s3.amazonaws.com\" for AWS) or AuthenticationType = \"access-key\" with AccessKey and SecretKey")]
-    Iam,
+    /// IAM credentials (gitlab-runner's rule picks them when `ServerAddress`, `AccessKey` or
+    /// `SecretKey` is empty, or with `AuthenticationType = "iam"`) could not be found.
+    #[error("[runners.cache.s3] uses IAM credentials (ServerAddress, AccessKey or SecretKey is empty, or AuthenticationType = \"iam\"): {0}")]
+    Iam(String),
     /// `RoleARN` / `UploadRoleARN` need GoCloud URLs with STS credentials.
     #[error("[runners.cache.s3] RoleARN/UploadRoleARN are not implemented by drover")]
     RoleArn,
@@ -50,19 +52,42 @@ pub struct S3Cache {
 }
 
 impl S3Cache {
-    /// The cache from `[runners.cache.s3]`, with URLs valid for `expires`.
+    /// The cache from `[runners.cache.s3]` with access keys, with URLs valid for `expires`;
+    /// IAM settings are an error here (see [`S3Cache::with_iam`]).
     pub fn new(c: &CacheS3Config, expires: Duration) -> Result<Self, S3Error> {
+        Self::with_iam(c, expires, None)
+    }
+
+    /// The cache from `[runners.cache.s3]`, with URLs valid for `expires`, signed with `iam`
+    /// (the credential chain's result) when the settings ask for IAM credentials.
+    pub fn with_iam(
+        c: &CacheS3Config,
+        expires: Duration,
+        iam: Option<&Result<AwsCredentials, String>>,
+    ) -> Result<Self, S3Error> {
         if c.bucket_name.trim().is_empty() {
             return Err(S3Error::NoBucket);
         }
         if !c.role_arn.is_empty() || !c.upload_role_arn.is_empty() {
             return Err(S3Error::RoleArn);
         }
-        match c.auth_type() {
-            Some("access-key") => {}
-            Some(_) => return Err(S3Error::Iam),
+        let (access_key, secret_key, session_token) = match c.auth_type() {
+            Some("access-key") => (
+                c.access_key.clone(),
+                c.secret_key.clone(),
+                Some(c.session_token.clone()).filter(|t| !t.is_empty()),
+            ),
+            Some(_) => match iam {
+                Some(Ok(k)) => (
+                    k.access_key.clone(),
+                    k.secret_key.clone(),
+                    k.session_token.clone(),
+                ),
+                Some(Err(e)) => return Err(S3Error::Iam(e.clone())),
+                None => return Err(S3Error::Iam("the credentials were not looked up".into())),
+            },
             None => return Err(S3Error::AuthType(c.authentication_type.clone())),
-        }
+        };
         let region = if c.bucket_location.is_empty() {
             "us-east-1".to_string()
         } else {
@@ -82,14 +107,9 @@ impl S3Cache {
         let url = reqwest::Url::parse(&endpoint).map_err(|e| bad(e.to_string()))?;
         let bucket = Bucket::new(url, style, c.bucket_name.clone(), region)
             .map_err(|e| bad(e.to_string()))?;
-        let credentials = if c.session_token.is_empty() {
-            Credentials::new(c.access_key.clone(), c.secret_key.clone())
-        } else {
-            Credentials::new_with_token(
-                c.access_key.clone(),
-                c.secret_key.clone(),
-                c.session_token.clone(),
-            )
+        let credentials = match session_token {
+            None => Credentials::new(access_key, secret_key),
+            Some(token) => Credentials::new_with_token(access_key, secret_key, token),
         };
         let kms = |alg: &str| {
             let mut h = vec![("x-amz-server-side-encryption".to_string(), alg.to_string())];
@@ -302,9 +322,28 @@ mod tests {
     fn unsupported_settings_are_errors() {
         let mut c = config();
         c.access_key.clear();
-        assert_eq!(
+        assert!(matches!(
             S3Cache::new(&c, Duration::from_secs(1)).unwrap_err(),
-            S3Error::Iam
+            S3Error::Iam(_)
+        ));
+        // With the chain's credentials, the keys and session token sign the URLs.
+        let found = Ok(AwsCredentials {
+            access_key: "ASIAFROMCHAIN".into(),
+            secret_key: "s".into(),
+            session_token: Some("chain-token".into()),
+            expires: None,
+            source: "instance profile",
+        });
+        let url = S3Cache::with_iam(&c, Duration::from_secs(1), Some(&found))
+            .unwrap()
+            .download("k")
+            .url;
+        assert!(url.contains("X-Amz-Credential=ASIAFROMCHAIN"), "{url}");
+        assert!(url.contains("X-Amz-Security-Token=chain-token"), "{url}");
+        let failed = Err("no AWS credentials found".to_string());
+        assert_eq!(
+            S3Cache::with_iam(&c, Duration::from_secs(1), Some(&failed)).unwrap_err(),
+            S3Error::Iam("no AWS credentials found".into())
         );
         let mut c = config();
         c.role_arn = "arn:aws:iam::1:role/x".into();

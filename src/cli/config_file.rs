@@ -171,6 +171,8 @@ pub struct Selection {
     pub url: Option<String>,
     /// `--token`.
     pub token: Option<String>,
+    /// `--id` (reset-token).
+    pub id: Option<i64>,
     /// `--all-runners`.
     pub all: bool,
 }
@@ -179,7 +181,8 @@ impl Selection {
     /// The indexes of the selected runners (all of them when nothing narrows the choice and
     /// `all_by_default`).
     pub fn pick(&self, config: &Config, all_by_default: bool) -> Vec<usize> {
-        let narrowing = self.name.is_some() || self.token.is_some() || self.url.is_some();
+        let narrowing =
+            self.name.is_some() || self.token.is_some() || self.url.is_some() || self.id.is_some();
         if self.all || (!narrowing && all_by_default) {
             return (0..config.runners.len()).collect();
         }
@@ -190,6 +193,7 @@ impl Selection {
             .filter(|(_, r)| {
                 self.name.as_ref().is_none_or(|n| &r.name == n)
                     && self.token.as_ref().is_none_or(|t| &r.token == t)
+                    && self.id.is_none_or(|id| r.id == id)
                     && self
                         .url
                         .as_ref()

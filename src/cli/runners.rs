@@ -212,6 +212,7 @@ pub fn unregister(args: &UnregisterArgs) -> ExitCode {
         name: args.name.clone(),
         url: args.url.clone().filter(|_| args.token.is_some()),
         token: args.token.clone(),
+        id: None,
         all,
     };
     let picked = selection.pick(&file.config, false);
@@ -294,13 +295,10 @@ pub fn reset_token(args: &ResetTokenArgs) -> ExitCode {
         name: args.name.clone(),
         url: args.url.clone(),
         token: None,
+        id: args.id,
         all,
     };
-    let picked: Vec<usize> = selection
-        .pick(&file.config, false)
-        .into_iter()
-        .filter(|i| all || args.id.is_none_or(|id| file.config.runners[*i].id == id))
-        .collect();
+    let picked = selection.pick(&file.config, false);
     if picked.is_empty() {
         return fail("no runner in the config matches the selection");
     }

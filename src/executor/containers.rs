@@ -81,7 +81,7 @@ pub fn build_user(
         .clone()
         .or_else(|| (!image_user.is_empty()).then(|| image_user.to_string()));
     if let Some(u) = &user {
-        if !settings.allowed_users.is_empty() && !settings.allowed_users.iter().any(|a| a == u) {
+        if !user_allowed(settings.user.as_deref(), &settings.allowed_users, u) {
             return Err(JobFailure::new(
                 FailureReason::RunnerConfigurationError,
                 format!(
@@ -92,6 +92,20 @@ pub fn build_user(
         }
     }
     Ok(user)
+}
+
+/// Upstream's rule for the build container's `user`: the image's default user (empty) is
+/// always allowed; with neither `allowed_users` nor a runner `user` any user is; otherwise the
+/// user must be in `allowed_users`, which defaults to the runner's own `user`.
+pub fn user_allowed(runner_user: Option<&str>, allowed: &[String], user: &str) -> bool {
+    if user.is_empty() {
+        return true;
+    }
+    let runner_user = runner_user.unwrap_or_default();
+    if allowed.is_empty() {
+        return runner_user.is_empty() || runner_user == user;
+    }
+    allowed.iter().any(|a| a == user)
 }
 
 /// `cpus` in billionths of a CPU (decimals and fractions such as `1/3`), as config load checked.

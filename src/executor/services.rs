@@ -89,11 +89,10 @@ pub fn definitions(
     // whatever `allowed_services` says, as upstream does.
     let mut internal: Vec<String> = Vec::new();
     for s in &settings.services {
+        // A nameless entry is kept, as upstream keeps it: it counts toward `services_limit`,
+        // starts nothing without aliases and fails the job with aliases ([`require_image`]).
         let image = vars.expand(&s.name);
         internal.push(image.clone());
-        if image.is_empty() {
-            continue;
-        }
         out.push(ServiceDefinition {
             image,
             aliases: split_aliases(&vars.expand(&s.alias)),
@@ -235,8 +234,12 @@ pub fn parse_name(image: &str) -> ServiceName {
 }
 
 impl ServiceName {
-    /// The default aliases: `/` as `__`, and, if different, `/` as `-`.
+    /// The default aliases: `/` as `__`, and, if different, `/` as `-`; none for an empty
+    /// image reference.
     pub fn default_aliases(&self) -> Vec<String> {
+        if self.service.is_empty() {
+            return Vec::new();
+        }
         let a = self.service.replace('/', "__");
         let b = self.service.replace('/', "-");
         if a == b {
@@ -250,6 +253,24 @@ impl ServiceName {
     pub fn slug(&self) -> String {
         self.service.replace('/', "__")
     }
+}
+
+/// Refuses to start a service whose image reference names no image (a nameless
+/// `[[runners.docker.services]]` entry that has aliases), as upstream refuses it: the job fails
+/// with a configuration error.
+pub fn require_image(name: &ServiceName, def: &ServiceDefinition) -> Result<(), JobFailure> {
+    if !name.service.is_empty() {
+        return Ok(());
+    }
+    Err(JobFailure::new(
+        FailureReason::RunnerConfigurationError,
+        format!(
+            "invalid service image name {:?} (aliases {}): give every [[runners.docker.services]] \
+             entry a name, or remove the entry",
+            def.image,
+            def.aliases.join(", ")
+        ),
+    ))
 }
 
 /// The aliases taken so far in a job; a later service asking for a taken alias loses it.
@@ -1025,6 +1046,57 @@ mod tests {
         assert_eq!(
             n.default_aliases(),
             vec!["tutum__wordpress", "tutum-wordpress"]
+        );
+    }
+
+    /// Upstream keeps a nameless `[[runners.docker.services]]` entry: it counts toward
+    /// `services_limit`, starts nothing without aliases, and fails the job with aliases (unless
+    /// every alias is already taken, when it is skipped like any other service).
+    #[test]
+    fn nameless_config_services_are_kept() {
+        let nameless = |alias: &str| ConfigService {
+            alias: alias.into(),
+            ..Default::default()
+        };
+        let mut s = ServiceSettings {
+            services: vec![nameless(""), nameless("db"), nameless("db")],
+            ..Default::default()
+        };
+        let defs = definitions(&s, &[], &vars()).unwrap();
+        assert_eq!(defs.len(), 3);
+        let mut taken = Aliases::default();
+        let outcomes: Vec<(Vec<String>, bool)> = defs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let name = parse_name(&d.image);
+                let (aliases, _) = taken.claim(&name, d, i);
+                let refused = require_image(&name, d).is_err();
+                (aliases, refused)
+            })
+            .collect();
+        assert_eq!(
+            outcomes,
+            vec![
+                (vec![], true),
+                (vec!["db".to_string()], true),
+                (vec![], true)
+            ]
+        );
+        let e = require_image(&parse_name(""), &defs[1]).unwrap_err();
+        assert_eq!(e.reason, FailureReason::RunnerConfigurationError);
+        assert!(
+            e.message.contains("invalid service image name"),
+            "{}",
+            e.message
+        );
+        assert!(require_image(&parse_name("redis"), &defs[1]).is_ok());
+        s.limit = Some(2);
+        let e = definitions(&s, &[], &vars()).unwrap_err();
+        assert!(
+            e.message.contains("too many services requested: 3"),
+            "{}",
+            e.message
         );
     }
 

@@ -182,7 +182,7 @@ pub struct UpdateResult {
     /// the `Range` of a 202); on 416 (and an abort) the server's stored length from its
     /// `Range: 0-<n>`, when given.
     pub offset: Option<u64>,
-    /// The HTTP status, or −1/−100.
+    /// The HTTP status, or −1/−100 (0: an empty patch, not sent).
     pub status: i32,
 }
 
@@ -453,7 +453,8 @@ impl Client {
         }
     }
 
-    /// `PATCH /jobs/:id/trace`: appends `bytes` at `offset` (at most 1 MiB; never empty).
+    /// `PATCH /jobs/:id/trace`: appends `bytes` at `offset` (at most 1 MiB). An empty patch
+    /// is not sent and succeeds at `offset` (status 0), as upstream skips it.
     pub async fn patch_trace(
         &self,
         job: &JobCredentials,
@@ -461,6 +462,19 @@ impl Client {
         bytes: Bytes,
         debug_trace: bool,
     ) -> UpdateResult {
+        if bytes.is_empty() {
+            tracing::debug!(
+                job = job.id,
+                "Appending trace to coordinator...skipped due to empty patch"
+            );
+            return UpdateResult {
+                state: UpdateState::Succeeded,
+                cancel_requested: false,
+                update_interval: None,
+                offset: Some(offset),
+                status: 0,
+            };
+        }
         let len = bytes.len() as u64;
         let end = offset + len.saturating_sub(1);
         let call = Call {

@@ -221,7 +221,8 @@ fn unique_id(r: &RunnerConfig) -> String {
     format!("{}{}", r.url, crate::engine::naming::short_token(&r.token))
 }
 
-fn has_token(r: &RunnerConfig) -> bool {
+/// Whether the runner has a token to poll with (blank counts as none, as upstream).
+pub fn has_token(r: &RunnerConfig) -> bool {
     !r.token.trim().is_empty()
 }
 

@@ -100,12 +100,13 @@ impl JobRun<'_> {
             .iter()
             .any(|c| !c.paths.is_empty() || c.untracked)
         {
-            crate::cache::CacheRemote::from_config(
+            crate::cache::CacheRemote::resolving_iam(
                 runner.cache.as_ref(),
                 &short,
                 payload.job_info.project_id,
                 Duration::from_secs(self.timeout_secs),
             )
+            .await
         } else {
             (crate::cache::CacheRemote::local(), Vec::new())
         };
@@ -408,6 +409,7 @@ impl JobRun<'_> {
             if aliases.is_empty() {
                 continue;
             }
+            services::require_image(&name, def)?;
             // `service:version...`, or `service@sha256:...` for a digest, as upstream prints.
             let sep = if name.version.starts_with("@sha256") {
                 ""

@@ -74,6 +74,27 @@ pub const FEATURE_FLAG_DEFAULTS: &[(&str, bool)] = &[
     ("FF_USE_NATIVE_CONTAINER_STOP", false),
 ];
 
+/// A feature flag's value as upstream resolves it: `[runners.feature_flags]` wins, else a
+/// boolean `job_value` (the job's or the runner `environment`'s), else the flag's default
+/// (false for a name upstream does not know).
+pub fn resolve_flag(
+    config: &std::collections::BTreeMap<String, bool>,
+    name: &str,
+    job_value: Option<&str>,
+) -> bool {
+    config
+        .get(name)
+        .copied()
+        .or_else(|| job_value.and_then(parse_bool))
+        .or_else(|| {
+            FEATURE_FLAG_DEFAULTS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, d)| *d)
+        })
+        .unwrap_or(false)
+}
+
 /// Whether `name` is one of upstream's feature flags.
 pub fn is_feature_flag(name: &str) -> bool {
     FEATURE_FLAG_DEFAULTS.iter().any(|(n, _)| *n == name)
@@ -228,15 +249,8 @@ impl VarList {
     /// there (a runner `environment` entry of the same name, exported later, does not change
     /// what the runner does).
     pub fn flag(&self, name: &str) -> bool {
-        self.first(name)
-            .and_then(|v| parse_bool(&v.value))
-            .or_else(|| {
-                FEATURE_FLAG_DEFAULTS
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, d)| *d)
-            })
-            .unwrap_or(false)
+        let first = self.first(name).map(|v| v.value.as_str());
+        resolve_flag(&std::collections::BTreeMap::new(), name, first)
     }
 
     /// `CI_COMMIT_REF_PROTECTED` as GitLab set it (payloads of GitLab before 18.3 carry no
@@ -301,7 +315,7 @@ pub fn job_variables(
     // definition among the runner `environment` and the job's variables (the job's come
     // later) if it is a boolean; else the default. Unknown names in the config table are not
     // exported.
-    for (name, default) in FEATURE_FLAG_DEFAULTS {
+    for (name, _) in FEATURE_FLAG_DEFAULTS {
         let from_env = runner.environment.iter().filter_map(|e| {
             let (k, v) = e.split_once('=')?;
             (k == *name).then_some(v)
@@ -312,12 +326,7 @@ pub fn job_variables(
             .filter(|v| v.key == *name)
             .map(|v| v.value.as_str());
         let raw = from_env.chain(from_job).last();
-        let value = runner
-            .feature_flags
-            .get(*name)
-            .copied()
-            .or_else(|| raw.and_then(parse_bool))
-            .unwrap_or(*default);
+        let value = resolve_flag(&runner.feature_flags, name, raw);
         vars.push(Var::plain(name, value.to_string()));
     }
     if let Some(image) = extra.job_image.filter(|i| !i.is_empty()) {
