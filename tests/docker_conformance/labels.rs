@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use drover::executor::labels;
-use drover::executor::paths::{short_token, Slot};
+use drover::engine::naming::short_token;
+use drover::executor::paths::Slot;
 use drover::executor::script::variables::{Var, VarList};
 use drover::job::JobPayload;
 
@@ -39,7 +40,7 @@ fn labels_of(
     let facts = labels::job_facts(
         payload,
         vars,
-        &short_token("test-token"),
+        short_token("test-token"),
         "some-system-ID",
         Slot {
             runner: 123,
