@@ -63,7 +63,10 @@ async fn run_into_buffer(
     let view = sink.clone();
     let cancel_on = cancel_on.map(str::to_string);
     let result = run_job_into(payload, runner, &mut job_sink, move |control| {
-        if cancel_on.as_deref().is_some_and(|c| view.text().contains(c)) {
+        if cancel_on
+            .as_deref()
+            .is_some_and(|c| view.text().contains(c))
+        {
             control.cancel.cancel();
         }
     })

@@ -447,7 +447,10 @@ pub fn user_mode_lines(os: &str, uid: u32, with_run: bool) -> Vec<(tracing::Leve
 pub fn user_mode_warning(with_run: bool) {
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
-    let os = std::env::consts::OS;
+    log_user_mode(std::env::consts::OS, uid, with_run);
+}
+
+fn log_user_mode(os: &str, uid: u32, with_run: bool) {
     let goos = if os == "macos" { "darwin" } else { os };
     tracing::debug!(GOOS = goos, uid, "Checking runtime mode");
     for (level, msg) in user_mode_lines(os, uid, with_run) {
@@ -549,6 +552,35 @@ mod tests {
             ]
         );
         assert!(msgs("windows", 0, true).is_empty());
+    }
+
+    /// The runtime-mode lines, in every format, are known to the log readers (`workload
+    /// import`, `compare --upstream-log`): none is an unknown line.
+    #[test]
+    fn user_mode_lines_are_known_to_the_log_readers() {
+        // logrus' terminal form of `text` is only written to a terminal, never to a file
+        // the readers take.
+        for (format, terminal) in ALL.into_iter().filter(|f| *f != (Format::Text, true)) {
+            let lines = capture(format, terminal, || {
+                for os in ["linux", "freebsd"] {
+                    for uid in [0, 1000] {
+                        log_user_mode(os, uid, true);
+                    }
+                }
+            });
+            let utc = chrono::FixedOffset::east_opt(0).expect("UTC");
+            let mut p = crate::upstream_log::events::Parser::new(2026, utc);
+            for l in &lines {
+                p.push_line(l.trim_end_matches('\n'));
+            }
+            p.finish();
+            assert!(lines.len() >= 16, "{format:?}: {lines:?}");
+            assert_eq!(
+                p.stats.unknown_lines, 0,
+                "{format:?} terminal={terminal}: {:?}",
+                p.stats.unknown_messages
+            );
+        }
     }
 
     /// The system-mode line in each format, as gitlab-runner writes it.

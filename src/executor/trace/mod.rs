@@ -17,8 +17,8 @@ pub use crate::mask;
 use std::io;
 use std::sync::{Arc, Mutex};
 
-pub use limit::{limit_cut, limit_notice, OutputCap};
 use crate::mask::Masker;
+pub use limit::{limit_cut, limit_notice, OutputCap};
 use timestamp::{Clock, StreamId, Timestamper};
 
 /// Where masked trace bytes go (ripgrep's `Sink`, for the job log).
