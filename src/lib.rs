@@ -16,6 +16,7 @@
 //! | [`metrics`] | gitlab-runner's Prometheus metrics and the `listen_address` HTTP server | the manager |
 //! | [`version`] | what drover reports about itself (version, revision, platform) | GitLab I/O, metrics, jobs' variables, `--version` |
 //! | [`sim`] | the discrete-event simulator that drives [`engine`] in virtual time | `drover simulate`, `drover compare` |
+//! | [`mask`] | streaming secret masking (phrases, URL parameters, token prefixes), a leaf | the job log, [`secrets`] |
 //! | [`secrets`] | the secrets the process knows, redacted from its own log | the executor, the log writer |
 //! | [`cli`] | the `drover` command line: parsing, output, exit codes | `main.rs` |
 //!
@@ -38,6 +39,7 @@ pub mod helper;
 pub mod job;
 pub mod ledger;
 pub mod manager;
+pub mod mask;
 pub mod metrics;
 pub mod provider;
 pub mod secrets;

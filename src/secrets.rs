@@ -2,7 +2,7 @@
 //!
 //! A runner holds other people's secrets: job tokens, masked variables, registry passwords,
 //! cache and cloud credentials, its own tokens. The job log is masked by the executor's trace
-//! ([`crate::executor::trace::mask`]); this module covers drover's *own* log (stderr, any
+//! ([`crate::mask`]); this module covers drover's *own* log (stderr, any
 //! level, any format, including dependencies such as bollard that print request bodies at
 //! debug level) and its error messages. Whoever learns a secret registers it for as long as it
 //! is in use ([`register`]; the executor does so for each job); the log writer passes every
@@ -14,9 +14,9 @@
 use std::sync::Mutex;
 
 use crate::config::RunnerConfig;
-use crate::executor::trace::mask::{too_short_to_mask, Masker};
+use crate::mask::{too_short_to_mask, Masker};
 
-pub use crate::executor::trace::mask::MIN_PHRASE_CHARS;
+pub use crate::mask::MIN_PHRASE_CHARS;
 
 struct Registry {
     next: u64,

@@ -404,6 +404,63 @@ pub fn config_loaded(config: &crate::config::Config, origin: &str) {
     tracing::debug!(config = %origin, runners = config.runners.len(), "loaded the config file");
 }
 
+/// The lines gitlab-runner writes about the mode it runs in (`commands/user_mode_warning.go`),
+/// for an `os` (Rust's name) and a real user id: `Running in system-mode.` as root, otherwise
+/// `Running in user-mode.` and how to get the system mode; `with_run` (register, verify,
+/// reset-token) adds how to start processing where no user service exists; an empty info line
+/// ends them. Nothing on Windows.
+pub fn user_mode_lines(os: &str, uid: u32, with_run: bool) -> Vec<(tracing::Level, &'static str)> {
+    use tracing::Level as L;
+    if os == "windows" {
+        return Vec::new();
+    }
+    let system = uid == 0;
+    let mut out = vec![if system {
+        (L::INFO, "Running in system-mode.")
+    } else {
+        (L::WARN, "Running in user-mode.")
+    }];
+    if with_run {
+        let no_services = os != "linux" && os != "macos";
+        if no_services {
+            out.push((L::WARN, "You need to manually start builds processing:"));
+            out.push((L::WARN, "$ gitlab-runner run"));
+        } else if !system && os == "linux" {
+            out.push((
+                L::WARN,
+                "The user-mode requires you to manually start builds processing:",
+            ));
+            out.push((L::WARN, "$ gitlab-runner run"));
+        }
+    }
+    if !system {
+        out.push((L::WARN, "Use sudo for system-mode:"));
+        out.push((L::WARN, "$ sudo gitlab-runner..."));
+    }
+    out.push((L::INFO, ""));
+    out
+}
+
+/// Logs [`user_mode_lines`] for this process, after the debug line `Checking runtime mode`
+/// (`GOOS`, `uid`), as gitlab-runner does at the start of `run`, `register`, `verify`,
+/// `unregister` and `reset-token`.
+pub fn user_mode_warning(with_run: bool) {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    log_user_mode(std::env::consts::OS, uid, with_run);
+}
+
+fn log_user_mode(os: &str, uid: u32, with_run: bool) {
+    let goos = if os == "macos" { "darwin" } else { os };
+    tracing::debug!(GOOS = goos, uid, "Checking runtime mode");
+    for (level, msg) in user_mode_lines(os, uid, with_run) {
+        match level {
+            tracing::Level::INFO => tracing::info!("{msg}"),
+            _ => tracing::warn!("{msg}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,6 +493,120 @@ mod tests {
         tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), f);
         let out = lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
         out
+    }
+
+    /// gitlab-runner's runtime-mode lines, per OS, user and command.
+    #[test]
+    fn user_mode_lines_as_upstream() {
+        use tracing::Level as L;
+        let msgs = |os: &str, uid: u32, with_run: bool| -> Vec<String> {
+            user_mode_lines(os, uid, with_run)
+                .into_iter()
+                .map(|(l, m)| format!("{}:{m}", if l == L::INFO { "info" } else { "warn" }))
+                .collect()
+        };
+        assert_eq!(
+            msgs("linux", 0, false),
+            ["info:Running in system-mode.", "info:"]
+        );
+        assert_eq!(
+            msgs("linux", 0, true),
+            ["info:Running in system-mode.", "info:"]
+        );
+        assert_eq!(
+            msgs("linux", 1000, false),
+            [
+                "warn:Running in user-mode.",
+                "warn:Use sudo for system-mode:",
+                "warn:$ sudo gitlab-runner...",
+                "info:"
+            ]
+        );
+        assert_eq!(
+            msgs("linux", 1000, true),
+            [
+                "warn:Running in user-mode.",
+                "warn:The user-mode requires you to manually start builds processing:",
+                "warn:$ gitlab-runner run",
+                "warn:Use sudo for system-mode:",
+                "warn:$ sudo gitlab-runner...",
+                "info:"
+            ]
+        );
+        assert_eq!(
+            msgs("macos", 501, true),
+            [
+                "warn:Running in user-mode.",
+                "warn:Use sudo for system-mode:",
+                "warn:$ sudo gitlab-runner...",
+                "info:"
+            ]
+        );
+        assert_eq!(
+            msgs("freebsd", 0, true),
+            [
+                "info:Running in system-mode.",
+                "warn:You need to manually start builds processing:",
+                "warn:$ gitlab-runner run",
+                "info:"
+            ]
+        );
+        assert!(msgs("windows", 0, true).is_empty());
+    }
+
+    /// The runtime-mode lines, in every format, are known to the log readers (`workload
+    /// import`, `compare --upstream-log`): none is an unknown line.
+    #[test]
+    fn user_mode_lines_are_known_to_the_log_readers() {
+        // logrus' terminal form of `text` is only written to a terminal, never to a file
+        // the readers take.
+        for (format, terminal) in ALL.into_iter().filter(|f| *f != (Format::Text, true)) {
+            let lines = capture(format, terminal, || {
+                for os in ["linux", "freebsd"] {
+                    for uid in [0, 1000] {
+                        log_user_mode(os, uid, true);
+                    }
+                }
+            });
+            let utc = chrono::FixedOffset::east_opt(0).expect("UTC");
+            let mut p = crate::upstream_log::events::Parser::new(2026, utc);
+            for l in &lines {
+                p.push_line(l.trim_end_matches('\n'));
+            }
+            p.finish();
+            assert!(lines.len() >= 16, "{format:?}: {lines:?}");
+            assert_eq!(
+                p.stats.unknown_lines, 0,
+                "{format:?} terminal={terminal}: {:?}",
+                p.stats.unknown_messages
+            );
+        }
+    }
+
+    /// The system-mode line in each format, as gitlab-runner writes it.
+    #[test]
+    fn system_mode_line_in_each_format() {
+        let line = |format| {
+            capture(format, false, || {
+                tracing::info!("{}", "Running in system-mode.")
+            })
+            .concat()
+        };
+        // Padded to 50 columns, then a space (no fields, no colours off a terminal).
+        assert_eq!(
+            line(Format::Runner),
+            format!("{:<50} \n", "Running in system-mode.")
+        );
+        let text = line(Format::Text);
+        assert!(
+            text.ends_with(" level=info msg=\"Running in system-mode.\"\n"),
+            "{text:?}"
+        );
+        let json = line(Format::Json);
+        assert!(
+            json.starts_with("{\"level\":\"info\",\"msg\":\"Running in system-mode.\","),
+            "{json:?}"
+        );
     }
 
     const ALL: [(Format, bool); 6] = [

@@ -416,6 +416,7 @@ fn template_runner(path: &std::path::Path) -> Result<Table, String> {
 
 /// Runs `drover register`.
 pub fn run(args: &RegisterArgs) -> ExitCode {
+    super::logging::user_mode_warning(true);
     match register(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => fail(&message),

@@ -207,6 +207,14 @@ pub fn run(args: RunArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     log_runtime_platform();
+    // As upstream, before the first config load (so in the format the flags chose).
+    tracing::info!(
+        builds = 0,
+        max_builds = 0,
+        "Starting multi-runner from {}...",
+        path.display()
+    );
+    super::logging::user_mode_warning(false);
     let config = match load(&path) {
         Ok(c) => c,
         Err(e) => return fail(e),
@@ -221,12 +229,6 @@ pub fn run(args: RunArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     rt.block_on(async move {
-        tracing::info!(
-            builds = 0,
-            max_builds = 0,
-            "Starting multi-runner from {}...",
-            path.display()
-        );
         let server_stop = tokio_util::sync::CancellationToken::new();
         let readiness = crate::metrics::server::Readiness::new();
         let metrics = match start_metrics(

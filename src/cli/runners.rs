@@ -84,6 +84,7 @@ pub struct VerifyArgs {
 
 /// Runs `drover verify`.
 pub fn verify(args: &VerifyArgs) -> ExitCode {
+    super::logging::user_mode_warning(true);
     let path = config_path(&args.config);
     let mut file = match ConfigFile::open(&path, false) {
         Ok(f) => f,
@@ -197,6 +198,7 @@ pub struct UnregisterArgs {
 /// Runs `drover unregister`: `DELETE /runners/managers` for glrt- tokens (this manager only),
 /// `DELETE /runners` for legacy tokens; each runner leaves the file only when GitLab agreed.
 pub fn unregister(args: &UnregisterArgs) -> ExitCode {
+    super::logging::user_mode_warning(false);
     let path = config_path(&args.config);
     let mut file = match ConfigFile::open(&path, false) {
         Ok(f) => f,
@@ -282,6 +284,7 @@ pub struct ResetTokenArgs {
 
 /// Runs `drover reset-token`.
 pub fn reset_token(args: &ResetTokenArgs) -> ExitCode {
+    super::logging::user_mode_warning(true);
     let path = config_path(&args.config);
     let mut file = match ConfigFile::open(&path, false) {
         Ok(f) => f,

@@ -54,5 +54,5 @@ pub use jobs::{
 pub use observer::{normalized_path, Endpoint, NoopObserver, RequestObserver};
 pub use runners::{RegisterParams, RunnerCredentials};
 pub use trace::{
-    FinalState, FinishReport, JobOutcome, JobTrace, Pickup, TraceOptions, TraceWriter,
+    FinalState, FinishReport, JobOutcome, JobTrace, LogBuffer, Pickup, TraceOptions, TraceWriter,
 };

@@ -29,6 +29,7 @@ use super::failure::negotiate;
 use super::info::Info;
 use super::jobs::{JobCredentials, JobState, JobUpdate, TraceOutput, UpdateResult, UpdateState};
 use crate::config::RunnerConfig;
+use crate::executor::trace::OutputCap;
 use crate::job::JobPayload;
 
 /// Largest PATCH body.
@@ -190,40 +191,40 @@ pub struct FinishReport {
     pub checksum: String,
 }
 
-struct LogBuffer {
+/// The job's log as it is sent to GitLab (upstream's `helpers/trace` buffer): invalid UTF-8
+/// replaced with U+FFFD, capped at `output_limit` bytes ([`OutputCap`]), with its running
+/// CRC-32 for the final update.
+#[derive(Debug)]
+pub struct LogBuffer {
     bytes: Vec<u8>,
     crc: crc32fast::Hasher,
-    limit: usize,
-    full: bool,
+    cap: OutputCap,
     /// The start of a UTF-8 sequence cut by a write boundary (≤ 3 bytes).
     carry: Vec<u8>,
 }
 
 impl LogBuffer {
-    fn push_raw(&mut self, data: &[u8]) {
-        if self.full || data.is_empty() {
-            return;
+    /// An empty log keeping at most `limit` bytes (and the limit notice).
+    pub fn new(limit: usize) -> Self {
+        LogBuffer {
+            bytes: Vec::new(),
+            crc: crc32fast::Hasher::new(),
+            cap: OutputCap::new(limit),
+            carry: Vec::new(),
         }
-        let room = self.limit.saturating_sub(self.bytes.len());
-        if data.len() < room {
-            return self.append(data);
-        }
-        // Reaching the limit, even exactly, ends the log with the notice; the cut never
-        // splits a UTF-8 character.
-        let cut = crate::executor::trace::limit_cut(data, room);
-        self.append(&data[..cut]);
-        self.full = true;
-        self.append(crate::executor::trace::limit_notice(self.limit).as_bytes());
     }
 
-    fn append(&mut self, data: &[u8]) {
-        self.crc.update(data);
-        self.bytes.extend_from_slice(data);
+    fn push_raw(&mut self, data: &[u8]) {
+        let (bytes, crc) = (&mut self.bytes, &mut self.crc);
+        self.cap.pass(data, &mut |p| {
+            crc.update(p);
+            bytes.extend_from_slice(p);
+        });
     }
 
     /// Appends `data`, replacing invalid UTF-8 with U+FFFD and keeping a sequence cut at the
     /// end for the next write.
-    fn write(&mut self, data: &[u8]) {
+    pub fn write(&mut self, data: &[u8]) {
         if self.carry.is_empty() {
             self.write_checked(data);
         } else {
@@ -255,14 +256,28 @@ impl LogBuffer {
         }
     }
 
-    fn close(&mut self) {
+    /// Ends the log: a UTF-8 sequence left incomplete becomes U+FFFD.
+    pub fn close(&mut self) {
         if !self.carry.is_empty() {
             self.carry.clear();
             self.push_raw("\u{FFFD}".as_bytes());
         }
     }
 
-    fn output(&self) -> TraceOutput {
+    /// The log's bytes so far.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// At most `max` bytes of the log from `offset` (none past the end), as a PATCH sends.
+    pub fn chunk(&self, offset: usize, max: usize) -> &[u8] {
+        let start = offset.min(self.bytes.len());
+        let end = self.bytes.len().min(start.saturating_add(max));
+        &self.bytes[start..end]
+    }
+
+    /// The log's size and checksum, as the job update sends them.
+    pub fn output(&self) -> TraceOutput {
         TraceOutput {
             checksum: format!("crc32:{:08x}", self.crc.clone().finalize()),
             bytesize: self.bytes.len() as u64,
@@ -284,12 +299,8 @@ impl Shared {
     /// The next chunk to send from `sent`, at most `max` bytes.
     fn chunk(&self, sent: u64, max: usize) -> Option<Bytes> {
         let log = self.lock();
-        let start = usize::try_from(sent).ok()?;
-        if start >= log.bytes.len() {
-            return None;
-        }
-        let end = log.bytes.len().min(start + max);
-        Some(Bytes::copy_from_slice(&log.bytes[start..end]))
+        let chunk = log.chunk(usize::try_from(sent).ok()?, max);
+        (!chunk.is_empty()).then(|| Bytes::copy_from_slice(chunk))
     }
 
     fn output(&self) -> TraceOutput {
@@ -464,13 +475,7 @@ impl JobTrace {
         opts: TraceOptions,
     ) -> JobTrace {
         let shared = Arc::new(Shared {
-            log: Mutex::new(LogBuffer {
-                bytes: Vec::new(),
-                crc: crc32fast::Hasher::new(),
-                limit: opts.output_limit,
-                full: false,
-                carry: Vec::new(),
-            }),
+            log: Mutex::new(LogBuffer::new(opts.output_limit)),
         });
         let ctx = Ctx {
             client,
@@ -713,75 +718,27 @@ impl Drop for JobTrace {
 mod tests {
     use super::*;
 
-    fn buffer(limit: usize) -> LogBuffer {
-        LogBuffer {
-            bytes: Vec::new(),
-            crc: crc32fast::Hasher::new(),
-            limit,
-            full: false,
-            carry: Vec::new(),
-        }
-    }
-
     #[test]
     fn utf8_split_across_writes_is_kept() {
-        let mut b = buffer(1000);
+        let mut b = LogBuffer::new(1000);
         let e = "é".as_bytes();
         b.write(&[b'a', e[0]]);
         b.write(&[e[1], b'b']);
         b.write(&[0xff, b'c']);
         b.close();
-        assert_eq!(String::from_utf8(b.bytes.clone()).unwrap(), "aéb\u{FFFD}c");
+        assert_eq!(String::from_utf8_lossy(b.bytes()), "aéb\u{FFFD}c");
         assert_eq!(
             b.output().checksum,
-            format!("crc32:{:08x}", crc32fast::hash(&b.bytes))
+            format!("crc32:{:08x}", crc32fast::hash(b.bytes()))
         );
     }
 
     #[test]
-    fn output_limit_appends_one_notice() {
-        let mut b = buffer(10);
-        b.write(b"0123456789ABC");
-        b.write(b"more");
-        let text = String::from_utf8(b.bytes.clone()).unwrap();
-        assert!(text.starts_with("0123456789\n"));
-        assert!(text.contains("exceeded limit of 10 bytes"));
-        assert_eq!(text.matches("exceeded").count(), 1);
-        assert!(!text.contains("ABC") && !text.ends_with("more"));
-    }
-
-    /// Upstream's buffer_test.go limit cases: the notice is bold yellow, comes as soon as a
-    /// write reaches the limit, and the cut keeps the log valid UTF-8.
-    #[test]
-    fn output_limit_as_upstream() {
-        let notice = |n: usize| {
-            format!(
-                "\n\x1b[33;1mJob's log exceeded limit of {n} bytes.\nJob execution will continue but no more output will be collected.\x1b[0;m\n"
-            )
-        };
-        for (message, limit, kept, crc) in [
-            ("0123456789", 10, "0123456789", "crc32:d4b99d81"),
-            ("ǲ", 5, "ǲǲ", "crc32:318d2180"),
-            ("─", 20, "──────", "crc32:f187099c"),
-            ("─", 1, "", "crc32:9e261b5f"),
-            ("🐤", 23, "🐤🐤🐤🐤🐤", "crc32:10e32ecd"),
-        ] {
-            let mut b = buffer(limit);
-            for _ in 0..100 {
-                b.write(message.as_bytes());
-            }
-            b.close();
-            let want = format!("{kept}{}", notice(limit));
-            assert_eq!(
-                String::from_utf8_lossy(&b.bytes),
-                want,
-                "{message} at {limit}"
-            );
-            assert_eq!(b.output().checksum, crc, "{message} at {limit}");
-        }
-        // A log of exactly the limit ends with the notice too.
-        let mut b = buffer(4);
-        b.write(b"abcd");
-        assert!(b.bytes.ends_with(notice(4).as_bytes()));
+    fn chunks_stop_at_the_end() {
+        let mut b = LogBuffer::new(1000);
+        b.write(b"0123456789");
+        assert_eq!(b.chunk(4, 3), b"456");
+        assert_eq!(b.chunk(8, 100), b"89");
+        assert_eq!(b.chunk(20, 100), b"");
     }
 }

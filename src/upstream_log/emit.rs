@@ -191,6 +191,8 @@ impl<'a> Emitter<'a> {
             "Starting multi-runner from /etc/gitlab-runner/config.toml...",
             vec![("builds", Val::I(0)), ("max_builds", Val::I(0))],
         );
+        self.line(t0, "info", "Running in system-mode.", Vec::new());
+        self.line(t0, "info", "", Vec::new());
         self.format = saved;
         self.line(
             t0,

@@ -847,7 +847,13 @@ fn is_known(msg: &str, rec: &Record) -> bool {
         "IdleCount is set to 0",
         "Storing usage log information",
     ];
-    const MORE: [&str; 12] = [
+    const MORE: [&str; 18] = [
+        "Checking runtime mode",
+        "You need to manually start builds processing",
+        "The user-mode requires you to manually start builds processing",
+        "Use sudo for system-mode",
+        "$ gitlab-runner run",
+        "$ sudo gitlab-runner",
         "Starting machine pool drain",
         "shutdown_timeout may be too short",
         "No machines to drain",

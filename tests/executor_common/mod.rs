@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use base64::Engine as _;
 use drover::executor::{
-    self, DockerEndpoint, JobControl, JobError, JobRequest, MemorySink, RunnerSettings,
+    self, DockerEndpoint, JobControl, JobError, JobRequest, MemorySink, RunnerSettings, TraceSink,
 };
 use drover::job::JobPayload;
 
@@ -102,10 +102,30 @@ pub async fn run_job_with(
     runner: &RunnerSettings,
     watch: impl Fn(&str, &JobControl) + Send,
 ) -> Ran {
-    let endpoint = DockerEndpoint::default();
-    let control = JobControl::default();
     let sink = MemorySink::default();
     let mut job_sink = sink.clone();
+    let view = sink.clone();
+    let result = run_job_into(payload, runner, &mut job_sink, move |control| {
+        watch(&plain_text(&view), control)
+    })
+    .await;
+    Ran {
+        result,
+        trace: plain_text(&sink),
+        raw: sink.text(),
+    }
+}
+
+/// Runs a job writing its log into `sink`; `tick` runs every 100 ms meanwhile (to watch the
+/// log and cancel or abort).
+pub async fn run_job_into(
+    payload: &JobPayload,
+    runner: &RunnerSettings,
+    sink: &mut dyn TraceSink,
+    tick: impl Fn(&JobControl) + Send,
+) -> Result<(), JobError> {
+    let endpoint = DockerEndpoint::default();
+    let control = JobControl::default();
     let req = JobRequest {
         payload,
         runner,
@@ -113,18 +133,13 @@ pub async fn run_job_with(
         machine_name: Some("test-machine"),
         slot: Default::default(),
     };
-    let job = executor::run_job(req, &mut job_sink, control.clone());
+    let job = executor::run_job(req, sink, control.clone());
     tokio::pin!(job);
-    let result = loop {
+    loop {
         tokio::select! {
             r = &mut job => break r,
-            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => watch(&plain_text(&sink), &control),
+            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => tick(&control),
         }
-    };
-    Ran {
-        result,
-        trace: plain_text(&sink),
-        raw: sink.text(),
     }
 }
 

@@ -8,13 +8,17 @@
 //! and the GitLab client uploads it. Sinks receive bytes incrementally, in order, already
 //! masked. This module also holds the log's colour and section conventions.
 
-pub mod mask;
+pub mod limit;
 pub mod timestamp;
+
+/// The masker, at [`crate::mask`]; here too for the paths callers already use.
+pub use crate::mask;
 
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use mask::Masker;
+use crate::mask::Masker;
+pub use limit::{limit_cut, limit_notice, OutputCap};
 use timestamp::{Clock, StreamId, Timestamper};
 
 /// Where masked trace bytes go (ripgrep's `Sink`, for the job log).
@@ -87,44 +91,6 @@ pub mod ansi {
     pub const CLEAR_LINE: &str = "\x1b[0K";
 }
 
-/// The notice written once the log reaches `output_limit` bytes (bold yellow, as upstream).
-pub fn limit_notice(limit: usize) -> String {
-    format!(
-        "\n{}Job's log exceeded limit of {limit} bytes.\nJob execution will continue but no more output will be collected.{}\n",
-        ansi::BOLD_YELLOW,
-        ansi::RESET
-    )
-}
-
-/// How many bytes of `data` fit in `room` bytes of log without cutting a UTF-8 character:
-/// `room`, less up to 4 bytes while the kept part ends in an incomplete or invalid sequence.
-pub fn limit_cut(data: &[u8], room: usize) -> usize {
-    let mut cut = room.min(data.len());
-    for _ in 0..4 {
-        if cut == 0 || !ends_badly(&data[..cut]) {
-            break;
-        }
-        cut -= 1;
-    }
-    cut
-}
-
-/// Whether the last character of `p` is not a whole, valid UTF-8 character.
-fn ends_badly(p: &[u8]) -> bool {
-    let last = p.len() - 1;
-    if p[last] < 0x80 {
-        return false;
-    }
-    let mut start = last;
-    while start > 0 && last - start < 3 && (p[start] & 0xc0) == 0x80 {
-        start -= 1;
-    }
-    match std::str::from_utf8(&p[start..]) {
-        Ok(s) => s.chars().count() != 1,
-        Err(_) => true,
-    }
-}
-
 /// A stream of the job log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -190,9 +156,8 @@ pub struct Trace<'a> {
     channels: Vec<Channel>,
     timestamps: bool,
     clock: Clock,
-    limit: Option<usize>,
+    cap: Option<OutputCap>,
     written: usize,
-    truncated: bool,
     sections: bool,
     sink_failed: bool,
     scratch: Vec<u8>,
@@ -204,7 +169,7 @@ impl<'a> Trace<'a> {
     /// `section_start`/`section_end` markers (`features.trace_sections`). Timestamps are off
     /// until [`Trace::with_timestamps`].
     pub fn new(sink: &'a mut dyn TraceSink, masker: Masker, limit: usize, sections: bool) -> Self {
-        let limit = (!sink.limits_output()).then_some(limit);
+        let cap = (!sink.limits_output()).then(|| OutputCap::new(limit));
         let channels = Stream::ALL
             .iter()
             .map(|_| Channel {
@@ -218,9 +183,8 @@ impl<'a> Trace<'a> {
             channels,
             timestamps: false,
             clock: timestamp::system_clock(),
-            limit,
+            cap,
             written: 0,
-            truncated: false,
             sections,
             sink_failed: false,
             scratch: Vec::new(),
@@ -315,30 +279,20 @@ impl<'a> Trace<'a> {
 
     /// Whether `output_limit` was reached.
     pub fn truncated(&self) -> bool {
-        self.truncated
+        self.cap.as_ref().is_some_and(OutputCap::reached)
     }
 
     fn emit(&mut self, data: &[u8]) {
-        if self.truncated || data.is_empty() {
+        if data.is_empty() {
             return;
         }
-        let Some(limit) = self.limit else {
+        let Some(mut cap) = self.cap.take() else {
             self.written += data.len();
             return self.send(data);
         };
-        let room = limit.saturating_sub(self.written);
-        if data.len() < room {
-            self.written += data.len();
-            return self.send(data);
-        }
-        // A write that reaches the limit, even exactly, ends the log with the notice.
-        let cut = limit_cut(data, room);
-        self.send(&data[..cut]);
-        self.written += cut;
-        self.truncated = true;
-        let notice = limit_notice(limit);
-        self.send(notice.as_bytes());
-        self.written += notice.len();
+        cap.pass(data, &mut |p| self.send(p));
+        self.written = cap.written();
+        self.cap = Some(cap);
     }
 
     fn send(&mut self, data: &[u8]) {
@@ -479,14 +433,6 @@ mod tests {
         assert!(sink
             .text()
             .starts_with("0123456789\n\x1b[33;1mJob's log exceeded limit of 10 bytes."));
-    }
-
-    #[test]
-    fn the_cut_never_splits_a_character() {
-        assert_eq!(limit_cut("ǲǲǲ".as_bytes(), 5), 4);
-        assert_eq!(limit_cut("─".as_bytes(), 2), 0);
-        assert_eq!(limit_cut("🐤🐤".as_bytes(), 7), 4);
-        assert_eq!(limit_cut(b"abc", 2), 2);
     }
 
     #[test]

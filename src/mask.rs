@@ -20,6 +20,8 @@
 //! (and to the timestamper), so the cuts follow upstream's too.
 //!
 //! The module does no I/O: [`Masker::write`] hands its output to a callback, write by write.
+//! It is a leaf: it imports nothing from the crate, and both the job log
+//! ([`crate::executor::trace`]) and drover's own log ([`crate::secrets`]) use it.
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
@@ -778,6 +780,17 @@ mod tests {
         assert_eq!(
             out,
             "GITLAB_TOKEN=glpat-[MASKED] --token=glrt-[MASKED] x.glpat-[MASKED] a-glpat-[MASKED] b_glpat-[MASKED] 9glpat-[MASKED] cookie=_gitlab_session=[MASKED]\n"
+        );
+    }
+
+    /// Audit D7: a bare prefix is left alone, and a prefix followed by a masked value keeps
+    /// the prefix (phrases are masked before prefixes, as upstream's chain).
+    #[test]
+    fn bare_prefix_and_prefix_before_a_masked_value() {
+        let mut m = Masker::new(&["supersecret"], &[]);
+        assert_eq!(
+            run(&mut m, &["glpat- alone; glpat-supersecret\n"]),
+            "glpat- alone; glpat-[MASKED]\n"
         );
     }
 
