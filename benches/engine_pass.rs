@@ -25,28 +25,28 @@ fn now() -> Time {
     Utc.with_ymd_and_hms(2026, 11, 20, 10, 0, 0).unwrap()
 }
 
-fn engine(n: usize, mixed: bool) -> (Engine, Vec<String>) {
-    let idle = IdleSettings {
-        idle_count: if mixed { (n / 4) as i64 } else { 0 },
-        idle_time: 600,
-        ..IdleSettings::default()
-    };
-    let policy = RunnerPolicy {
+/// The benchmarks' runner: no limits, these idle settings.
+fn policy(idle: IdleSettings) -> RunnerPolicy {
+    RunnerPolicy {
         name: "bench".into(),
         token: "glrt-benchtoken".into(),
-        limits: Limits {
-            limit: 0,
-            max_builds: 0,
-            max_growth_rate: 0,
-        },
+        limits: Limits::default(),
         max_removal_attempts: 0,
         machine_name: "auto-%s".into(),
         machine_driver: "fake".into(),
         machine_options: Vec::new(),
         machine_options_with_name: Vec::new(),
         idle: Arc::new(idle),
+    }
+}
+
+fn engine(n: usize, mixed: bool) -> (Engine, Vec<String>) {
+    let idle = IdleSettings {
+        idle_count: if mixed { (n / 4) as i64 } else { 0 },
+        idle_time: 600,
+        ..IdleSettings::default()
     };
-    let mut e = Engine::new(vec![policy], 1);
+    let mut e = Engine::new(vec![policy(idle)], 1);
     let mut names = Vec::with_capacity(n);
     for i in 0..n {
         let name = format!("runner-benchtoke-auto-{}-{:08x}", 1_700_000_000 + i, i);
@@ -88,18 +88,7 @@ fn listed(n: usize, worst: bool) -> Engine {
         idle_time: 600,
         ..IdleSettings::default()
     };
-    let policy = RunnerPolicy {
-        name: "bench".into(),
-        token: "glrt-benchtoken".into(),
-        limits: Limits::default(),
-        max_removal_attempts: 0,
-        machine_name: "auto-%s".into(),
-        machine_driver: "fake".into(),
-        machine_options: Vec::new(),
-        machine_options_with_name: Vec::new(),
-        idle: Arc::new(idle),
-    };
-    let mut e = Engine::new(vec![policy], 1);
+    let mut e = Engine::new(vec![policy(idle)], 1);
     for i in 0..n {
         let name = format!("runner-benchtoke-auto-{}-{:08x}", 1_700_000_000 + i, i);
         let state = match (worst, i % 5) {
