@@ -86,6 +86,7 @@ mod event;
 pub mod explain;
 mod find;
 mod growth;
+mod index;
 mod machine;
 pub mod naming;
 mod orphans;
@@ -219,6 +220,12 @@ pub struct Engine {
     use_seq: u64,
     epoch: u64,
     seq: u64,
+    index: index::Index,
+    /// Whether the driver keeps the engine's copy of the listing (the indexes are kept then).
+    index_wanted: bool,
+    /// Listing changes reported while a pass was open, applied when it ends (a pass works on
+    /// the listing as it was when it began).
+    deferred_listing: Vec<(bool, Box<str>)>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -255,6 +262,9 @@ impl Engine {
             use_seq: 0,
             epoch: 0,
             seq: 0,
+            index: index::Index::default(),
+            index_wanted: false,
+            deferred_listing: Vec::new(),
         }
     }
 
@@ -271,6 +281,7 @@ impl Engine {
             .ok_or(EngineError::UnknownRunner(runner.0))?;
         let token = policy.token.clone();
         *slot = RunnerSlot::new(policy);
+        self.rebuild_index();
         // A new MaxGrowthRate may let queued creations start.
         self.pump_growth(&token);
         Ok(())
@@ -281,7 +292,81 @@ impl Engine {
     /// at its first Acquire pass, as at start-up.
     pub fn add_runner(&mut self, policy: RunnerPolicy) -> RunnerId {
         self.runners.push(RunnerSlot::new(policy));
+        self.rebuild_index();
         RunnerId(self.runners.len() - 1)
+    }
+
+    /// The provider lists a machine with this name (the driver's `docker-machine ls` gained
+    /// it). With [`Engine::listing_remove`] this keeps the engine's copy of the listing that
+    /// [`Engine::begin_acquire_listed`] works on. Reported during a pass, it applies when the
+    /// pass ends.
+    pub fn listing_insert(&mut self, name: &str) {
+        self.listing_change(true, name);
+    }
+
+    /// The provider no longer lists this machine (see [`Engine::listing_insert`]).
+    pub fn listing_remove(&mut self, name: &str) {
+        self.listing_change(false, name);
+    }
+
+    fn listing_change(&mut self, listed: bool, name: &str) {
+        self.want_index();
+        if self.pass.is_some() {
+            self.deferred_listing.push((listed, name.into()));
+            return;
+        }
+        if listed {
+            self.index.mirror_insert(name, &mut self.ledger);
+        } else {
+            self.index.mirror_remove(name, &mut self.ledger);
+        }
+        self.index.sync(&mut self.ledger);
+    }
+
+    /// Counters over every tracked machine, per state. Read from the pass indexes when the
+    /// engine keeps them (see [`Engine::listing_insert`]), counted otherwise.
+    pub fn machine_counts(&mut self) -> Counts {
+        if self.index.enabled() {
+            self.index.sync(&mut self.ledger);
+            return self.index.all;
+        }
+        let mut c = Counts::default();
+        for (_, m) in self.ledger.iter() {
+            c.add(m.state, m.retry_count);
+        }
+        c
+    }
+
+    /// The engine's copy of the listing, in listing (name) order.
+    pub fn listing(&self) -> impl Iterator<Item = &str> {
+        self.index.mirror.iter().map(|n| &**n)
+    }
+
+    fn apply_deferred_listing(&mut self) {
+        for (listed, name) in std::mem::take(&mut self.deferred_listing) {
+            self.listing_change(listed, &name);
+        }
+    }
+
+    /// Starts keeping the pass indexes, once the driver keeps the listing.
+    fn want_index(&mut self) {
+        if !self.index_wanted {
+            self.index_wanted = true;
+            self.rebuild_index();
+        }
+    }
+
+    /// Rebuilds the pass indexes from every record (runners changed). They are kept for an
+    /// engine with one runner; with several, passes walk the listing.
+    fn rebuild_index(&mut self) {
+        if !self.index_wanted {
+            return;
+        }
+        let matcher = match self.runners.as_slice() {
+            [only] => Some(only.matcher.clone()),
+            _ => None,
+        };
+        self.index.enable(matcher, &mut self.ledger);
     }
 
     /// The runner's policy.
@@ -489,9 +574,13 @@ impl Engine {
     /// one all-zero entry with empty labels.
     pub fn machine_states(&self, now: Time) -> Vec<(TargetLabels, Counts)> {
         let mut by: std::collections::BTreeMap<&TargetLabels, Counts> = Default::default();
-        for (_, m) in self.ledger.iter() {
+        for (id, m) in self.ledger.iter() {
+            let last_seen = match self.index.seen_since(id) {
+                Some(t) if t > m.last_seen => t,
+                _ => m.last_seen,
+            };
             if m.state == MachineState::Idle
-                && policy::idle_time_elapsed(now, m.last_seen, MACHINE_DEAD_INTERVAL_SECS)
+                && policy::idle_time_elapsed(now, last_seen, MACHINE_DEAD_INTERVAL_SECS)
             {
                 continue;
             }

@@ -264,6 +264,10 @@ pub(crate) struct Ledger {
     index: NameIndex,
     /// Machines put into Creating (they never go back to it); pruned by the pass.
     pub(crate) creating: Vec<Id>,
+    /// Records written since the pass indexes last read them (see `index.rs`).
+    pub(crate) dirty: Vec<Id>,
+    /// Whether writes are noted in `dirty` (only while the indexes are maintained).
+    pub(crate) track_dirty: bool,
 }
 
 impl Ledger {
@@ -285,7 +289,26 @@ impl Ledger {
         slot.machine.as_ref()
     }
 
+    /// Notes that the record may have changed, for the pass indexes. The list stays bounded:
+    /// when it outgrows the table, duplicates are folded.
+    pub(crate) fn mark(&mut self, id: Id) {
+        if !self.track_dirty {
+            return;
+        }
+        if self.dirty.len() >= 2 * self.slots.len() + 64 {
+            self.dirty.sort_unstable();
+            self.dirty.dedup();
+        }
+        self.dirty.push(id);
+    }
+
     pub(crate) fn get_mut(&mut self, id: Id) -> Option<&mut Machine> {
+        self.mark(id);
+        self.get_mut_quiet(id)
+    }
+
+    /// `get_mut` without noting a change (for writes the indexes do not read).
+    pub(crate) fn get_mut_quiet(&mut self, id: Id) -> Option<&mut Machine> {
         let slot = self.slots.get_mut(id.idx as usize)?;
         if slot.gen != id.gen {
             return None;
@@ -314,6 +337,7 @@ impl Ledger {
             Id { idx, gen: 0 }
         };
         self.index.insert(name, id.idx);
+        self.mark(id);
         if self
             .get(id)
             .is_some_and(|m| m.state == MachineState::Creating)
@@ -331,6 +355,7 @@ impl Ledger {
         let m = slot.machine.take()?;
         self.index.remove(&m.name);
         self.free.push(id.idx);
+        self.mark(id);
         Some(m)
     }
 

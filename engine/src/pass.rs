@@ -5,6 +5,8 @@
 //! Every decision is recorded in a [`PassReport`] with the numbers it was made on, so
 //! `drover autoscale decide` explains the same decisions the manager acts on.
 
+use std::ops::Bound;
+
 use chrono::TimeDelta;
 
 use super::command::{Notice, Reason};
@@ -120,6 +122,9 @@ pub(crate) struct PassState {
     runner: usize,
     kept: Vec<Id>,
     cursor: usize,
+    /// An indexed pass: the search continues below this name (`None`: from the newest), over
+    /// the listed Idle machines that were members when the pass began (index clock).
+    indexed: Option<(Option<Box<str>>, u64)>,
     pending: Option<Id>,
     report: PassReport,
 }
@@ -241,11 +246,31 @@ impl Engine {
         for (_, id) in creating {
             let _ = self.visit("", Some(id), now, &mut counts, &mut kept, &mut report);
         }
+        self.create_for_pass(runner.0, counts, &mut report, now);
+        let cursor = kept.len();
+        self.pass = Some(PassState {
+            runner: runner.0,
+            kept,
+            cursor,
+            indexed: None,
+            pending: None,
+            report,
+        });
+        Ok(self.advance_find(now))
+    }
+
+    /// createMachines: creations while `canCreate` holds on the pass counters.
+    fn create_for_pass(
+        &mut self,
+        runner: usize,
+        mut counts: Counts,
+        report: &mut PassReport,
+        now: Time,
+    ) {
+        let (limits, idle) = (report.limits, report.idle);
         report.can_create_idle = policy::can_create(&limits, &idle, &report.input_counts, false);
         report.can_create_on_demand =
             policy::can_create(&limits, &idle, &report.input_counts, true);
-
-        // createMachines: against the same counters.
         while policy::can_create(&limits, &idle, &counts, false) {
             if report.created.len() >= MAX_CREATIONS_PER_PASS {
                 self.notices.push_back(Notice::Warning(format!(
@@ -255,7 +280,7 @@ impl Engine {
                 break;
             }
             let before = counts;
-            let (_, name) = self.start_creation(runner.0, Reason::IdleCapacity, now);
+            let (_, name) = self.start_creation(runner, Reason::IdleCapacity, now);
             report.created.push(CreationDecision {
                 name,
                 counts_before: before,
@@ -263,15 +288,153 @@ impl Engine {
             counts.creating += 1;
         }
         report.counts = counts;
-        let cursor = kept.len();
+    }
+
+    /// Starts an Acquire pass for `runner` over the engine's copy of the listing (kept by
+    /// [`Engine::listing_insert`] and [`Engine::listing_remove`]): the same decisions as
+    /// [`Engine::begin_acquire`] over that listing in name order, which is the order
+    /// `docker-machine ls` lists in.
+    ///
+    /// In steady state the pass reads the indexes kept on every transition (see `index.rs`)
+    /// and costs what it decides, whatever the number of machines. It walks the listing as
+    /// `begin_acquire` does when the indexes cannot settle its decisions exactly: with several
+    /// runners on the engine, `IdleScaleFactor` set, an Idle machine at `MaxBuilds`, or a
+    /// listed name no record knows (the walk adopts it; the next pass is indexed again).
+    pub fn begin_acquire_listed(
+        &mut self,
+        runner: RunnerId,
+        now: Time,
+    ) -> Result<AcquireStep, EngineError> {
+        if self.pass.is_some() {
+            return Err(EngineError::PassInProgress);
+        }
+        self.want_index();
+        self.index.sync(&mut self.ledger);
+        let slot = self.slot(runner)?;
+        let limits = slot.policy.limits;
+        let idle = slot.policy.idle.idle_at(now);
+        let filter = slot.filter.clone();
+        if slot.policy.machine_name.is_empty() {
+            return self.begin_acquire::<&str>(runner, &[], now);
+        }
+        let at_max_builds = limits.max_builds > 0
+            && self
+                .index
+                .max_idle_used_count()
+                .is_some_and(|u| u >= limits.max_builds);
+        let indexed = self.index.enabled()
+            && self.runners.len() == 1
+            && idle.idle_scale_factor.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+            && !at_max_builds
+            && self.index.untracked_listed() == 0;
+        if !indexed {
+            let names: Vec<Box<str>> = self.index.mirror.iter().cloned().collect();
+            return self.begin_acquire(runner, &names, now);
+        }
+        self.epoch += 1;
+        let mut report = PassReport::empty(runner, filter, now, idle, limits);
+        report.ignored = self.index.mirror.len() - self.index.listed_len();
+        report.input_counts = self.index.counts;
+        // The Idle machines shouldRemove may remove (every other one is kept): at listing
+        // positions from `limit` on ("too many machines"), and before that the ones idle
+        // longer than IdleTime that come after the IdleCount-th available machine (the
+        // counters only grow along the listing, so "too many idle machines" holds from there).
+        let rule2_from: Option<Box<str>> = usize::try_from(limits.limit)
+            .ok()
+            .filter(|&l| l > 0)
+            .and_then(|l| self.index.listed_at(l))
+            .map(Box::from);
+        let mut candidates: std::collections::BTreeMap<Box<str>, Id> = Default::default();
+        if let Some(from) = &rule2_from {
+            for (name, id) in self
+                .index
+                .idle_by_name
+                .range::<str, _>((Bound::Included(&**from), Bound::Unbounded))
+            {
+                candidates.insert(name.clone(), *id);
+            }
+        }
+        let after: Option<Option<Box<str>>> = if idle.idle_count <= 0 {
+            Some(None)
+        } else {
+            self.index
+                .kth_available(idle.idle_count)
+                .map(|n| Some(Box::from(n)))
+        };
+        if let Some(after) = after {
+            let expired = self
+                .index
+                .idle_by_used()
+                .take_while(|(used, _)| policy::idle_time_elapsed(now, *used, idle.idle_time));
+            for (_, id) in expired {
+                let Some(name) = self.index.name_of(id) else {
+                    continue;
+                };
+                let past = after.as_deref().is_none_or(|a| name > a);
+                let before_limit = rule2_from.as_deref().is_none_or(|r| name < r);
+                if past && before_limit {
+                    candidates.insert(name.into(), id);
+                }
+            }
+        }
+        for (name, id) in candidates {
+            self.index.sync(&mut self.ledger);
+            let counts_before = self.index.counts_before(&name);
+            let Some(m) = self.ledger.get(id) else {
+                continue;
+            };
+            let facts = MachineFacts {
+                state: m.state,
+                used_count: m.used_count,
+                used: m.used,
+            };
+            if let Some(v) = policy::should_remove(&facts, &limits, &idle, &counts_before, now) {
+                let reason = verdict_reason(v);
+                report.removals.push(RemovalDecision {
+                    name: String::from(&*m.name),
+                    reason,
+                    counts_before,
+                    used_count: m.used_count,
+                    idle_for_secs: whole_seconds(now - m.used),
+                });
+                self.start_removal(id, reason, now);
+            }
+        }
+        self.index.sync(&mut self.ledger);
+        let counts = self.index.counts;
+        let clock = self.index.note_pass(now);
+        self.create_for_pass(runner.0, counts, &mut report, now);
         self.pass = Some(PassState {
             runner: runner.0,
-            kept,
-            cursor,
+            kept: Vec::new(),
+            cursor: 0,
+            indexed: Some((None, clock)),
             pending: None,
             report,
         });
         Ok(self.advance_find(now))
+    }
+
+    /// The next listed Idle machine of an indexed search, newest first.
+    fn next_indexed(&mut self) -> Option<Id> {
+        self.index.sync(&mut self.ledger);
+        loop {
+            let p = self.pass.as_mut()?;
+            let (below, clock) = p.indexed.as_mut()?;
+            let next = match below.as_deref() {
+                Some(b) => self
+                    .index
+                    .idle_by_name
+                    .range::<str, _>((Bound::Unbounded, Bound::Excluded(b)))
+                    .next_back(),
+                None => self.index.idle_by_name.iter().next_back(),
+            };
+            let (name, id) = next?;
+            *below = Some(name.clone());
+            if self.index.member_before(*id, *clock) {
+                return Some(*id);
+            }
+        }
     }
 
     /// updateMachines for one listed machine: get or adopt, refresh, decide, count.
@@ -364,12 +527,23 @@ impl Engine {
             let Some(p) = self.pass.as_mut() else {
                 return self.finish_pass(AcquireResult::NoMachine, now);
             };
-            if p.cursor == 0 {
+            let id = if p.indexed.is_some() {
+                match self.next_indexed() {
+                    Some(id) => id,
+                    None => break,
+                }
+            } else {
+                if p.cursor == 0 {
+                    break;
+                }
+                p.cursor -= 1;
+                let Some(&id) = p.kept.get(p.cursor) else {
+                    continue;
+                };
+                id
+            };
+            let Some(p) = self.pass.as_mut() else {
                 break;
-            }
-            p.cursor -= 1;
-            let Some(&id) = p.kept.get(p.cursor) else {
-                continue;
             };
             let Some(m) = self.ledger.get_mut(id) else {
                 continue;
@@ -405,7 +579,9 @@ impl Engine {
     }
 
     fn finish_pass(&mut self, result: AcquireResult, now: Time) -> AcquireStep {
-        match self.pass.take() {
+        let pass = self.pass.take();
+        self.apply_deferred_listing();
+        match pass {
             Some(p) => AcquireStep::Done(Box::new(AcquireOutcome {
                 result,
                 report: p.report,

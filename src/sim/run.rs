@@ -18,7 +18,7 @@ use super::scenario::{is_machine_runner, Resolved, Scenario, ScenarioError, GIVE
 use super::store::Store;
 use super::trace::{Counts, Decision, JobOutcome, RunEvent, Trace};
 use super::workers::Worker;
-use crate::engine::{self, Command, Engine, MachineState, Notice, RunnerId, UseId};
+use crate::engine::{self, Command, Engine, Notice, RunnerId, UseId};
 
 /// Machines the simulator follows at once, at most: a config that makes more exist (an absurd
 /// `IdleCount`) stops the run with a warning instead of growing without bound. The engine's
@@ -71,6 +71,8 @@ pub struct Simulation {
     /// Jobs any runner may take, in submission order.
     pub(crate) shared: VecDeque<usize>,
     pub(crate) workers: Vec<Worker>,
+    /// The indexes of the free workers.
+    pub(crate) free_workers: std::collections::BTreeSet<usize>,
     /// Milliseconds the feeder sleeps after handing out a runner.
     pub(crate) feed_interval: SimTime,
     pub(crate) feed_next: usize,
@@ -154,6 +156,7 @@ impl Simulation {
             jobs,
             shared: VecDeque::new(),
             workers: (0..concurrent).map(|_| Worker::default()).collect(),
+            free_workers: (0..concurrent).collect(),
             feed_interval: (check_interval / n).max(1),
             feed_next: 0,
             feeder_blocked: false,
@@ -378,6 +381,7 @@ impl Simulation {
                     ok: true,
                 });
                 self.disk.insert(name.clone());
+                self.engine.listing_insert(&name);
                 self.ready_at.insert(name, now);
             }
             Notice::CreationFailed { name, .. } => {
@@ -408,6 +412,7 @@ impl Simulation {
                     machine: name.clone(),
                 });
                 self.disk.remove(&name);
+                self.engine.listing_remove(&name);
                 self.owner.remove(&name);
                 self.ready_at.remove(&name);
                 self.trace.removals.push(reason.to_string());
@@ -436,14 +441,12 @@ impl Simulation {
             queued: self.queued,
             ..Counts::default()
         };
-        for m in self.engine.machines() {
-            match m.state {
-                MachineState::Idle | MachineState::Acquired => c.idle += 1,
-                MachineState::Used => c.used += 1,
-                MachineState::Creating => c.creating += 1,
-                MachineState::Removing => c.removing += 1,
-            }
-        }
+        let m = self.engine.machine_counts();
+        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+        c.idle = count(m.idle + m.acquired);
+        c.used = count(m.used);
+        c.creating = count(m.creating);
+        c.removing = count(m.removing + m.stuck_on_removing);
         let now = self.now();
         self.trace.record(now, c);
     }

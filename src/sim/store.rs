@@ -1,39 +1,43 @@
 //! The simulated `docker-machine` store: the names of machines that exist on the provider, in
 //! the order `docker-machine ls` lists them (lexicographic: upstream's listing is a directory
-//! scan). Kept as a sorted vector because every Acquire pass reads the whole listing while
-//! machines come and go rarely. It knows nothing else about machines.
+//! scan). A sorted set (machines come and go several times a second in a large day); the
+//! listing as a slice, which only `Use` sessions ask for, is rebuilt when it is asked for
+//! after a change. It knows nothing else about machines.
+
+use std::collections::BTreeSet;
 
 /// Machine names in listing order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Store {
-    names: Vec<String>,
+    names: BTreeSet<String>,
+    /// `names` as a slice, when no change came since it was built.
+    listing: Option<Vec<String>>,
 }
 
 impl Store {
     /// True if the machine exists.
     pub fn contains(&self, name: &str) -> bool {
-        self.names
-            .binary_search_by(|n| n.as_str().cmp(name))
-            .is_ok()
+        self.names.contains(name)
     }
 
     /// Adds a machine (no-op if it exists).
     pub fn insert(&mut self, name: String) {
-        if let Err(at) = self.names.binary_search(&name) {
-            self.names.insert(at, name);
+        if self.names.insert(name) {
+            self.listing = None;
         }
     }
 
     /// Removes a machine (no-op if it does not exist).
     pub fn remove(&mut self, name: &str) {
-        if let Ok(at) = self.names.binary_search_by(|n| n.as_str().cmp(name)) {
-            self.names.remove(at);
+        if self.names.remove(name) {
+            self.listing = None;
         }
     }
 
     /// The listing: every name, in order.
-    pub fn listing(&self) -> &[String] {
-        &self.names
+    pub fn listing(&mut self) -> &[String] {
+        self.listing
+            .get_or_insert_with(|| self.names.iter().cloned().collect())
     }
 }
 

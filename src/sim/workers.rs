@@ -52,10 +52,9 @@ pub(crate) struct Worker {
 }
 
 impl Simulation {
+    /// The free worker with the lowest index.
     fn free_worker(&self) -> Option<usize> {
-        self.workers
-            .iter()
-            .position(|w| w.state == WorkerState::Free)
+        self.free_workers.first().copied()
     }
 
     /// The feeder wakes: hand the next runner to a free worker, or block until one frees.
@@ -82,6 +81,7 @@ impl Simulation {
     fn worker_freed(&mut self, w: usize) {
         if let Some(worker) = self.workers.get_mut(w) {
             worker.state = WorkerState::Free;
+            self.free_workers.insert(w);
         }
         if self.feeder_blocked {
             self.feeder_blocked = false;
@@ -174,10 +174,9 @@ impl Simulation {
     /// Runs one Acquire pass to its end; connectivity checks always succeed.
     fn acquire(&mut self, id: RunnerId) -> Option<AcquireResult> {
         let now = self.wall();
-        let mut step = self
-            .engine
-            .begin_acquire(id, self.disk.listing(), now)
-            .ok()?;
+        // The engine keeps its copy of the store's listing (see `observe`), so the pass reads
+        // its indexes instead of walking every machine.
+        let mut step = self.engine.begin_acquire_listed(id, now).ok()?;
         let outcome = loop {
             match step {
                 AcquireStep::CheckConnectivity { name } => {
@@ -223,6 +222,7 @@ impl Simulation {
         };
         self.sessions.insert(session, w);
         if let Some(worker) = self.workers.get_mut(w) {
+            self.free_workers.remove(&w);
             worker.state = WorkerState::Using {
                 runner,
                 job,

@@ -1,0 +1,443 @@
+//! The Acquire pass's indexes (issue 24 item 2): what a pass over the provider's listing
+//! would accumulate, kept up to date on every machine transition so that a pass in steady
+//! state costs the same at 100 machines as at 10,000.
+//!
+//! The driver keeps the engine's copy of the listing current with
+//! [`Engine::listing_insert`] / [`Engine::listing_remove`] and runs passes with
+//! [`Engine::begin_acquire_listed`]. The engine then knows, without walking the listing:
+//!
+//! * the counters of the machines a pass would visit (the listed machines that match the
+//!   runner's filter, then the unlisted Creating ones), per state;
+//! * the listed machines in listing (name) order with their states, in sorted blocks that
+//!   carry per-block counters, so "the counters before this machine" and "the machine at
+//!   this position" cost a block walk, not a machine walk;
+//! * the listed Idle machines by name (the newest-first search) and by last use (the
+//!   machines idle longer than `IdleTime`).
+//!
+//! Every ledger write marks the record dirty; [`Index::sync`] re-reads the dirty records and
+//! moves their contributions. A pass whose decisions these structures cannot settle exactly
+//! (several runners, `IdleScaleFactor`, an Idle machine at `MaxBuilds`, a listed name the
+//! ledger does not know) is run as the full pass over the same listing; see
+//! [`Engine::begin_acquire_listed`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
+
+use super::machine::{Counts, Id, Ledger, MachineState};
+use super::naming::FilterMatcher;
+use super::Time;
+
+/// Entries per block before it splits (a block walk and an in-block scan both stay short).
+const BLOCK: usize = 128;
+
+/// Where a machine stands towards the pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Listed and matching the filter: visited in listing order.
+    Listed,
+    /// Creating, matching the filter, not listed: visited after the listing.
+    Unlisted,
+}
+
+/// What the index last recorded for one machine.
+#[derive(Debug, Clone)]
+struct Snap {
+    name: Box<str>,
+    /// `None`: tracked, but not visited by a pass.
+    kind: Option<Kind>,
+    state: MachineState,
+    retry_count: u32,
+    used: Time,
+    used_count: i64,
+    /// The index clock when the machine became a member of this kind.
+    since: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    name: Box<str>,
+    state: MachineState,
+    retry_count: u32,
+}
+
+fn count(c: &mut Counts, state: MachineState, retry_count: u32, delta: i64) {
+    let mut one = Counts::default();
+    one.add(state, retry_count);
+    c.acquired += delta * one.acquired;
+    c.creating += delta * one.creating;
+    c.idle += delta * one.idle;
+    c.used += delta * one.used;
+    c.removing += delta * one.removing;
+    c.stuck_on_removing += delta * one.stuck_on_removing;
+}
+
+fn is_available(state: MachineState) -> bool {
+    matches!(
+        state,
+        MachineState::Idle | MachineState::Acquired | MachineState::Creating
+    )
+}
+
+/// Listed members in name order, in sorted blocks with per-block counters.
+#[derive(Debug, Default)]
+struct Ranked {
+    blocks: Vec<Vec<Entry>>,
+    counts: Vec<Counts>,
+    len: usize,
+}
+
+impl Ranked {
+    /// The block that holds (or would hold) `name`.
+    fn block_of(&self, name: &str) -> usize {
+        let after = self
+            .blocks
+            .partition_point(|b| b.last().is_some_and(|e| &*e.name < name));
+        after.min(self.blocks.len().saturating_sub(1))
+    }
+
+    fn insert(&mut self, e: Entry) {
+        if self.blocks.is_empty() {
+            self.blocks.push(Vec::new());
+            self.counts.push(Counts::default());
+        }
+        let b = self.block_of(&e.name);
+        let (Some(block), Some(c)) = (self.blocks.get_mut(b), self.counts.get_mut(b)) else {
+            return;
+        };
+        let at = block.partition_point(|x| x.name < e.name);
+        count(c, e.state, e.retry_count, 1);
+        block.insert(at, e);
+        self.len += 1;
+        if block.len() > 2 * BLOCK {
+            let tail = block.split_off(BLOCK);
+            let mut tc = Counts::default();
+            for x in &tail {
+                count(&mut tc, x.state, x.retry_count, 1);
+                count(c, x.state, x.retry_count, -1);
+            }
+            self.blocks.insert(b + 1, tail);
+            self.counts.insert(b + 1, tc);
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        let b = self.block_of(name);
+        let (Some(block), Some(c)) = (self.blocks.get_mut(b), self.counts.get_mut(b)) else {
+            return;
+        };
+        let Ok(at) = block.binary_search_by(|x| (*x.name).cmp(name)) else {
+            return;
+        };
+        let e = block.remove(at);
+        count(c, e.state, e.retry_count, -1);
+        self.len -= 1;
+        if block.is_empty() {
+            self.blocks.remove(b);
+            self.counts.remove(b);
+        }
+    }
+
+    /// The counters of the entries before `name`.
+    fn counts_before(&self, name: &str) -> Counts {
+        let b = self.block_of(name);
+        let mut c = Counts::default();
+        for bc in self.counts.iter().take(b) {
+            for (s, n) in [
+                (MachineState::Acquired, bc.acquired),
+                (MachineState::Creating, bc.creating),
+                (MachineState::Idle, bc.idle),
+                (MachineState::Used, bc.used),
+            ] {
+                count(&mut c, s, 0, n);
+            }
+            c.removing += bc.removing;
+            c.stuck_on_removing += bc.stuck_on_removing;
+        }
+        if let Some(block) = self.blocks.get(b) {
+            for e in block.iter().take_while(|e| &*e.name < name) {
+                count(&mut c, e.state, e.retry_count, 1);
+            }
+        }
+        c
+    }
+
+    /// The name at 0-based position `pos`.
+    fn at(&self, mut pos: usize) -> Option<&str> {
+        for block in &self.blocks {
+            if pos < block.len() {
+                return block.get(pos).map(|e| &*e.name);
+            }
+            pos -= block.len();
+        }
+        None
+    }
+
+    /// The name of the `k`-th (1-based) available entry (Idle, Acquired or Creating).
+    fn kth_available(&self, mut k: i64) -> Option<&str> {
+        for (block, c) in self.blocks.iter().zip(&self.counts) {
+            let here = c.available();
+            if k > here {
+                k -= here;
+                continue;
+            }
+            for e in block {
+                if is_available(e.state) {
+                    k -= 1;
+                    if k == 0 {
+                        return Some(&e.name);
+                    }
+                }
+            }
+            return None;
+        }
+        None
+    }
+}
+
+/// The pass indexes for the engine's one runner (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    /// The provider's listing as the driver reported it.
+    pub(crate) mirror: BTreeSet<Box<str>>,
+    /// Mirror names that match the filter.
+    mirror_matching: usize,
+    /// The filter the membership was computed with (`None`: not maintained).
+    matcher: Option<FilterMatcher>,
+    snaps: FxHashMap<Id, Snap>,
+    /// Counters over the members (what a pass would accumulate before deciding anything).
+    pub(crate) counts: Counts,
+    /// Counters over every tracked machine.
+    pub(crate) all: Counts,
+    ranked: Ranked,
+    /// Listed Idle members by name.
+    pub(crate) idle_by_name: BTreeMap<Box<str>, Id>,
+    /// Listed Idle members by last use.
+    idle_by_used: BTreeSet<(Time, Id)>,
+    /// Used counts of the listed Idle members (a multiset).
+    idle_used_counts: BTreeMap<i64, usize>,
+    /// Advances on every membership change and every pass.
+    pub(crate) clock: u64,
+    /// The last pass over the indexes: its time and its clock.
+    last_pass: Option<(Time, u64)>,
+}
+
+impl Index {
+    /// Starts maintaining the indexes for `matcher` (rebuilt from every record).
+    pub(crate) fn enable(&mut self, matcher: Option<FilterMatcher>, ledger: &mut Ledger) {
+        let mirror = std::mem::take(&mut self.mirror);
+        let last_pass = self.last_pass;
+        *self = Index::default();
+        self.last_pass = last_pass;
+        self.mirror_matching = match &matcher {
+            Some(m) => mirror.iter().filter(|n| m.matches(n)).count(),
+            None => 0,
+        };
+        self.mirror = mirror;
+        self.matcher = matcher;
+        ledger.dirty.clear();
+        ledger.track_dirty = self.matcher.is_some();
+        if ledger.track_dirty {
+            let ids: Vec<Id> = ledger.iter().map(|(id, _)| id).collect();
+            ledger.dirty.extend(ids);
+            self.sync(ledger);
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.matcher.is_some()
+    }
+
+    /// Listed names that match the filter but no record knows (a pass would adopt them).
+    pub(crate) fn untracked_listed(&self) -> usize {
+        self.mirror_matching.saturating_sub(self.ranked.len)
+    }
+
+    /// Listed members, in listing order.
+    pub(crate) fn listed_len(&self) -> usize {
+        self.ranked.len
+    }
+
+    pub(crate) fn mirror_insert(&mut self, name: &str, ledger: &mut Ledger) {
+        if self.mirror.insert(name.into()) {
+            if self.matcher.as_ref().is_some_and(|m| m.matches(name)) {
+                self.mirror_matching += 1;
+            }
+            if let Some(id) = ledger.id_of(name) {
+                ledger.mark(id);
+            }
+        }
+    }
+
+    pub(crate) fn mirror_remove(&mut self, name: &str, ledger: &mut Ledger) {
+        if self.mirror.remove(name) {
+            if self.matcher.as_ref().is_some_and(|m| m.matches(name)) {
+                self.mirror_matching -= 1;
+            }
+            if let Some(id) = ledger.id_of(name) {
+                ledger.mark(id);
+            }
+        }
+    }
+
+    /// Re-reads every record written since the last sync and moves its contributions.
+    pub(crate) fn sync(&mut self, ledger: &mut Ledger) {
+        if !self.enabled() {
+            ledger.dirty.clear();
+            return;
+        }
+        let dirty = std::mem::take(&mut ledger.dirty);
+        for &id in &dirty {
+            self.refresh(id, ledger);
+        }
+        let mut dirty = dirty;
+        dirty.clear();
+        ledger.dirty = dirty;
+    }
+
+    fn refresh(&mut self, id: Id, ledger: &mut Ledger) {
+        let kind = ledger.get(id).and_then(|m| {
+            let matches = self.matcher.as_ref().is_some_and(|f| f.matches(&m.name));
+            if !matches {
+                None
+            } else if self.mirror.contains(&*m.name) {
+                Some(Kind::Listed)
+            } else if m.state == MachineState::Creating {
+                Some(Kind::Unlisted)
+            } else {
+                None
+            }
+        });
+        let old = self.snaps.remove(&id);
+        if let Some(o) = &old {
+            self.unindex(id, o);
+        }
+        if old
+            .as_ref()
+            .is_some_and(|o| o.kind.is_some() && o.kind != kind)
+        {
+            // Leaving the members, or changing place in the pass order: the record keeps
+            // what the passes since it joined saw.
+            if let (Some(o), Some(m)) = (&old, ledger.get_mut_quiet(id)) {
+                if let Some((t, clock)) = self.last_pass {
+                    if o.since < clock && m.last_seen < t {
+                        m.last_seen = t;
+                    }
+                }
+            }
+        }
+        let Some(m) = ledger.get(id) else {
+            return;
+        };
+        let since = match &old {
+            Some(o) if o.kind == kind => o.since,
+            _ => {
+                self.clock += 1;
+                self.clock
+            }
+        };
+        let snap = Snap {
+            name: m.name.clone(),
+            kind,
+            state: m.state,
+            retry_count: m.retry_count,
+            used: m.used,
+            used_count: m.used_count,
+            since,
+        };
+        self.reindex(id, &snap);
+        self.snaps.insert(id, snap);
+    }
+
+    fn unindex(&mut self, id: Id, s: &Snap) {
+        count(&mut self.all, s.state, s.retry_count, -1);
+        if s.kind.is_none() {
+            return;
+        }
+        count(&mut self.counts, s.state, s.retry_count, -1);
+        if s.kind != Some(Kind::Listed) {
+            return;
+        }
+        self.ranked.remove(&s.name);
+        if s.state == MachineState::Idle {
+            self.idle_by_name.remove(&s.name);
+            self.idle_by_used.remove(&(s.used, id));
+            if let Some(n) = self.idle_used_counts.get_mut(&s.used_count) {
+                *n -= 1;
+                if *n == 0 {
+                    self.idle_used_counts.remove(&s.used_count);
+                }
+            }
+        }
+    }
+
+    fn reindex(&mut self, id: Id, s: &Snap) {
+        count(&mut self.all, s.state, s.retry_count, 1);
+        if s.kind.is_none() {
+            return;
+        }
+        count(&mut self.counts, s.state, s.retry_count, 1);
+        if s.kind != Some(Kind::Listed) {
+            return;
+        }
+        self.ranked.insert(Entry {
+            name: s.name.clone(),
+            state: s.state,
+            retry_count: s.retry_count,
+        });
+        if s.state == MachineState::Idle {
+            self.idle_by_name.insert(s.name.clone(), id);
+            self.idle_by_used.insert((s.used, id));
+            *self.idle_used_counts.entry(s.used_count).or_insert(0) += 1;
+        }
+    }
+
+    /// The largest used count among the listed Idle members.
+    pub(crate) fn max_idle_used_count(&self) -> Option<i64> {
+        self.idle_used_counts.keys().next_back().copied()
+    }
+
+    /// Listed Idle members with their last use, oldest first.
+    pub(crate) fn idle_by_used(&self) -> impl Iterator<Item = (Time, Id)> + '_ {
+        self.idle_by_used.iter().copied()
+    }
+
+    pub(crate) fn name_of(&self, id: Id) -> Option<&str> {
+        self.snaps.get(&id).map(|s| &*s.name)
+    }
+
+    /// Whether the member joined before clock value `clock`.
+    pub(crate) fn member_before(&self, id: Id, clock: u64) -> bool {
+        self.snaps
+            .get(&id)
+            .is_some_and(|s| s.kind.is_some() && s.since < clock)
+    }
+
+    pub(crate) fn counts_before(&self, name: &str) -> Counts {
+        self.ranked.counts_before(name)
+    }
+
+    pub(crate) fn listed_at(&self, pos: usize) -> Option<&str> {
+        self.ranked.at(pos)
+    }
+
+    pub(crate) fn kth_available(&self, k: i64) -> Option<&str> {
+        self.ranked.kth_available(k)
+    }
+
+    /// Notes a pass over the members at `now`; returns its clock value.
+    pub(crate) fn note_pass(&mut self, now: Time) -> u64 {
+        self.clock += 1;
+        self.last_pass = Some((now, self.clock));
+        self.clock
+    }
+
+    /// The last time a pass visited this machine, if later than its own record says.
+    pub(crate) fn seen_since(&self, id: Id) -> Option<Time> {
+        let (t, clock) = self.last_pass?;
+        self.snaps
+            .get(&id)
+            .is_some_and(|s| s.kind.is_some() && s.since < clock)
+            .then_some(t)
+    }
+}
