@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use drover::executor::labels;
 use drover::engine::naming::short_token;
+use drover::executor::labels;
 use drover::executor::paths::Slot;
 use drover::executor::script::variables::{Var, VarList};
 use drover::job::JobPayload;
