@@ -604,9 +604,14 @@ async fn leftovers_of_a_dead_drover_are_ended_at_start() {
 /// builds volume, so neither clone touches the other's working tree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_jobs_of_one_project_get_their_own_slot_and_builds_volume() {
-    // A token of its own per run: its volume names are new, so the ones this run made are
-    // exactly those that were not there before (even after an earlier run failed).
-    let token = &format!("glrt-drovertestrunslots{}", executor_common::unix_now());
+    // A short token of its own per run (the 9 characters after `glrt-`, which label the
+    // volumes; the other tests' tokens all shorten to `drovertes`): its volume names are new,
+    // so the ones this run made are exactly those that were not there before (even after an
+    // earlier run failed), whatever the tests running beside it make.
+    let token = &format!(
+        "glrt-sl{:07}drovertestrunslots",
+        executor_common::unix_now() % 10_000_000
+    );
     let Some((sim, _g)) = setup(token).await else {
         return;
     };
