@@ -457,13 +457,20 @@ fn create_hang_rate_1_never_returns_and_leaves_the_record() {
         .stderr(Stdio::null())
         .spawn()
         .expect("run fake");
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // The record appears once the fake has started and written it (slow under load); the
+    // create must still be running then, and a while after.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !w.machine_dir("h1").is_dir() && std::time::Instant::now() < deadline {
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let recorded = w.machine_dir("h1").is_dir();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
     let still_running = child.try_wait().expect("wait").is_none();
     let _ = child.kill();
     let _ = child.wait();
     assert!(still_running, "create returned despite create_hang_rate 1");
-    assert!(
-        w.machine_dir("h1").is_dir(),
-        "the hung create left its record"
-    );
+    assert!(recorded, "the hung create left no record");
 }

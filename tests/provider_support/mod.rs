@@ -76,6 +76,14 @@ pub fn shim_bin() -> PathBuf {
         .get_or_init(|| {
             let drover = PathBuf::from(env!("CARGO_BIN_EXE_drover"));
             let dir = drover.parent().expect("target dir").to_path_buf();
+            // `cargo test --workspace` builds it (the shim has an integration test) with the
+            // workspace's features: use that one when it is newer than its sources. Building it
+            // here instead would build a second copy of its dependencies (its own feature set)
+            // while the tests run: minutes on a cold CI machine.
+            let built = dir.join("legacy-driver-shim");
+            if newer_than_sources(&built) {
+                return built;
+            }
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let mut build = Command::new(cargo);
             // The test's own CARGO_* variables would make build scripts (ring) rebuild.
@@ -112,6 +120,36 @@ pub fn shim_bin() -> PathBuf {
             dir.join("legacy-driver-shim")
         })
         .clone()
+}
+
+/// Whether `bin` exists and is newer than every source of the shim and its protocol crate.
+fn newer_than_sources(bin: &Path) -> bool {
+    fn newest(path: &Path, acc: &mut Option<std::time::SystemTime>) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+                newest(&entry.path(), acc);
+            }
+        } else if let Ok(m) = meta.modified() {
+            *acc = Some(acc.map_or(m, |a| a.max(m)));
+        }
+    }
+    let Some(built) = std::fs::metadata(bin).and_then(|m| m.modified()).ok() else {
+        return false;
+    };
+    let mut sources = None;
+    for p in [
+        "legacy-driver-shim/src",
+        "legacy-driver-shim/Cargo.toml",
+        "provider-protocol/src",
+        "provider-protocol/Cargo.toml",
+        "Cargo.lock",
+    ] {
+        newest(&root().join(p), &mut sources);
+    }
+    sources.is_some_and(|s| s <= built)
 }
 
 /// A fake docker-machine world: a store, a fault file and a call log in a temp dir.
