@@ -122,47 +122,60 @@ fn every_printing_command_survives_a_full_or_closed_stdout() {
     std::fs::write(dir.path().join("export.json"), EXPORT).unwrap();
     let commands = printing_commands(dir.path());
     assert!(commands.len() >= 12);
-    let mut problems = Vec::new();
-    for args in &commands {
-        let shown = args.join(" ");
-        let base = run(command(args, dir.path()), Stdio::piped());
-        let Some(code) = base.status.code() else {
-            problems.push(format!("{shown}: killed by a signal with a normal stdout"));
-            continue;
-        };
-        if base.stdout.is_empty() {
-            problems.push(format!(
-                "{shown}: printed nothing, so the check proves nothing"
-            ));
-            continue;
-        }
-        let full = std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/full")
-            .unwrap();
-        let out = run(command(args, dir.path()), Stdio::from(full));
-        let err = String::from_utf8_lossy(&out.stderr);
-        match out.status.code() {
-            None => problems.push(format!("{shown} > /dev/full: killed by a signal")),
-            Some(0) => problems.push(format!("{shown} > /dev/full: exit 0")),
-            Some(_) if err.contains("panicked") => {
-                problems.push(format!("{shown} > /dev/full: panicked: {err}"))
-            }
-            Some(_) if !err.contains("drover: cannot write the results to standard output") => {
-                problems.push(format!("{shown} > /dev/full: no clear message: {err}"))
-            }
-            Some(_) => {}
-        }
-        let out = run(command(args, dir.path()), closed_pipe());
-        let err = String::from_utf8_lossy(&out.stderr);
-        if out.status.code() != Some(code) {
-            problems.push(format!(
-                "{shown} | closed pipe: exit {:?}, expected {code}: {err}",
-                out.status
-            ));
-        } else if err.contains("panicked") || err.contains("cannot write") {
-            problems.push(format!("{shown} | closed pipe: not quiet: {err}"));
-        }
-    }
+    // Each command's three runs are independent of the others': run the commands side by side.
+    let problems: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = commands
+            .iter()
+            .map(|args| scope.spawn(|| command_problems(args, dir.path())))
+            .collect();
+        runs.into_iter()
+            .flat_map(|run| run.join().expect("a command's checks panicked"))
+            .collect()
+    });
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// What goes wrong with one command: its normal run, then stdout full, then stdout closed.
+fn command_problems(args: &[String], dir: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let shown = args.join(" ");
+    let base = run(command(args, dir), Stdio::piped());
+    let Some(code) = base.status.code() else {
+        problems.push(format!("{shown}: killed by a signal with a normal stdout"));
+        return problems;
+    };
+    if base.stdout.is_empty() {
+        problems.push(format!(
+            "{shown}: printed nothing, so the check proves nothing"
+        ));
+        return problems;
+    }
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = run(command(args, dir), Stdio::from(full));
+    let err = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        None => problems.push(format!("{shown} > /dev/full: killed by a signal")),
+        Some(0) => problems.push(format!("{shown} > /dev/full: exit 0")),
+        Some(_) if err.contains("panicked") => {
+            problems.push(format!("{shown} > /dev/full: panicked: {err}"))
+        }
+        Some(_) if !err.contains("drover: cannot write the results to standard output") => {
+            problems.push(format!("{shown} > /dev/full: no clear message: {err}"))
+        }
+        Some(_) => {}
+    }
+    let out = run(command(args, dir), closed_pipe());
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() != Some(code) {
+        problems.push(format!(
+            "{shown} | closed pipe: exit {:?}, expected {code}: {err}",
+            out.status
+        ));
+    } else if err.contains("panicked") || err.contains("cannot write") {
+        problems.push(format!("{shown} | closed pipe: not quiet: {err}"));
+    }
+    problems
 }
