@@ -41,6 +41,7 @@ pub mod ledger;
 pub mod manager;
 pub mod mask;
 pub mod metrics;
+pub mod output;
 pub mod provider;
 pub mod secrets;
 pub mod signals;

@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use crate::cli::output::errln;
 use crate::executor::JobControl;
+use crate::output::errln;
 
 /// A stop signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

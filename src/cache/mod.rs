@@ -11,12 +11,13 @@
 //! keeps its local cache.
 
 pub mod aws_credentials;
+pub mod remote;
 pub mod s3;
 
 use std::time::Duration;
 
 use crate::config::cache::CacheConfig;
-use crate::executor::script::cache::{Download, Remote, Upload};
+use remote::{Download, Remote, Upload};
 
 /// The cache backend of one job.
 #[derive(Debug, Clone, Default)]

@@ -11,8 +11,8 @@ use std::time::Duration;
 use rusty_s3::{Bucket, Credentials, S3Action, UrlStyle};
 
 use crate::cache::aws_credentials::AwsCredentials;
+use crate::cache::remote::{Download, Upload};
 use crate::config::cache::CacheS3Config;
-use crate::executor::script::cache::{Download, Upload};
 
 /// Why an S3 cache cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -190,15 +190,7 @@ fn process_start() -> DateTime<Utc> {
     *START.get_or_init(Utc::now)
 }
 
-/// The value of a `time.Time` field ([`TIME_KEYS`]) for the instant `t`.
-pub fn time_field(t: DateTime<Utc>) -> i64 {
-    t.timestamp_nanos_opt().unwrap_or(i64::MAX)
-}
-
-/// The value of a `time.Duration` field ([`DURATION_KEYS`]).
-pub fn duration_field(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
+pub use crate::upstream_log::format::{duration_field, time_field};
 
 /// The event's message and fields, typed.
 #[derive(Default)]

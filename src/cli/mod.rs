@@ -7,7 +7,7 @@
 pub mod exec_job;
 pub mod helper;
 pub mod logging;
-pub mod output;
+pub(crate) use crate::output;
 pub mod provider;
 pub mod run;
 pub use crate::signals;

@@ -364,7 +364,7 @@ fn check_logging(config: &Config, w: &mut Walker<'_>) {
 fn unusable_machine_name(template: &str) -> Option<String> {
     // Without %s (a warning of its own, as upstream loads it) check the template as written.
     let name = if template.contains("%s") || template.contains("%v") {
-        crate::engine::naming::new_machine_name(template, "0")
+        drover_engine::naming::new_machine_name(template, "0")
     } else {
         template.to_string()
     };

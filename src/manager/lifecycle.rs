@@ -463,7 +463,7 @@ pub async fn run<S: JobSource>(
             "Graceful shutdown not finished properly. To gracefully clean up running plugins please use SIGQUIT (ctrl-\\) instead of SIGINT (ctrl-c)"
         );
         tracing::warn!(
-            "shutdown-timeout" = crate::cli::logging::duration_field(timeout),
+            "shutdown-timeout" = crate::upstream_log::format::duration_field(timeout),
             "Starting forceful shutdown"
         );
         manager.interrupt.cancel();
@@ -515,7 +515,7 @@ async fn shutdown_providers<S: JobSource>(
 ) -> Ending {
     let mut ending = Ending::Clean;
     tracing::info!(
-        "shutdown-timeout" = crate::cli::logging::duration_field(timeout),
+        "shutdown-timeout" = crate::upstream_log::format::duration_field(timeout),
         "Shutting down executor providers"
     );
     let drain = crate::engine::drain_settings(&manager.config());

@@ -23,6 +23,17 @@ use chrono::{DateTime, FixedOffset};
 
 pub use super::line::{Format, Level};
 
+/// The value to log under a `time.Time` key (drover's log renders such keys as upstream
+/// renders the Go type, see `crate::cli::logging`): the instant in nanoseconds since the epoch.
+pub fn time_field(t: chrono::DateTime<chrono::Utc>) -> i64 {
+    t.timestamp_nanos_opt().unwrap_or(i64::MAX)
+}
+
+/// The value to log under a `time.Duration` key: nanoseconds.
+pub fn duration_field(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// ANSI reset, as gitlab-runner writes it.
 pub const RESET: &str = "\x1b[0;m";
 

@@ -10,48 +10,7 @@ use super::{quote, ScriptBody};
 use crate::executor::paths::{normalize, JobPaths};
 use crate::job::{Cache, JobPayload};
 
-/// Presigned download URLs for one key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Download {
-    /// GET URL.
-    pub url: String,
-    /// HEAD URL.
-    pub head_url: Option<String>,
-}
-
-/// A presigned upload for one key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Upload {
-    /// PUT URL.
-    pub url: String,
-    /// Headers the signature covers (`Key: Value`), which the helper must send.
-    pub headers: Vec<String>,
-}
-
-/// The distributed cache, as far as the scripts need it (signing happens runner-side).
-pub trait Remote {
-    /// URLs to download `key`, if there is a distributed cache.
-    fn download(&self, key: &str) -> Option<Download>;
-    /// The upload of `key`, if there is a distributed cache.
-    fn upload(&self, key: &str) -> Option<Upload>;
-    /// `MaxUploadedArchiveSize` (0: none).
-    fn max_upload_size(&self) -> u64 {
-        0
-    }
-}
-
-/// No distributed cache: the local archive only.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LocalOnly;
-
-impl Remote for LocalOnly {
-    fn download(&self, _key: &str) -> Option<Download> {
-        None
-    }
-    fn upload(&self, _key: &str) -> Option<Upload> {
-        None
-    }
-}
+pub use crate::cache::remote::{Download, LocalOnly, Remote, Upload};
 
 /// Upstream's key sanitising. `%2f`/`%2F` become `/`, `%2e`/`%2E` become `.` and `\` becomes
 /// `/` (one left-to-right pass); the path is resolved inside a virtual root (empty and `.`

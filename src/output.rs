@@ -107,21 +107,21 @@ pub fn exit_code(code: ExitCode) -> ExitCode {
 /// `print!` that never panics (see the module docs).
 macro_rules! out {
     ($($t:tt)*) => {
-        { let _ = $crate::cli::output::write_out(format_args!($($t)*)); }
+        { let _ = $crate::output::write_out(format_args!($($t)*)); }
     };
 }
 
 /// `println!` that never panics (see the module docs).
 macro_rules! outln {
     ($($t:tt)*) => {
-        { let _ = $crate::cli::output::write_out(format_args!("{}\n", format_args!($($t)*))); }
+        { let _ = $crate::output::write_out(format_args!("{}\n", format_args!($($t)*))); }
     };
 }
 
 /// `eprintln!` that never panics.
 macro_rules! errln {
     ($($t:tt)*) => {
-        { let _ = $crate::cli::output::write_err(format_args!("{}\n", format_args!($($t)*))); }
+        { let _ = $crate::output::write_err(format_args!("{}\n", format_args!($($t)*))); }
     };
 }
 
@@ -164,7 +164,7 @@ mod tests {
         assert!(seen > 50, "walked only {seen} files");
         assert!(
             offenders.is_empty(),
-            "use out!/outln!/errln! from src/cli/output.rs:\n{}",
+            "use out!/outln!/errln! from src/output.rs:\n{}",
             offenders.join("\n")
         );
     }
