@@ -9,10 +9,18 @@
 mod doublestar;
 #[path = "docker_conformance/helperimage.rs"]
 mod helperimage;
+#[path = "docker_conformance/host_settings.rs"]
+mod host_settings;
 #[path = "docker_conformance/labels.rs"]
 mod labels_table;
+#[path = "docker_conformance/networks.rs"]
+mod networks;
 #[path = "docker_conformance/pull.rs"]
 mod pull;
+#[path = "docker_conformance/script.rs"]
+mod script;
+#[path = "docker_conformance/service_definitions.rs"]
+mod service_definitions;
 #[path = "docker_conformance/user.rs"]
 mod user;
 
@@ -180,20 +188,26 @@ const ALLOWED_IMAGES: &[(&str, &[&str], &[&str], bool)] = &[
     ("alpine", &[], &[], true),
 ];
 
+/// A refusal's message starts with the line upstream's job log shows.
 fn allowed_images_table(t: &mut Tally) {
     for (i, (img, rules, internal, want)) in ALLOWED_IMAGES.iter().enumerate() {
-        let got = image::check_allowed(
+        let result = image::check_allowed(
             img,
             &strings(rules),
             internal.first().copied(),
             AllowList::Images,
-        )
-        .is_ok();
+        );
+        let got = result.is_ok();
+        let line = format!("The {img:?} image is not present on list of allowed images:");
+        let message_ok = result
+            .as_ref()
+            .err()
+            .is_none_or(|e| e.message.starts_with(&line));
         t.check(
             "common/allowed_images_test.go TestVerifyAllowedImage",
             &format!("#{i} {img} {rules:?}"),
-            got == *want,
-            || format!("allowed = {got}, want {want}"),
+            got == *want && message_ok,
+            || format!("allowed = {got}, want {want}; {:?}", result.err()),
         );
     }
 }
@@ -1377,9 +1391,11 @@ fn host_config_tables(t: &mut Tally) {
                     })
                 })
             }
-            (Err(e), false) => {
-                e.reason == drover::executor::FailureReason::RunnerConfigurationError
-            }
+            (Err(e), false) => e.reason
+                == drover::executor::FailureReason::RunnerConfigurationError
+                && e.message.contains(
+                    r#"invalid log options: only ["env" "labels"] are allowed, but found: ["foo"]"#,
+                ),
             _ => false,
         };
         t.check(
@@ -1591,11 +1607,23 @@ fn services_devices_table(t: &mut Tally) {
             })
         };
         let (got, want) = (sorted(got), sorted(want));
+        // A refusal carries upstream's text.
+        let upstream_text = match *name {
+            "parseDeviceString error" => Some("too many colons"),
+            "bad glob pattern" => Some("invalid service device image pattern: alpin[e"),
+            _ => None,
+        };
+        let message = docker_options::resolve(&s).err().map(|e| e.message);
+        let text_ok = match (upstream_text, &message) {
+            (Some(text), Some(m)) => m.contains(text),
+            (None, _) => true,
+            (Some(_), None) => false,
+        };
         t.check(
             "executors/docker/docker_test.go TestDockerGetServicesDevices",
             name,
-            got == want,
-            || format!("{got:?}, want {want:?}"),
+            got == want && text_ok,
+            || format!("{got:?}, want {want:?}; error {message:?}"),
         );
     }
 }
@@ -2267,6 +2295,149 @@ fn prepare_builds_dir_table(t: &mut Tally) {
     }
 }
 
+/// executors/docker/docker_test.go: the misconfigurations refused when a host config or the
+/// networking config is made, with upstream's texts (TestDocker(Service)IsolationWith*,
+/// TestDockerCreateHostConfig(ForService)WithInvalidDNS, TestDockerNetworkConfigWithInvalidMAC),
+/// and TestNetworkConfigLegacyMacAddressWarning.
+fn misconfiguration_tables(t: &mut Tally) {
+    use bollard::models::HostConfigIsolationEnum as Iso;
+    let file = "executors/docker/docker_test.go";
+    for (test, service) in [
+        ("TestDockerIsolationWithCorrectValues", false),
+        ("TestDockerServiceIsolationWithCorrectValues", true),
+    ] {
+        for (value, want) in [("default", Some(Iso::DEFAULT)), ("", None)] {
+            let s = DockerSettings {
+                isolation: (!value.is_empty()).then(|| value.to_string()),
+                ..Default::default()
+            };
+            let got = docker_options::resolve(&s).map(|s| {
+                if service {
+                    services::host_config(&s, "alpine", &[], None).isolation
+                } else {
+                    containers::host_config(&s, &[], "alpine").isolation
+                }
+            });
+            let agrees =
+                matches!(&got, Ok(i) if *i == want || (value.is_empty() && *i == Some(Iso::EMPTY)));
+            t.check(
+                &format!("{file} {test}"),
+                &format!("{value:?}"),
+                agrees,
+                || format!("isolation {got:?}, want {want:?}"),
+            );
+        }
+    }
+    // (test, settings, upstream's text in the error).
+    let bad = |f: fn(&mut DockerSettings)| {
+        let mut s = DockerSettings::default();
+        f(&mut s);
+        s
+    };
+    let refused: [(&str, DockerSettings, &str); 5] = [
+        (
+            "TestDockerIsolationWithIncorrectValue",
+            bad(|s| s.isolation = Some("someIncorrectValue".into())),
+            "the isolation value \"someIncorrectValue\" is not valid",
+        ),
+        (
+            "TestDockerServiceIsolationWithIncorrectValue",
+            bad(|s| s.isolation = Some("someIncorrectValue".into())),
+            "the isolation value \"someIncorrectValue\" is not valid",
+        ),
+        (
+            "TestDockerCreateHostConfigWithInvalidDNS",
+            bad(|s| s.dns = vec!["not-an-ip".into()]),
+            "invalid DNS server address",
+        ),
+        (
+            "TestDockerCreateHostConfigForServiceWithInvalidDNS",
+            bad(|s| s.dns = vec!["not-an-ip".into()]),
+            "invalid DNS server address",
+        ),
+        (
+            "TestDockerNetworkConfigWithInvalidMAC",
+            bad(|s| s.mac_address = Some("not-a-mac".into())),
+            "invalid MAC address",
+        ),
+    ];
+    for (test, s, text) in refused {
+        let got = docker_options::resolve(&s).err();
+        let agrees = got.as_ref().is_some_and(|e| {
+            e.reason == drover::executor::FailureReason::RunnerConfigurationError
+                && e.message.contains(text)
+        });
+        t.check(&format!("{file} {test}"), text, agrees, || {
+            format!("{got:?}")
+        });
+    }
+    let cases = [
+        (
+            "pre-1.44 with mac_address configured warns",
+            "1.43",
+            Some("92:d0:c6:0a:29:33"),
+            true,
+        ),
+        (
+            "pre-1.44 without mac_address does not warn",
+            "1.43",
+            None,
+            false,
+        ),
+        (
+            "1.44 and later with mac_address does not warn since it is applied",
+            "1.44",
+            Some("92:d0:c6:0a:29:33"),
+            false,
+        ),
+    ];
+    for (case, api, mac, warns) in cases {
+        let network = services::JobNetwork {
+            mac_address: mac.map(str::to_string),
+            legacy_api: services::legacy_endpoint_api(api),
+            ..Default::default()
+        };
+        let got = network.legacy_mac_warning();
+        let agrees = match got {
+            Some(w) => warns && w.contains("mac_address is configured"),
+            None => !warns,
+        };
+        t.check(
+            &format!("{file} TestNetworkConfigLegacyMacAddressWarning"),
+            case,
+            agrees,
+            || format!("warning {got:?}"),
+        );
+    }
+}
+
+/// executors/docker/config_updater_test.go TestDockerConfigUpdate: `[runners.docker] gpus` as
+/// reported to GitLab (`config.gpus`), trimmed.
+fn config_updater_table(t: &mut Tally) {
+    for (case, gpus) in [
+        ("gpus set to all", "all"),
+        ("gpus with trailing space", " "),
+    ] {
+        let runner = drover::config::RunnerConfig {
+            docker: Some(Box::new(drover::config::DockerConfig {
+                gpus: gpus.to_string(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let got = drover::gitlab::Info::for_runner(&runner, &Default::default())
+            .config
+            .gpus;
+        let want = gpus.trim();
+        t.check(
+            "executors/docker/config_updater_test.go TestDockerConfigUpdate",
+            case,
+            got == want,
+            || format!("config.gpus = {got:?}, want {want:?}"),
+        );
+    }
+}
+
 #[test]
 fn docker_conformance() {
     let mut t = Tally::default();
@@ -2287,9 +2458,19 @@ fn docker_conformance() {
     labels_table::labels_tables(&mut t);
     helperimage::helperimage_tables(&mut t);
     user::user_tables(&mut t);
+    networks::networks_tables(&mut t);
+    service_definitions::service_definitions_table(&mut t);
+    config_updater_table(&mut t);
+    misconfiguration_tables(&mut t);
+    host_settings::host_settings_tables(&mut t);
     for (table, cases, agree) in &t.tables {
         println!("  {table}: {cases} cases, {agree} agree");
     }
+    println!(
+        "  not applicable: {} cases of executors/docker/internal/networks/manager_test.go \
+         (see tests/docker_conformance/networks.rs)",
+        networks::NOT_APPLICABLE
+    );
     println!(
         "docker conformance: {} cases, {} agree, {} deliberate differences",
         t.cases, t.agree, t.deliberate

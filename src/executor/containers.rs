@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, DeviceMapping, HostConfig, HostConfigLogConfig, ResourcesUlimits,
-    RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, DeviceMapping, HostConfig, HostConfigIsolationEnum, HostConfigLogConfig,
+    ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use bollard::Docker;
@@ -187,7 +187,20 @@ pub fn host_config(s: &DockerSettings, binds: &[String], image_name: &str) -> Ho
         device_cgroup_rules: none_if_empty(&s.device_cgroup_rules),
         restart_policy: Some(no_restart()),
         log_config: Some(json_file_logging(&s.log_options)),
+        isolation: isolation(s.isolation.as_deref()),
         ..Default::default()
+    }
+}
+
+/// `isolation` as the Engine takes it (upstream sets it on the build and service containers);
+/// unset stays unset. On Linux only `default` gets here: `docker_options::resolve` refuses
+/// the others.
+pub(crate) fn isolation(value: Option<&str>) -> Option<HostConfigIsolationEnum> {
+    match value? {
+        "default" => Some(HostConfigIsolationEnum::DEFAULT),
+        "process" => Some(HostConfigIsolationEnum::PROCESS),
+        "hyperv" => Some(HostConfigIsolationEnum::HYPERV),
+        _ => None,
     }
 }
 

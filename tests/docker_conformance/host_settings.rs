@@ -1,0 +1,291 @@
+//! The `[runners.docker]` settings upstream checks one by one on the build container's host
+//! config (executors/docker/docker_test.go `testDockerConfigurationWithJobContainer` cases,
+//! TestParseDeviceString*, TestDockerUlimitSetting) and on a service container's
+//! (executors/docker/services_test.go `testDockerConfigurationWithServiceContainer` cases).
+//! Each row goes the way a `config.toml` does: `[runners.docker]` as loaded, the runner's
+//! settings made from it, the options checked, then the container's host config.
+
+use bollard::models::HostConfig;
+use drover::config::{DockerConfig, RunnerConfig};
+use drover::executor::{containers, docker_options, services, RunnerSettings};
+
+use super::Tally;
+
+/// Build (`false`) or service (`true`) container.
+type Row = (
+    &'static str,
+    &'static str,
+    bool,
+    fn(&mut DockerConfig),
+    fn(&HostConfig) -> bool,
+);
+
+fn map(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// The one device a host config maps, as (host, container, permissions).
+fn device(h: &HostConfig) -> Option<(String, String, String)> {
+    match h.devices.as_deref() {
+        Some([d]) => Some((
+            d.path_on_host.clone().unwrap_or_default(),
+            d.path_in_container.clone().unwrap_or_default(),
+            d.cgroup_permissions.clone().unwrap_or_default(),
+        )),
+        _ => None,
+    }
+}
+
+/// The ulimits of a host config, as (name, soft, hard).
+fn ulimits(h: &HostConfig) -> Vec<(String, i64, i64)> {
+    h.ulimits
+        .iter()
+        .flatten()
+        .map(|u| {
+            (
+                u.name.clone().unwrap_or_default(),
+                u.soft.unwrap_or_default(),
+                u.hard.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// A refused setting: (test, setting, upstream's text in the error).
+type Refused = (&'static str, fn(&mut DockerConfig), &'static str);
+
+const D: &str = "executors/docker/docker_test.go";
+const S: &str = "executors/docker/services_test.go";
+
+fn rows() -> Vec<Row> {
+    vec![
+        (
+            D,
+            "TestDockerMemorySetting",
+            false,
+            |d| d.memory = "42m".into(),
+            |h| h.memory == Some(44040192),
+        ),
+        (
+            D,
+            "TestDockerMemorySwapSetting",
+            false,
+            |d| d.memory_swap = "2g".into(),
+            |h| h.memory_swap == Some(2147483648),
+        ),
+        (
+            D,
+            "TestDockerMemoryReservationSetting",
+            false,
+            |d| d.memory_reservation = "64m".into(),
+            |h| h.memory_reservation == Some(67108864),
+        ),
+        (
+            D,
+            "TestDockerCgroupParentSetting",
+            false,
+            |d| d.cgroup_parent = "test-docker-cgroup".into(),
+            |h| h.cgroup_parent.as_deref() == Some("test-docker-cgroup"),
+        ),
+        (
+            D,
+            "TestDockerCPUSetCPUsSetting",
+            false,
+            |d| d.cpuset_cpus = "1-3,5".into(),
+            |h| h.cpuset_cpus.as_deref() == Some("1-3,5"),
+        ),
+        (
+            D,
+            "TestDockerCPUSetMemsSetting",
+            false,
+            |d| d.cpuset_mems = "1-3,5".into(),
+            |h| h.cpuset_mems.as_deref() == Some("1-3,5"),
+        ),
+        (
+            D,
+            "TestDockerTmpfsSetting",
+            false,
+            |d| d.tmpfs = map(&[("/tmpfs", "rw,noexec")]),
+            |h| h.tmpfs.as_ref().is_some_and(|t| !t.is_empty()),
+        ),
+        (
+            D,
+            "TestDockerUserNSSetting (unset)",
+            false,
+            |_| {},
+            |h| h.userns_mode.as_deref().unwrap_or_default().is_empty(),
+        ),
+        (
+            D,
+            "TestDockerUserNSSetting (host)",
+            false,
+            |d| d.userns_mode = "host".into(),
+            |h| h.userns_mode.as_deref() == Some("host"),
+        ),
+        (
+            D,
+            "TestDockerRuntimeSetting",
+            false,
+            |d| d.runtime = "runc".into(),
+            |h| h.runtime.as_deref() == Some("runc"),
+        ),
+        (
+            D,
+            "TestDockerSysctlsSetting",
+            false,
+            |d| d.sysctls = map(&[("net.ipv4.ip_forward", "1")]),
+            |h| {
+                h.sysctls
+                    .as_ref()
+                    .and_then(|s| s.get("net.ipv4.ip_forward"))
+                    .map(String::as_str)
+                    == Some("1")
+            },
+        ),
+        (
+            D,
+            "TestDockerUlimitSetting / soft and hard values",
+            false,
+            |d| d.ulimit = map(&[("nofile", "1024:2048")]),
+            |h| ulimits(h) == [("nofile".to_string(), 1024, 2048)],
+        ),
+        (
+            D,
+            "TestDockerUlimitSetting / single limit value",
+            false,
+            |d| d.ulimit = map(&[("nofile", "1024")]),
+            |h| ulimits(h) == [("nofile".to_string(), 1024, 1024)],
+        ),
+        (
+            D,
+            "TestParseDeviceStringOne",
+            false,
+            |d| d.devices = strings(&["/dev/kvm"]),
+            |h| device(h) == Some(("/dev/kvm".into(), "/dev/kvm".into(), "rwm".into())),
+        ),
+        (
+            D,
+            "TestParseDeviceStringTwo",
+            false,
+            |d| d.devices = strings(&["/dev/kvm:/devices/kvm"]),
+            |h| device(h) == Some(("/dev/kvm".into(), "/devices/kvm".into(), "rwm".into())),
+        ),
+        (
+            D,
+            "TestParseDeviceStringThree",
+            false,
+            |d| d.devices = strings(&["/dev/kvm:/devices/kvm:r"]),
+            |h| device(h) == Some(("/dev/kvm".into(), "/devices/kvm".into(), "r".into())),
+        ),
+        (
+            S,
+            "TestDockerServicesTmpfsSetting",
+            true,
+            |d| d.services_tmpfs = map(&[("/tmpfs", "rw,noexec")]),
+            |h| h.tmpfs.as_ref().is_some_and(|t| !t.is_empty()),
+        ),
+        (
+            S,
+            "TestDockerServicesDNSSetting",
+            true,
+            |d| d.dns = strings(&["2001:db8::1", "192.0.2.1"]),
+            |h| h.dns.as_deref() == Some(&strings(&["2001:db8::1", "192.0.2.1"])[..]),
+        ),
+        (
+            S,
+            "TestDockerServicesDNSSearchSetting",
+            true,
+            |d| d.dns_search = strings(&["mydomain.example"]),
+            |h| h.dns_search.as_deref() == Some(&strings(&["mydomain.example"])[..]),
+        ),
+        (
+            S,
+            "TestDockerServicesExtraHostsSetting",
+            true,
+            |d| d.extra_hosts = strings(&["foo.example:2001:db8::1", "bar.example:192.0.2.1"]),
+            |h| {
+                h.extra_hosts.as_deref()
+                    == Some(&strings(&["foo.example:2001:db8::1", "bar.example:192.0.2.1"])[..])
+            },
+        ),
+        (
+            S,
+            "TestDockerServiceUserNSSetting (unset)",
+            true,
+            |_| {},
+            |h| h.userns_mode.as_deref().unwrap_or_default().is_empty(),
+        ),
+        (
+            S,
+            "TestDockerServiceUserNSSetting (host)",
+            true,
+            |d| d.userns_mode = "host".into(),
+            |h| h.userns_mode.as_deref() == Some("host"),
+        ),
+    ]
+}
+
+/// The settings made from `[runners.docker]` as changed by `set`, checked as a job checks them.
+fn settings(set: fn(&mut DockerConfig)) -> Result<drover::executor::DockerSettings, String> {
+    let mut docker = DockerConfig {
+        image: "alpine".into(),
+        ..Default::default()
+    };
+    set(&mut docker);
+    let runner = RunnerConfig {
+        executor: "docker".into(),
+        docker: Some(Box::new(docker)),
+        ..Default::default()
+    };
+    let s = RunnerSettings::from_config(&runner, "");
+    docker_options::resolve(&s.docker).map_err(|e| e.message)
+}
+
+pub fn host_settings_tables(t: &mut Tally) {
+    for (file, test, service, set, check) in rows() {
+        let host = settings(set).map(|s| {
+            if service {
+                services::host_config(&s, "alpine:latest", &[], None)
+            } else {
+                containers::host_config(&s, &[], "alpine")
+            }
+        });
+        let agrees = host.as_ref().is_ok_and(check);
+        let (name, case) = test.split_once(' ').unwrap_or((test, ""));
+        let case = case.trim_start_matches("/ ");
+        t.check(&format!("{file} {name}"), case, agrees, || {
+            format!("host config {host:?}")
+        });
+    }
+    // Refused: the error names what upstream's error names.
+    let refused: [Refused; 2] = [
+        (
+            "TestParseDeviceStringFour",
+            |d| d.devices = strings(&["/dev/kvm:/devices/kvm:r:oops"]),
+            "too many colons",
+        ),
+        (
+            "TestDockerUlimitSetting / invalid limit value",
+            |d| d.ulimit = map(&[("nofile", "a")]),
+            "nofile",
+        ),
+    ];
+    for (test, set, text) in refused {
+        let got = settings(set);
+        let (name, case) = test.split_once(' ').unwrap_or((test, ""));
+        let case = case.trim_start_matches("/ ");
+        t.check(
+            &format!("{D} {name}"),
+            case,
+            got.as_ref().is_err_and(|e| e.contains(text)),
+            || format!("{got:?}"),
+        );
+    }
+}

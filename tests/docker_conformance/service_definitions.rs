@@ -1,0 +1,183 @@
+//! executors/docker/services_test.go TestGetServiceDefinitions: the runner's services, then the
+//! job's (checked against `allowed_services` unless the runner has the same image), then the
+//! `services_limit` check, run through [`services::definitions`]. Upstream's texts start
+//! drover's messages: `too many services requested: N, only M allowed`, and for a refused
+//! service the job-log line upstream prints before its `disallowed image` error (`The "X"
+//! image is not present on list of allowed services:`).
+
+use drover::executor::script::variables::VarList;
+use drover::executor::services::{self, ServiceDefinition};
+use drover::executor::settings::{ConfigService, ServiceSettings};
+use drover::executor::FailureReason;
+use drover::job::Image;
+
+use super::Tally;
+
+const TABLE: &str = "executors/docker/services_test.go TestGetServiceDefinitions";
+
+/// A runner service: (name, alias, command, entrypoint).
+type Runner = (
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+);
+
+/// An expected definition: (image, aliases, command, entrypoint).
+type Def = (
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+    Option<&'static [&'static str]>,
+);
+
+/// (case, runner services, job services, allowed_services, services_limit, definitions or the
+/// error text).
+type Case = (
+    &'static str,
+    &'static [Runner],
+    &'static [&'static str],
+    &'static [&'static str],
+    Option<i64>,
+    Result<&'static [Def], &'static str>,
+);
+
+const EXEC: &[&str] = &["executable", "param1", "param2"];
+const ENTRY: &[&str] = &["executable", "param3", "param4"];
+
+const CASES: &[Case] = &[
+    (
+        "all services with proper name and alias",
+        &[
+            ("name", "alias", EXEC, ENTRY),
+            ("name2", "alias2", EXEC, &[]),
+            ("name3", "alias3", &[], ENTRY),
+        ],
+        &[],
+        &[],
+        None,
+        Ok(&[
+            ("name", &["alias"], EXEC, Some(ENTRY)),
+            ("name2", &["alias2"], EXEC, None),
+            ("name3", &["alias3"], &[], Some(ENTRY)),
+        ]),
+    ),
+    (
+        "build service not in internal images but empty allowed services",
+        &[("name", "alias", &[], &[])],
+        &["name_not_in_internal"],
+        &[],
+        None,
+        Ok(&[
+            ("name", &["alias"], &[], None),
+            ("name_not_in_internal", &[], &[], None),
+        ]),
+    ),
+    (
+        "build service not in internal images",
+        &[("name", "", &[], &[])],
+        &["name_not_in_internal"],
+        &["name"],
+        None,
+        Err("The \"name_not_in_internal\" image is not present on list of allowed services:"),
+    ),
+    (
+        "build service not in allowed services but in internal images",
+        &[("name", "", &[], &[])],
+        &["name"],
+        &["allowed_name"],
+        None,
+        Ok(&[("name", &[], &[], None), ("name", &[], &[], None)]),
+    ),
+    (
+        "empty service name",
+        &[("", "", &[], &[])],
+        &[],
+        &[],
+        None,
+        Ok(&[("", &[], &[], None)]),
+    ),
+    (
+        "requested 1 service, max 0",
+        &[("name", "", &[], &[])],
+        &[],
+        &[],
+        Some(0),
+        Err("too many services requested: 1, only 0 allowed"),
+    ),
+    (
+        "requested 1 service, max 1",
+        &[("name", "", &[], &[])],
+        &[],
+        &[],
+        Some(1),
+        Ok(&[("name", &[], &[], None)]),
+    ),
+    (
+        "requested 2 services, max 1",
+        &[("name", "", &[], &[]), ("name", "", &[], &[])],
+        &[],
+        &[],
+        Some(1),
+        Err("too many services requested: 2, only 1 allowed"),
+    ),
+];
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn shape(d: &ServiceDefinition) -> (String, Vec<String>, Vec<String>, Option<Vec<String>>) {
+    (
+        d.image.clone(),
+        d.aliases.clone(),
+        d.command.clone(),
+        d.entrypoint.clone(),
+    )
+}
+
+pub fn service_definitions_table(t: &mut Tally) {
+    for (case, runner, job, allowed, limit, want) in CASES {
+        let settings = ServiceSettings {
+            services: runner
+                .iter()
+                .map(|(name, alias, command, entrypoint)| ConfigService {
+                    name: name.to_string(),
+                    alias: alias.to_string(),
+                    command: strings(command),
+                    entrypoint: strings(entrypoint),
+                    ..Default::default()
+                })
+                .collect(),
+            allowed: strings(allowed),
+            limit: *limit,
+            ..Default::default()
+        };
+        let job: Vec<Image> = job
+            .iter()
+            .map(|name| serde_json::from_value(serde_json::json!({ "name": name })).expect("image"))
+            .collect();
+        let got = services::definitions(&settings, &job, &VarList::default());
+        let agrees = match (&got, want) {
+            (Ok(defs), Ok(want)) => {
+                defs.iter().map(shape).collect::<Vec<_>>()
+                    == want
+                        .iter()
+                        .map(|(i, a, c, e)| (i.to_string(), strings(a), strings(c), e.map(strings)))
+                        .collect::<Vec<_>>()
+            }
+            (Err(e), Err(text)) => {
+                e.reason == FailureReason::RunnerConfigurationError && e.message.starts_with(text)
+            }
+            _ => false,
+        };
+        t.check(TABLE, case, agrees, || {
+            format!(
+                "got {:?}, want {want:?}",
+                got.as_ref()
+                    .map(|d| d.iter().map(shape).collect::<Vec<_>>())
+                    .map_err(|e| e.message.clone())
+            )
+        });
+    }
+}
