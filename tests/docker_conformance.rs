@@ -35,7 +35,12 @@ use drover::executor::volumes::{self, VolumeSpec};
 use drover::job::Credentials;
 
 /// Cases that differ on purpose: (table, case, why).
-const DELIBERATE: &[(&str, &str, &str)] = &[];
+const DELIBERATE: &[(&str, &str, &str)] = &[(
+    "executors/docker/docker_test.go TestDockerCreateNetwork",
+    "network inspect failed",
+    "the per-build network is removed even when inspecting it for attached containers fails; \
+     upstream skips the removal and leaves the network on the machine",
+)];
 
 #[derive(Default)]
 struct Tally {
@@ -2467,8 +2472,7 @@ fn docker_conformance() {
         println!("  {table}: {cases} cases, {agree} agree");
     }
     println!(
-        "  not applicable: {} cases of executors/docker/internal/networks/manager_test.go \
-         (see tests/docker_conformance/networks.rs)",
+        "  not applicable: {} network cases (see tests/docker_conformance/networks.rs)",
         networks::NOT_APPLICABLE
     );
     println!(

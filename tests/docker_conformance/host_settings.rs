@@ -9,7 +9,7 @@ use bollard::models::HostConfig;
 use drover::config::{DockerConfig, RunnerConfig};
 use drover::executor::{containers, docker_options, services, RunnerSettings};
 
-use super::Tally;
+use super::{Tally, PRIVILEGED_SERVICES};
 
 /// Build (`false`) or service (`true`) container.
 type Row = (
@@ -234,11 +234,14 @@ fn rows() -> Vec<Row> {
 
 /// The settings made from `[runners.docker]` as changed by `set`, checked as a job checks them.
 fn settings(set: fn(&mut DockerConfig)) -> Result<drover::executor::DockerSettings, String> {
-    let mut docker = DockerConfig {
-        image: "alpine".into(),
-        ..Default::default()
-    };
+    let mut docker = DockerConfig::default();
     set(&mut docker);
+    resolved(docker)
+}
+
+/// The settings made from `docker` (image `alpine`), checked as a job checks them.
+fn resolved(mut docker: DockerConfig) -> Result<drover::executor::DockerSettings, String> {
+    docker.image = "alpine".into();
     let runner = RunnerConfig {
         executor: "docker".into(),
         docker: Some(Box::new(docker)),
@@ -248,7 +251,93 @@ fn settings(set: fn(&mut DockerConfig)) -> Result<drover::executor::DockerSettin
     docker_options::resolve(&s.docker).map_err(|e| e.message)
 }
 
+/// TestDockerPrivilegedJobSetting over docker_test.go `testAllowedPrivilegedJob` for the job
+/// image `alpine`: its rows are the same as services_test.go `testAllowedPrivilegedService`
+/// ([`PRIVILEGED_SERVICES`]: privileged expected, `privileged`, `allowed_privileged_images`).
+fn privileged_job_table(t: &mut Tally) {
+    for (i, (want, privileged, allowed)) in PRIVILEGED_SERVICES.iter().enumerate() {
+        let got = resolved(DockerConfig {
+            privileged: *privileged,
+            allowed_privileged_images: strings(allowed),
+            ..Default::default()
+        })
+        .map(|s| containers::host_config(&s, &[], "alpine").privileged);
+        t.check(
+            &format!("{D} TestDockerPrivilegedJobSetting"),
+            &format!("#{i} privileged={privileged} {allowed:?}"),
+            got == Ok(Some(*want)),
+            || format!("privileged {got:?}, want {want}"),
+        );
+    }
+}
+
+/// TestDocker(Services)SecurityOptSetting: a `seccomp=<file>` entry is sent with the file's
+/// JSON inline, other entries as written.
+fn security_opt_table(t: &mut Tally) {
+    let profile = r#"{"defaultAction":"SCMP_ACT_ERRNO"}"#;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("seccomp-profile.json");
+    std::fs::write(&path, profile).expect("profile");
+    let options = vec![
+        format!("seccomp={}", path.display()),
+        "apparmor=unconfined".to_string(),
+    ];
+    let want = vec![
+        format!("seccomp={profile}"),
+        "apparmor=unconfined".to_string(),
+    ];
+    for (test, service) in [
+        ("TestDockerSecurityOptSetting", false),
+        ("TestDockerServicesSecurityOptSetting", true),
+    ] {
+        let mut docker = DockerConfig::default();
+        if service {
+            docker.services_security_opt = options.clone();
+        } else {
+            docker.security_opt = options.clone();
+        }
+        let got = resolved(docker).map(|s| {
+            if service {
+                services::host_config(&s, "alpine:latest", &[], None).security_opt
+            } else {
+                containers::host_config(&s, &[], "alpine").security_opt
+            }
+        });
+        let file = if service { S } else { D };
+        t.check(
+            &format!("{file} {test}"),
+            "seccomp file and apparmor",
+            got.as_ref() == Ok(&Some(want.clone())),
+            || format!("security_opt {got:?}"),
+        );
+    }
+}
+
+/// TestDockerMacAddress: every endpoint of the build container carries `mac_address` (API 1.44
+/// and later).
+fn mac_address_case(t: &mut Tally) {
+    let network = services::JobNetwork {
+        mac_address: Some("92:d0:c6:0a:29:33".into()),
+        legacy_api: services::legacy_endpoint_api("1.44"),
+        ..Default::default()
+    };
+    let endpoints = network
+        .endpoint(Vec::new())
+        .and_then(|n| n.endpoints_config)
+        .unwrap_or_default();
+    let agrees = !endpoints.is_empty()
+        && endpoints
+            .values()
+            .all(|e| e.mac_address.as_deref() == Some("92:d0:c6:0a:29:33"));
+    t.check(&format!("{D} TestDockerMacAddress"), "", agrees, || {
+        format!("endpoints {endpoints:?}")
+    });
+}
+
 pub fn host_settings_tables(t: &mut Tally) {
+    privileged_job_table(t);
+    security_opt_table(t);
+    mac_address_case(t);
     for (file, test, service, set, check) in rows() {
         let host = settings(set).map(|s| {
             if service {

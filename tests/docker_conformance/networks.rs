@@ -8,9 +8,10 @@
 //! here that state is reached through the manager's own calls: a per-build network is created
 //! (scripted create and inspect) before the call under test.
 //!
-//! Not applicable (5 cases): TestNewDefaultManager checks a Go type; TestAdopt_* (4) cover
-//! `Adopt`, which takes over the network of a suspended build when it is resumed; drover has
-//! no suspend and resume.
+//! Not applicable (6 cases): TestNewDefaultManager checks a Go type; TestAdopt_* (4) cover
+//! `Adopt`, which takes over the network of a suspended build when it is resumed (drover has
+//! no suspend and resume); docker_test.go TestDockerCreateNetwork "networks manager not
+//! created" checks a nil manager.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -31,7 +32,7 @@ use super::{block_on, Tally};
 const FILE: &str = "executors/docker/internal/networks/manager_test.go";
 
 /// The cases of the file that do not apply, with the reason (listed in the module doc).
-pub const NOT_APPLICABLE: usize = 5;
+pub const NOT_APPLICABLE: usize = 6;
 
 /// One Engine call upstream's mock expects, with its answer.
 #[derive(Debug, Clone)]
@@ -43,8 +44,12 @@ enum Call {
         &'static str,
         Result<(&'static str, &'static str, bool), &'static str>,
     ),
+    /// NetworkInspect `id`, answered with the network `id` and these attached containers.
+    Attached(&'static str, &'static [&'static str]),
     /// NetworkRemove (any ID): `Ok` or the error text.
     Remove(Result<(), &'static str>),
+    /// ContainerRemove (any ID): `Ok` or the error text.
+    RemoveContainer(Result<(), &'static str>),
 }
 
 /// The scripted Engine: answers calls in script order, records what does not match and the
@@ -98,6 +103,12 @@ impl NetworkEngine for Scripted {
                     })
                 })
                 .map_err(str::to_string),
+            Some(Call::Attached(want, containers)) if want == id => Ok(Some(NetworkFacts {
+                id: id.to_string(),
+                name: id.to_string(),
+                enable_ipv6: false,
+                containers: containers.iter().map(|c| c.to_string()).collect(),
+            })),
             other => {
                 self.script
                     .problem(format!("inspect {id:?}, expected {other:?}"));
@@ -118,10 +129,14 @@ impl NetworkEngine for Scripted {
     }
 
     async fn remove_container(&self, id: &str) -> Result<(), String> {
-        self.script.problem(format!(
-            "remove container {id:?}: no call of the kind expected"
-        ));
-        Err("unexpected container removal".to_string())
+        match self.script.next() {
+            Some(Call::RemoveContainer(answer)) => answer.map_err(str::to_string),
+            other => {
+                self.script
+                    .problem(format!("remove container {id:?}, expected {other:?}"));
+                Err("unexpected container removal".to_string())
+            }
+        }
     }
 }
 
@@ -522,10 +537,98 @@ fn labels_case(t: &mut Tally) {
     );
 }
 
+/// executors/docker/docker_test.go TestDockerCreateNetwork: the executor's create and cleanup
+/// of the job's network ([`NetworkManager::create`], then [`NetworkManager::teardown`]: inspect
+/// for the containers still attached, remove them, remove the network). Upstream mocks the
+/// manager; here its Engine calls are scripted. A cleanup error is upstream's only when the
+/// network's removal fails (a failed inspect or container removal is logged and the cleanup
+/// goes on). "networks manager not created" checks a nil manager: not applicable.
+fn executor_network_table(t: &mut Tally) {
+    // (case, FF value, calls, create fails, removal error expected).
+    type Case = (&'static str, &'static str, &'static [Call], bool, bool);
+    let cases: &[Case] = &[
+        ("network not created", "false", &[], false, false),
+        (
+            "network created",
+            "true",
+            &[
+                Call::Create(Ok("test-network")),
+                Call::Inspect("test-network", Ok(("test-network", "test-network", false))),
+                Call::Attached("test-network", &[]),
+                Call::Remove(Ok(())),
+            ],
+            false,
+            false,
+        ),
+        (
+            "network creation failed",
+            "true",
+            &[Call::Create(Err("test-err"))],
+            true,
+            false,
+        ),
+        (
+            "network inspect failed",
+            "true",
+            &[
+                Call::Create(Ok("test-network")),
+                Call::Inspect("test-network", Ok(("test-network", "test-network", false))),
+                Call::Inspect("test-network", Err("test-err")),
+            ],
+            false,
+            false,
+        ),
+        (
+            "removing container failed",
+            "true",
+            &[
+                Call::Create(Ok("test-network")),
+                Call::Inspect("test-network", Ok(("test-network", "test-network", false))),
+                Call::Attached("test-network", &["abc"]),
+                Call::RemoveContainer(Err("test-err")),
+                Call::Remove(Ok(())),
+            ],
+            false,
+            false,
+        ),
+        (
+            "network cleanup failed",
+            "true",
+            &[
+                Call::Create(Ok("test-network")),
+                Call::Inspect("test-network", Ok(("test-network", "test-network", false))),
+                Call::Attached("test-network", &[]),
+                Call::Remove(Err("test-err")),
+            ],
+            false,
+            true,
+        ),
+    ];
+    for (case, flag, calls, create_fails, removal_fails) in cases {
+        let engine = Scripted::new(calls);
+        let mut m = NetworkManager::new(&engine);
+        let (created, problems) = block_on(async {
+            let created = m.create(&request(flag, &settings("", 0, false))).await;
+            (created, m.teardown().await)
+        });
+        let removal_failed = problems.iter().any(|p| p.starts_with("removing network"));
+        let unexpected = engine.problems();
+        t.check(
+            "executors/docker/docker_test.go TestDockerCreateNetwork",
+            case,
+            created.is_err() == *create_fails
+                && removal_failed == *removal_fails
+                && unexpected.is_empty(),
+            || format!("create {created:?}, cleanup problems {problems:?}; {unexpected:?}"),
+        );
+    }
+}
+
 pub fn networks_tables(t: &mut Tally) {
     create_table(t);
     mtu_table(t);
     inspect_table(t);
     cleanup_table(t);
     labels_case(t);
+    executor_network_table(t);
 }
