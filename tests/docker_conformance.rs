@@ -2416,6 +2416,109 @@ fn misconfiguration_tables(t: &mut Tally) {
     }
 }
 
+/// executors/docker/docker_test.go TestClassifyContainerCreateError: the Engine refusing a
+/// container's settings (400, "invalid argument") is a configuration error keeping the
+/// Engine's text; a 5xx and any other error stay failures of the system.
+fn create_error_table(t: &mut Tally) {
+    use drover::executor::containers::JobOrSystem;
+    let cases = [
+        (
+            "invalid argument (daemon 400) becomes ConfigurationError",
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 400,
+                message: "invalid environment variable: =/builds/gold-trial1/test.tmp".into(),
+            },
+            true,
+        ),
+        (
+            "daemon internal error (5xx) is left unchanged",
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 500,
+                message: "something broke on the daemon".into(),
+            },
+            false,
+        ),
+        (
+            "generic error is left unchanged",
+            bollard::errors::Error::IOError {
+                err: std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    "dial unix /var/run/docker.sock: connect: connection refused",
+                ),
+            },
+            false,
+        ),
+    ];
+    for (case, err, configuration) in cases {
+        let text = match &err {
+            bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+            e => e.to_string(),
+        };
+        let got = containers::create_error("container build", err);
+        let agrees = match &got {
+            JobOrSystem::Job(f) => {
+                configuration
+                    && f.reason == drover::executor::FailureReason::RunnerConfigurationError
+                    && f.message.contains(&text)
+            }
+            JobOrSystem::System(e) => !configuration && e.to_string().contains(&text),
+        };
+        t.check(
+            "executors/docker/docker_test.go TestClassifyContainerCreateError",
+            case,
+            agrees,
+            || format!("{got:?}"),
+        );
+    }
+}
+
+/// executors/docker/docker_test.go TestPrepareMissingDockerConfig: a docker runner without
+/// `[runners.docker]` fails in preparation as a configuration error, before any Engine call
+/// (the endpoint here does not exist).
+fn missing_docker_config_case(t: &mut Tally) {
+    let runner = drover::config::RunnerConfig {
+        executor: "docker".into(),
+        ..Default::default()
+    };
+    let settings = drover::executor::RunnerSettings::from_config(&runner, "");
+    let payload = drover::job::JobPayload::from_json(
+        &serde_json::json!({
+            "id": 1, "token": "t", "job_info": {"project_id": 1},
+            "git_info": {"repo_url": "http://gitlab.example.com/g/p.git"},
+            "steps": [{"name": "script", "script": ["true"]}]
+        })
+        .to_string(),
+    )
+    .expect("payload");
+    let endpoint = drover::executor::DockerEndpoint {
+        host: Some("unix:///nonexistent/drover-conformance/docker.sock".into()),
+        tls_cert_path: None,
+        tls_verify: false,
+    };
+    let req = drover::executor::JobRequest {
+        payload: &payload,
+        runner: &settings,
+        endpoint: &endpoint,
+        machine_name: None,
+        slot: Default::default(),
+    };
+    let mut sink = drover::executor::MemorySink::default();
+    let control = drover::executor::JobControl {
+        cancel: Default::default(),
+        abort: Default::default(),
+    };
+    let got = block_on(drover::executor::run_job(req, &mut sink, control));
+    let agrees = matches!(&got, Err(drover::executor::JobError::Failed(f))
+        if f.reason == drover::executor::FailureReason::RunnerConfigurationError
+            && f.message.starts_with("missing docker configuration"));
+    t.check(
+        "executors/docker/docker_test.go TestPrepareMissingDockerConfig",
+        "",
+        agrees,
+        || format!("{got:?}"),
+    );
+}
+
 /// executors/docker/config_updater_test.go TestDockerConfigUpdate: `[runners.docker] gpus` as
 /// reported to GitLab (`config.gpus`), trimmed.
 fn config_updater_table(t: &mut Tally) {
@@ -2468,6 +2571,9 @@ fn docker_conformance() {
     config_updater_table(&mut t);
     misconfiguration_tables(&mut t);
     host_settings::host_settings_tables(&mut t);
+    service_definitions::alias_collision_case(&mut t);
+    create_error_table(&mut t);
+    missing_docker_config_case(&mut t);
     for (table, cases, agree) in &t.tables {
         println!("  {table}: {cases} cases, {agree} agree");
     }

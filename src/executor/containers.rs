@@ -85,8 +85,9 @@ pub fn build_user(
             return Err(JobFailure::new(
                 FailureReason::RunnerConfigurationError,
                 format!(
-                    "user {u:?} is not allowed: allowed_users is [{}]",
-                    settings.allowed_users.join(", ")
+                    "user {u:?} is not an allowed user: [{}]; ask the runner's operator to add \
+                     it to allowed_users, or run as an allowed user",
+                    settings.allowed_users.join(" ")
                 ),
             ));
         }
@@ -430,7 +431,7 @@ async fn remove(docker: &Docker, id: &str, volumes: bool) -> Result<(), bollard:
 /// A failed container create: the Engine refusing the container's settings (400) is a
 /// configuration error, as upstream classifies it; anything else a system failure. `what`
 /// names the container (`container <name>`).
-pub(crate) fn create_error(what: &str, e: bollard::errors::Error) -> JobOrSystem {
+pub fn create_error(what: &str, e: bollard::errors::Error) -> JobOrSystem {
     match e {
         bollard::errors::Error::DockerResponseServerError {
             status_code: 400,

@@ -7,6 +7,7 @@
 
 use bollard::models::HostConfig;
 use drover::config::{DockerConfig, RunnerConfig};
+use drover::executor::script::variables::{Var, VarList};
 use drover::executor::{containers, docker_options, services, RunnerSettings};
 
 use super::{Tally, PRIVILEGED_SERVICES};
@@ -334,7 +335,128 @@ fn mac_address_case(t: &mut Tally) {
     });
 }
 
+/// TestDockerImageWithUser: (case, runner `user`, job `docker: user`, allowed_users, the build
+/// container's user, or None for a refusal naming upstream's text). `TTUSER` is set to the
+/// expected user, as upstream's test sets it.
+fn image_user_table(t: &mut Tally) {
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static [&'static str],
+        Option<&'static str>,
+    );
+    let cases: &[Case] = &[
+        ("no allowed users, neither specified", "", "", &[], Some("")),
+        (
+            "no allowed users, runner user specified",
+            "baba",
+            "",
+            &[],
+            Some("baba"),
+        ),
+        (
+            "no allowed users, job user specified",
+            "",
+            "baba",
+            &[],
+            Some("baba"),
+        ),
+        (
+            "no allowed users, both specified",
+            "baba",
+            "yaga",
+            &[],
+            Some("baba"),
+        ),
+        (
+            "ok allowed users, neither specified",
+            "",
+            "",
+            &["baba"],
+            Some(""),
+        ),
+        (
+            "ok allowed users, runner user specified",
+            "baba",
+            "",
+            &["baba"],
+            Some("baba"),
+        ),
+        (
+            "ok allowed users, job user specified",
+            "",
+            "baba",
+            &["baba"],
+            Some("baba"),
+        ),
+        (
+            "ok allowed users, both specified",
+            "baba",
+            "yaga",
+            &["baba"],
+            Some("baba"),
+        ),
+        (
+            "ok allowed users, job user as variable",
+            "",
+            "${TTUSER}",
+            &["baba"],
+            Some("baba"),
+        ),
+        (
+            "bad allowed users, runner user specified",
+            "baba",
+            "",
+            &["yaga"],
+            None,
+        ),
+        (
+            "bad allowed users, job user specified",
+            "",
+            "baba",
+            &["yaga"],
+            None,
+        ),
+        (
+            "bad allowed users, both specified",
+            "baba",
+            "yaga",
+            &["blammo"],
+            None,
+        ),
+    ];
+    for (case, runner_user, job_user, allowed, want) in cases {
+        let vars = VarList {
+            vars: vec![Var {
+                key: "TTUSER".into(),
+                value: want.unwrap_or_default().to_string(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let got = resolved(DockerConfig {
+            user: runner_user.to_string(),
+            allowed_users: strings(allowed),
+            ..Default::default()
+        })
+        .and_then(|s| containers::build_user(&s, &vars.expand(job_user)).map_err(|e| e.message));
+        let agrees = match (&got, want) {
+            (Ok(user), Some(w)) => user.as_deref().unwrap_or_default() == *w,
+            (Err(e), None) => e.contains("is not an allowed user"),
+            _ => false,
+        };
+        t.check(
+            &format!("{D} TestDockerImageWithUser"),
+            case,
+            agrees,
+            || format!("user {got:?}, want {want:?}"),
+        );
+    }
+}
+
 pub fn host_settings_tables(t: &mut Tally) {
+    image_user_table(t);
     privileged_job_table(t);
     security_opt_table(t);
     mac_address_case(t);

@@ -181,3 +181,29 @@ pub fn service_definitions_table(t: &mut Tally) {
         });
     }
 }
+
+/// services_test.go TestCreateFromServiceDefinition_AliasCollisionWarning: `nginx:latest` with
+/// alias `shared`, third service of the job, after a service that holds `nginx` and `shared`:
+/// one warning per alias in upstream's words, and no alias left, so it is not started.
+pub fn alias_collision_case(t: &mut Tally) {
+    let def = |image: &str| ServiceDefinition {
+        image: image.to_string(),
+        aliases: vec!["shared".to_string()],
+        ..Default::default()
+    };
+    let mut taken = services::Aliases::default();
+    let earlier = def("nginx");
+    let _ = taken.claim(&services::parse_name(&earlier.image), &earlier, 0);
+    let late = def("nginx:latest");
+    let (aliases, warnings) = taken.claim(&services::parse_name(&late.image), &late, 2);
+    let want = [
+        r#"Skipping alias "nginx" for service "nginx:latest" (services[2]): alias is already in use by another service."#,
+        r#"Skipping alias "shared" for service "nginx:latest" (services[2]): alias is already in use by another service."#,
+    ];
+    t.check(
+        "executors/docker/services_test.go TestCreateFromServiceDefinition_AliasCollisionWarning",
+        "",
+        aliases.is_empty() && want.iter().all(|w| warnings.iter().any(|g| g == w)),
+        || format!("aliases {aliases:?}, warnings {warnings:?}"),
+    );
+}
