@@ -2239,6 +2239,19 @@ fn volume_manager_tables(t: &mut Tally) {
     }
 }
 
+/// Job 1 of project 1 with one `true` step.
+fn one_step_payload() -> drover::job::JobPayload {
+    drover::job::JobPayload::from_json(
+        &serde_json::json!({
+            "id": 1, "token": "t", "job_info": {"project_id": 1},
+            "git_info": {"repo_url": "http://gitlab.example.com/g/p.git"},
+            "steps": [{"name": "script", "script": ["true"]}]
+        })
+        .to_string(),
+    )
+    .expect("payload")
+}
+
 /// executors/docker/docker_test.go TestPrepareBuildsDir (the parser-creation case is Go
 /// internals): (name, builds_dir, volumes, Some(shared) or None for an error).
 fn prepare_builds_dir_table(t: &mut Tally) {
@@ -2271,15 +2284,7 @@ fn prepare_builds_dir_table(t: &mut Tally) {
         ("rootDir is /", "/", &[], None),
         ("error on volume parsing", "/build", &[""], None),
     ];
-    let payload = drover::job::JobPayload::from_json(
-        &serde_json::json!({
-            "id": 1, "token": "t", "job_info": {"project_id": 1},
-            "git_info": {"repo_url": "http://gitlab.example.com/g/p.git"},
-            "steps": [{"name": "script", "script": ["true"]}]
-        })
-        .to_string(),
-    )
-    .expect("payload");
+    let payload = one_step_payload();
     for (name, root, vols, want) in cases {
         let mut runner = drover::executor::RunnerSettings {
             token: "glrt-conformance".into(),
@@ -2481,15 +2486,7 @@ fn missing_docker_config_case(t: &mut Tally) {
         ..Default::default()
     };
     let settings = drover::executor::RunnerSettings::from_config(&runner, "");
-    let payload = drover::job::JobPayload::from_json(
-        &serde_json::json!({
-            "id": 1, "token": "t", "job_info": {"project_id": 1},
-            "git_info": {"repo_url": "http://gitlab.example.com/g/p.git"},
-            "steps": [{"name": "script", "script": ["true"]}]
-        })
-        .to_string(),
-    )
-    .expect("payload");
+    let payload = one_step_payload();
     let endpoint = drover::executor::DockerEndpoint {
         host: Some("unix:///nonexistent/drover-conformance/docker.sock".into()),
         tls_cert_path: None,
