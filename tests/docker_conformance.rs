@@ -2569,6 +2569,7 @@ fn docker_conformance() {
     misconfiguration_tables(&mut t);
     host_settings::host_settings_tables(&mut t);
     service_definitions::alias_collision_case(&mut t);
+    service_definitions::service_pull_policy_table(&mut t);
     create_error_table(&mut t);
     missing_docker_config_case(&mut t);
     for (table, cases, agree) in &t.tables {

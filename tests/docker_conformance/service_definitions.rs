@@ -207,3 +207,83 @@ pub fn alias_collision_case(t: &mut Tally) {
         || format!("aliases {aliases:?}, warnings {warnings:?}"),
     );
 }
+
+/// Whether `parts` occur in `text` in this order.
+fn in_order(text: &str, parts: &[&str]) -> bool {
+    let mut rest = text;
+    parts.iter().all(|p| match rest.find(p) {
+        Some(i) => {
+            rest = &rest[i + p.len()..];
+            true
+        }
+        None => false,
+    })
+}
+
+/// services_test.go TestDockerWith…ServiceImagePullPolicy…: the service `alpine` (`alpine:latest`
+/// once its name is parsed, as the executor pulls it) with its own `pull_policy` against the
+/// config's `pull_policy` and `allowed_pull_policies`: accepted, or refused with upstream's
+/// text (the image, then the policies in the order upstream's pattern names them).
+pub fn service_pull_policy_table(t: &mut Tally) {
+    type Case = (
+        &'static str,
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static [&'static str],
+    );
+    let cases: &[Case] = &[
+        (
+            "TestDockerWithNoDockerConfigAndWithServiceImagePullPolicyAlways",
+            &[],
+            &[],
+            &["always"],
+            &[],
+        ),
+        (
+            "TestDockerWithDockerConfigAlwaysAndIfNotPresentAndWithServiceImagePullPolicyIfNotPresent",
+            &["always", "if-not-present"],
+            &[],
+            &["if-not-present"],
+            &[],
+        ),
+        (
+            "TestDockerWithDockerConfigAlwaysButNotAllowedAndWithNoServiceImagePullPolicy",
+            &["always"],
+            &["if-not-present"],
+            &[],
+            &["always", " Runner config ", "if-not-present"],
+        ),
+        (
+            "TestDockerWithDockerConfigAlwaysAndWithServiceImagePullPolicyIfNotPresent",
+            &["always"],
+            &["always"],
+            &["if-not-present"],
+            &["if-not-present", " GitLab pipeline config ", "always"],
+        ),
+    ];
+    for (test, config, allowed, own, refusal) in cases {
+        let name = services::parse_name("alpine");
+        let got = drover::executor::image::effective_pull_policies_for(
+            &name.image,
+            &strings(own),
+            &strings(config),
+            &strings(allowed),
+        );
+        let agrees = match &got {
+            Ok(_) => refusal.is_empty(),
+            Err(e) => {
+                !refusal.is_empty()
+                    && e.message
+                        .contains(r#"invalid pull policy for image "alpine:latest""#)
+                    && in_order(&e.message, refusal)
+            }
+        };
+        t.check(
+            &format!("executors/docker/services_test.go {test}"),
+            "",
+            agrees,
+            || format!("{got:?}"),
+        );
+    }
+}
