@@ -1585,21 +1585,9 @@ fn services_devices_table(t: &mut Tally) {
             .iter()
             .map(|(p, d)| (p.to_string(), strings(d)))
             .collect();
-        let got: Option<Vec<(String, String, String)>> =
-            docker_options::resolve(&s).ok().map(|s| {
-                services::host_config(&s, image, &[], None)
-                    .devices
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|d| {
-                        (
-                            d.path_on_host.unwrap_or_default(),
-                            d.path_in_container.unwrap_or_default(),
-                            d.cgroup_permissions.unwrap_or_default(),
-                        )
-                    })
-                    .collect()
-            });
+        let got: Option<Vec<(String, String, String)>> = docker_options::resolve(&s)
+            .ok()
+            .map(|s| host_settings::devices_of(&services::host_config(&s, image, &[], None)));
         let want: Option<Vec<(String, String, String)>> = want.map(|w| {
             w.iter()
                 .map(|p| (p.to_string(), p.to_string(), "rwm".to_string()))

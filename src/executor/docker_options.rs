@@ -137,7 +137,7 @@ pub fn parse_gpus(value: &str) -> Result<DeviceRequest, String> {
                 }
                 req.options = Some(options);
             }
-            other => return Err(format!("unexpected key {other:?} in {field:?}")),
+            other => return Err(format!("unexpected key '{other}' in '{field}'")),
         }
     }
     if !seen.iter().any(|k| k == "count") && req.device_ids.is_none() {

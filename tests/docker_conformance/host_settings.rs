@@ -32,14 +32,28 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-/// The one device a host config maps, as (host, container, permissions).
+/// The devices a host config maps, as (host, container, permissions), sorted.
+pub fn devices_of(h: &HostConfig) -> Vec<(String, String, String)> {
+    let mut v: Vec<(String, String, String)> = h
+        .devices
+        .iter()
+        .flatten()
+        .map(|d| {
+            (
+                d.path_on_host.clone().unwrap_or_default(),
+                d.path_in_container.clone().unwrap_or_default(),
+                d.cgroup_permissions.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The one device a host config maps.
 fn device(h: &HostConfig) -> Option<(String, String, String)> {
-    match h.devices.as_deref() {
-        Some([d]) => Some((
-            d.path_on_host.clone().unwrap_or_default(),
-            d.path_in_container.clone().unwrap_or_default(),
-            d.cgroup_permissions.clone().unwrap_or_default(),
-        )),
+    match devices_of(h).as_slice() {
+        [d] => Some(d.clone()),
         _ => None,
     }
 }
@@ -455,7 +469,166 @@ fn image_user_table(t: &mut Tally) {
     }
 }
 
+/// A device request as (driver, count, device IDs, capabilities, options).
+type Request = (
+    String,
+    i64,
+    Vec<String>,
+    Vec<Vec<String>>,
+    std::collections::HashMap<String, String>,
+);
+
+/// TestDockerServicesDeviceRequestsSetting and TestDockerGetServicesDeviceRequests:
+/// `service_gpus` as the service container's device requests, upstream's expected request
+/// (count, device IDs; driver empty, capability `gpu`, no options), none for an empty value,
+/// or a refusal with upstream's parse error.
+fn service_gpus_table(t: &mut Tally) {
+    type Case = (
+        &'static str,
+        &'static str,
+        Result<Option<(i64, &'static [&'static str])>, &'static str>,
+    );
+    let cases: &[Case] = &[
+        (
+            "TestDockerServicesDeviceRequestsSetting request all GPUs",
+            "all",
+            Ok(Some((-1, &[]))),
+        ),
+        (
+            "TestDockerServicesDeviceRequestsSetting gpus is empty string",
+            "",
+            Ok(None),
+        ),
+        (
+            "TestDockerGetServicesDeviceRequests request all GPUs",
+            "all",
+            Ok(Some((-1, &[]))),
+        ),
+        (
+            "TestDockerGetServicesDeviceRequests request GPUs by device ID",
+            "\"device=1,2\"",
+            Ok(Some((0, &["1", "2"]))),
+        ),
+        (
+            "TestDockerGetServicesDeviceRequests request GPUs by count",
+            "2",
+            Ok(Some((2, &[]))),
+        ),
+        (
+            "TestDockerGetServicesDeviceRequests gpus is empty string",
+            "",
+            Ok(None),
+        ),
+        (
+            "TestDockerGetServicesDeviceRequests parse gpus string error",
+            "somestring=thatshouldtriggeranerror",
+            Err("unexpected key 'somestring' in 'somestring=thatshouldtriggeranerror'"),
+        ),
+    ];
+    for (test, gpus, want) in cases {
+        let got = resolved(DockerConfig {
+            service_gpus: gpus.to_string(),
+            ..Default::default()
+        })
+        .map(|s| {
+            services::host_config(&s, "alpine:latest", &[], None)
+                .device_requests
+                .map(|rs| {
+                    rs.into_iter()
+                        .map(|r| -> Request {
+                            (
+                                r.driver.unwrap_or_default(),
+                                r.count.unwrap_or_default(),
+                                r.device_ids.unwrap_or_default(),
+                                r.capabilities.unwrap_or_default(),
+                                r.options.unwrap_or_default(),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+        });
+        let agrees = match (&got, want) {
+            (Ok(None), Ok(None)) => true,
+            (Ok(Some(rs)), Ok(Some((count, ids)))) => {
+                rs.as_slice()
+                    == [(
+                        String::new(),
+                        *count,
+                        strings(ids),
+                        vec![vec!["gpu".to_string()]],
+                        Default::default(),
+                    )]
+            }
+            (Err(e), Err(text)) => e.contains(text),
+            _ => false,
+        };
+        let (name, case) = test.split_once(' ').unwrap_or((test, ""));
+        t.check(&format!("{D} {name}"), case, agrees, || format!("{got:?}"));
+    }
+}
+
+/// TestDockerServicesDevicesSetting: `services_devices` patterns matching the service image
+/// `alpine:latest` (not `nomatch`) give it their devices.
+fn services_devices_setting_table(t: &mut Tally) {
+    type Case = (
+        &'static str,
+        &'static [(&'static str, &'static [&'static str])],
+        &'static [(&'static str, &'static str, &'static str)],
+    );
+    let cases: &[Case] = &[
+        (
+            "same host and container path",
+            &[
+                ("alpine:*", &["/dev/usb:/dev/usb:ro"]),
+                ("alp*", &["/dev/kvm", "/dev/dri"]),
+                ("nomatch", &["/dev/null"]),
+            ],
+            &[
+                ("/dev/usb", "/dev/usb", "ro"),
+                ("/dev/kvm", "/dev/kvm", "rwm"),
+                ("/dev/dri", "/dev/dri", "rwm"),
+            ],
+        ),
+        (
+            "different host and container path",
+            &[
+                ("alpine:*", &["/dev/usb:/dev/xusb:ro"]),
+                ("alp*", &["/dev/kvm:/dev/xkvm", "/dev/dri"]),
+                ("nomatch", &["/dev/null"]),
+            ],
+            &[
+                ("/dev/usb", "/dev/xusb", "ro"),
+                ("/dev/kvm", "/dev/xkvm", "rwm"),
+                ("/dev/dri", "/dev/dri", "rwm"),
+            ],
+        ),
+    ];
+    for (case, devices, want) in cases {
+        let got = resolved(DockerConfig {
+            services_devices: devices
+                .iter()
+                .map(|(p, d)| (p.to_string(), strings(d)))
+                .collect(),
+            ..Default::default()
+        })
+        .map(|s| devices_of(&services::host_config(&s, "alpine:latest", &[], None)));
+        let mut want: Vec<(String, String, String)> = want
+            .iter()
+            .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+            .collect();
+        want.sort();
+        t.check(
+            &format!("{S} TestDockerServicesDevicesSetting"),
+            case,
+            got.as_ref() == Ok(&want),
+            || format!("{got:?}"),
+        );
+    }
+}
+
 pub fn host_settings_tables(t: &mut Tally) {
+    service_gpus_table(t);
+    services_devices_setting_table(t);
     image_user_table(t);
     privileged_job_table(t);
     security_opt_table(t);
