@@ -286,8 +286,8 @@ fn privileged_job_table(t: &mut Tally) {
     }
 }
 
-/// TestDocker(Services)SecurityOptSetting: a `seccomp=<file>` entry is sent with the file's
-/// JSON inline, other entries as written.
+/// docker_test.go TestDocker(Services)SecurityOptSetting: a `seccomp=<file>` entry is sent
+/// with the file's JSON inline, other entries as written.
 fn security_opt_table(t: &mut Tally) {
     let profile = r#"{"defaultAction":"SCMP_ACT_ERRNO"}"#;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -318,9 +318,8 @@ fn security_opt_table(t: &mut Tally) {
                 containers::host_config(&s, &[], "alpine").security_opt
             }
         });
-        let file = if service { S } else { D };
         t.check(
-            &format!("{file} {test}"),
+            &format!("{D} {test}"),
             "seccomp file and apparmor",
             got.as_ref() == Ok(&Some(want.clone())),
             || format!("security_opt {got:?}"),
@@ -618,7 +617,7 @@ fn services_devices_setting_table(t: &mut Tally) {
             .collect();
         want.sort();
         t.check(
-            &format!("{S} TestDockerServicesDevicesSetting"),
+            &format!("{D} TestDockerServicesDevicesSetting"),
             case,
             got.as_ref() == Ok(&want),
             || format!("{got:?}"),
