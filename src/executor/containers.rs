@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, DeviceMapping, HostConfig, HostConfigLogConfig, ResourcesUlimits,
-    RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, DeviceMapping, HostConfig, HostConfigIsolationEnum, HostConfigLogConfig,
+    ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{CreateContainerOptions, RemoveContainerOptions};
 use bollard::Docker;
@@ -85,8 +85,9 @@ pub fn build_user(
             return Err(JobFailure::new(
                 FailureReason::RunnerConfigurationError,
                 format!(
-                    "user {u:?} is not allowed: allowed_users is [{}]",
-                    settings.allowed_users.join(", ")
+                    "user {u:?} is not an allowed user: [{}]; ask the runner's operator to add \
+                     it to allowed_users, or run as an allowed user",
+                    settings.allowed_users.join(" ")
                 ),
             ));
         }
@@ -187,7 +188,20 @@ pub fn host_config(s: &DockerSettings, binds: &[String], image_name: &str) -> Ho
         device_cgroup_rules: none_if_empty(&s.device_cgroup_rules),
         restart_policy: Some(no_restart()),
         log_config: Some(json_file_logging(&s.log_options)),
+        isolation: isolation(s.isolation.as_deref()),
         ..Default::default()
+    }
+}
+
+/// `isolation` as the Engine takes it (upstream sets it on the build and service containers);
+/// unset stays unset. On Linux only `default` gets here: `docker_options::resolve` refuses
+/// the others.
+pub(crate) fn isolation(value: Option<&str>) -> Option<HostConfigIsolationEnum> {
+    match value? {
+        "default" => Some(HostConfigIsolationEnum::DEFAULT),
+        "process" => Some(HostConfigIsolationEnum::PROCESS),
+        "hyperv" => Some(HostConfigIsolationEnum::HYPERV),
+        _ => None,
     }
 }
 
@@ -417,7 +431,7 @@ async fn remove(docker: &Docker, id: &str, volumes: bool) -> Result<(), bollard:
 /// A failed container create: the Engine refusing the container's settings (400) is a
 /// configuration error, as upstream classifies it; anything else a system failure. `what`
 /// names the container (`container <name>`).
-pub(crate) fn create_error(what: &str, e: bollard::errors::Error) -> JobOrSystem {
+pub fn create_error(what: &str, e: bollard::errors::Error) -> JobOrSystem {
     match e {
         bollard::errors::Error::DockerResponseServerError {
             status_code: 400,

@@ -137,7 +137,7 @@ pub fn parse_gpus(value: &str) -> Result<DeviceRequest, String> {
                 }
                 req.options = Some(options);
             }
-            other => return Err(format!("unexpected key {other:?} in {field:?}")),
+            other => return Err(format!("unexpected key '{other}' in '{field}'")),
         }
     }
     if !seen.iter().any(|k| k == "count") && req.device_ids.is_none() {
@@ -162,9 +162,12 @@ pub fn resolve(ds: &DockerSettings) -> Result<DockerSettings, JobFailure> {
         .filter(|k| !matches!(*k, "env" | "labels"))
         .collect();
     if !bad_keys.is_empty() {
+        // Upstream's text (Go's quoting of the two key lists), then where to fix it.
+        let quoted: Vec<String> = bad_keys.iter().map(|k| format!("{k:?}")).collect();
         return Err(config_error(format!(
-            "invalid log_options: only \"env\" and \"labels\" are allowed, but found: {}",
-            bad_keys.join(", ")
+            "invalid log options: only [\"env\" \"labels\"] are allowed, but found: [{}]; fix \
+             log_options in [runners.docker]",
+            quoted.join(" ")
         )));
     }
     for dns in &ds.dns {
@@ -176,7 +179,8 @@ pub fn resolve(ds: &DockerSettings) -> Result<DockerSettings, JobFailure> {
     }
     if let Some(iso) = ds.isolation.as_deref().filter(|i| *i != "default") {
         return Err(config_error(format!(
-            "the isolation value {iso:?} is not valid on Linux: leave it unset or write \"default\""
+            "the isolation value {iso:?} is not valid. the valid values on Linux are: 'default' \
+             and an empty string; fix isolation in [runners.docker]"
         )));
     }
     if let Some(mac) = ds.mac_address.as_deref().filter(|m| !is_mac_address(m)) {
@@ -202,8 +206,8 @@ pub fn resolve(ds: &DockerSettings) -> Result<DockerSettings, JobFailure> {
     for (key, list) in device_lists {
         if let Some(bad) = list.iter().find(|d| d.split(':').count() > 3) {
             return Err(config_error(format!(
-                "invalid device {bad:?} in [runners.docker] {key}: too many colons; write \
-                 host[:container[:permissions]]"
+                "failed to parse device string {bad:?}: too many colons; write \
+                 host[:container[:permissions]] in [runners.docker] {key}"
             )));
         }
     }

@@ -212,18 +212,25 @@ pub fn check_allowed(
     if same_as_config || glob::any_matches(&rules, reference) {
         return Ok(parsed);
     }
-    let (what, key) = match list {
-        AllowList::Images => ("image", "allowed images"),
-        AllowList::Services => ("service", "allowed services"),
+    Err(disallowed(reference, list, &rules))
+}
+
+/// The failure of a reference that no rule of `list` allows, in upstream's words (the lines
+/// its job log shows: the image, the list with its rules, where to look).
+pub fn disallowed(reference: &str, list: AllowList, rules: &[&str]) -> JobFailure {
+    let option = match list {
+        AllowList::Images => "images",
+        AllowList::Services => "services",
     };
-    Err(JobFailure::new(
+    JobFailure::new(
         FailureReason::RunnerConfigurationError,
         format!(
-            "the {reference:?} {what} is not present on list of {key}: {}; ask the runner's \
-             operator to add it, or use an image that matches one of them",
+            "The {reference:?} image is not present on list of allowed {option}: {}. Please \
+             check runner's allowed_images configuration: \
+             https://docs.gitlab.com/runner/configuration/advanced-configuration/",
             rules.join(", ")
         ),
-    ))
+    )
 }
 
 /// The job's image: its `image:` (already expanded) if allowed, else the config image.

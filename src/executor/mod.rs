@@ -22,6 +22,7 @@ pub mod glob;
 pub mod image;
 pub mod labels;
 pub mod leftovers;
+pub mod networks;
 pub mod paths;
 pub mod plan;
 mod run;

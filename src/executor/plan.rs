@@ -32,8 +32,9 @@ pub struct JobPlan {
     /// The image's name as written (the job's `image:` expanded, else the config `image`):
     /// what `allowed_privileged_images` is matched against, as upstream does.
     pub image_as_written: String,
-    /// The per-build network (`FF_NETWORK_PER_BUILD` without a `network_mode`), if any.
-    pub network_name: Option<String>,
+    /// The per-build network's name when `FF_NETWORK_PER_BUILD` is on (it is created only
+    /// without a `network_mode`: the networks manager decides).
+    pub per_build_network: Option<String>,
 }
 
 /// Works out a job's variables, paths, settings and image.
@@ -128,7 +129,6 @@ pub fn plan_job(
             payload.id,
         )
     });
-    let network_name = per_build_name.clone().filter(|_| ds.network_mode.is_none());
     let vars = job_variables(
         payload,
         runner,
@@ -160,7 +160,7 @@ pub fn plan_job(
         volumes: parsed_volumes,
         image_name,
         image_as_written,
-        network_name,
+        per_build_network: per_build_name,
     })
 }
 

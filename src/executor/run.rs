@@ -64,8 +64,10 @@ pub(crate) struct JobRun<'r> {
     volumes: Volumes,
     cancel_consumed: bool,
     started: Instant,
-    /// The per-build network, removed after the containers.
-    network: Option<String>,
+    /// The job's network; its per-build network is removed after the containers.
+    network: Option<
+        crate::executor::networks::NetworkManager<crate::executor::networks::DockerNetworks>,
+    >,
     /// The phase under a time limit of its own (`prepare_timeout`, `get_sources_timeout`).
     phase: Option<Phase>,
     /// The services' logs followed into the job log (`CI_DEBUG_SERVICES`).
@@ -837,8 +839,8 @@ impl<'r> JobRun<'r> {
                     Err(e) => problems.push(format!("removing volume {v}: {e}")),
                 }
             }
-            if let Some(network) = self.network.take() {
-                problems.extend(crate::executor::services::remove_network(&docker, &network).await);
+            if let Some(mut network) = self.network.take() {
+                problems.extend(network.teardown().await);
             }
             problems
         };

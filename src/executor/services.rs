@@ -1,12 +1,12 @@
 //! Services of one job (upstream's `services.go`): the definitions from
 //! `[[runners.docker.services]]` and from the job, their names, aliases and containers, the
-//! per-build network (`FF_NETWORK_PER_BUILD`), the link emulation on the default bridge
+//! name of the per-build network (`FF_NETWORK_PER_BUILD`; `networks` makes it), the link emulation on the default bridge
 //! (`alias:ip` entries in the helper's and build container's `ExtraHosts`), and the
 //! wait-for-services check, which runs the helper's `health-check` in a short-lived container
 //! per service and only ever warns.
 //!
 //! The pure parts ([`definitions`], [`parse_name`], [`Aliases`], [`links`]) are unit-tested;
-//! [`start`], [`wait_for_services`] and the network functions do the Engine work. Service
+//! [`start`] and [`wait_for_services`] do the Engine work. Service
 //! containers are recorded in the job's container list as soon as they exist, so cleanup
 //! removes them on every path.
 //!
@@ -20,8 +20,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, EndpointSettings, HostConfig,
-    NetworkCreateRequest, NetworkingConfig,
+    ContainerCreateBody, ContainerInspectResponse, EndpointSettings, HostConfig, NetworkingConfig,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, LogsOptions, StartContainerOptions,
@@ -32,7 +31,7 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use crate::executor::containers::{force_remove, json_file_logging, nano_cpus, no_restart};
-use crate::executor::error::{not_found, FailureReason, JobFailure, SystemError};
+use crate::executor::error::{FailureReason, JobFailure, SystemError};
 use crate::executor::glob;
 use crate::executor::script::variables::VarList;
 use crate::executor::settings::{DockerSettings, ServiceSettings};
@@ -120,12 +119,11 @@ pub fn definitions(
             && !glob::any_matches(&settings.allowed, &image)
             && !internal.contains(&image)
         {
-            return Err(JobFailure::new(
-                FailureReason::RunnerConfigurationError,
-                format!(
-                    "the {image:?} image is not present on list of allowed services: {}",
-                    settings.allowed.join(", ")
-                ),
+            let rules: Vec<&str> = settings.allowed.iter().map(String::as_str).collect();
+            return Err(crate::executor::image::disallowed(
+                &image,
+                crate::executor::image::AllowList::Services,
+                &rules,
             ));
         }
         out.push(ServiceDefinition {
@@ -144,7 +142,7 @@ pub fn definitions(
             return Err(JobFailure::new(
                 FailureReason::RunnerConfigurationError,
                 format!(
-                    "too many services requested: {} (services_limit is {limit}); \
+                    "too many services requested: {}, only {limit} allowed (services_limit); \
                      ask the runner's operator to raise services_limit or use fewer services",
                     out.len()
                 ),
@@ -453,6 +451,7 @@ pub fn host_config(
         userns_mode: ds.userns_mode.clone(),
         restart_policy: Some(no_restart()),
         log_config: Some(json_file_logging(&ds.log_options)),
+        isolation: crate::executor::containers::isolation(ds.isolation.as_deref()),
         devices: {
             let devices: Vec<_> = s
                 .devices
@@ -484,7 +483,26 @@ pub struct JobNetwork {
     pub legacy_api: bool,
 }
 
+/// Whether an Engine of API version `version` (`1.41`) takes the legacy endpoint form, older
+/// than 1.44, where no MAC address can be set (an unparsable version counts as older).
+pub fn legacy_endpoint_api(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) < (1, 44),
+        _ => true,
+    }
+}
+
 impl JobNetwork {
+    /// Upstream's job-log warning when `mac_address` is set but the Engine's API is older than
+    /// 1.44, so it cannot be applied.
+    pub fn legacy_mac_warning(&self) -> Option<&'static str> {
+        (self.legacy_api && self.mac_address.is_some()).then_some(
+            "mac_address is configured, but the Docker daemon's API version is older than 1.44; \
+             it cannot be applied to this container",
+        )
+    }
+
     /// Whether the network mode names a user-defined network (not the default bridge,
     /// `host`, `none` or another container's network): containers get aliases there.
     pub fn user_defined(&self) -> bool {
@@ -530,63 +548,6 @@ impl JobNetwork {
                 None | Some("") | Some("bridge") | Some("default")
             )
     }
-}
-
-/// Creates the per-build bridge network.
-pub async fn create_network(
-    docker: &Docker,
-    name: &str,
-    labels: HashMap<String, String>,
-    settings: &ServiceSettings,
-) -> Result<(), SystemError> {
-    let mut options = HashMap::new();
-    if settings.network_mtu > 0 {
-        options.insert(
-            "com.docker.network.driver.mtu".to_string(),
-            settings.network_mtu.to_string(),
-        );
-    }
-    let request = NetworkCreateRequest {
-        name: name.to_string(),
-        driver: Some("bridge".into()),
-        enable_ipv6: Some(settings.enable_ipv6),
-        options: Some(options),
-        labels: Some(labels),
-        ..Default::default()
-    };
-    docker
-        .create_network(request)
-        .await
-        .map_err(|e| SystemError::docker(format!("create network {name}"), e))?;
-    Ok(())
-}
-
-/// Removes the per-build network, force-removing any container still attached (404 ignored).
-pub async fn remove_network(docker: &Docker, name: &str) -> Vec<String> {
-    let mut problems = Vec::new();
-    match docker
-        .inspect_network(
-            name,
-            None::<bollard::query_parameters::InspectNetworkOptions>,
-        )
-        .await
-    {
-        Ok(net) => {
-            for id in net.containers.unwrap_or_default().into_keys() {
-                if let Err(e) = force_remove(docker, &id).await {
-                    problems.push(format!("removing container {id} from network {name}: {e}"));
-                }
-            }
-        }
-        Err(e) if not_found(&e) => return problems,
-        Err(e) => problems.push(format!("inspecting network {name}: {e}")),
-    }
-    match docker.remove_network(name).await {
-        Ok(()) => {}
-        Err(e) if not_found(&e) => {}
-        Err(e) => problems.push(format!("removing network {name}: {e}")),
-    }
-    problems
 }
 
 /// What [`start`] needs besides the definitions.

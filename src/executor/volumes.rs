@@ -262,11 +262,22 @@ pub fn builds_dir_host_mounted(volumes: &[VolumeSpec], root_dir: &str) -> bool {
     })
 }
 
+/// The refusal of a container path used twice, naming the path cleaned as upstream cleans it
+/// (a relative path stays relative).
 fn already_defined(dst: &str) -> JobFailure {
+    let cleaned = clean(dst);
+    let shown = if dst.starts_with('/') {
+        cleaned.as_str()
+    } else {
+        match cleaned.trim_start_matches('/') {
+            "" => ".",
+            relative => relative,
+        }
+    };
     JobFailure::new(
         FailureReason::RunnerConfigurationError,
         format!(
-            "volume for container path {dst:?} is already defined: remove one of the \
+            "volume for container path {shown:?} is already defined: remove one of the \
              [runners.docker] volumes entries for it"
         ),
     )
@@ -339,7 +350,7 @@ pub fn plan(i: &PlanInputs<'_>) -> Result<VolumePlan, JobFailure> {
                 let dst = absolute(&spec.destination)?;
                 let key = clean(&dst);
                 if taken.contains(&key) {
-                    return Err(already_defined(&key));
+                    return Err(already_defined(&dst));
                 }
                 taken.push(key);
                 out.host_binds.push(
@@ -352,7 +363,7 @@ pub fn plan(i: &PlanInputs<'_>) -> Result<VolumePlan, JobFailure> {
             }
             None => {
                 if !add_cache(&mut out, &mut taken, &spec.destination, false)? {
-                    return Err(already_defined(&clean(&spec.destination)));
+                    return Err(already_defined(&absolute(&spec.destination)?));
                 }
             }
         }

@@ -8,7 +8,6 @@
 //! inner `pullDockerImage` directly are run through `get` with the `always` policy and a first
 //! inspect that finds nothing, which is the path by which `GetDockerImage` reaches it.
 
-use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -19,6 +18,7 @@ use drover::executor::trace::mask::Masker;
 use drover::executor::trace::{MemorySink, Trace};
 use drover::executor::FailureReason;
 
+use super::script::Script;
 use super::{block_on, Tally};
 
 const FILE: &str = "executors/docker/internal/pull/manager_test.go";
@@ -33,10 +33,8 @@ enum Call {
 }
 
 /// The scripted Engine: answers calls in script order and records what does not match.
-#[derive(Default)]
 struct Scripted {
-    script: Mutex<VecDeque<Call>>,
-    problems: Mutex<Vec<String>>,
+    script: Script<Call>,
     pull_platforms: Mutex<Vec<Option<String>>>,
     inspect_platforms: Mutex<Vec<Option<String>>>,
 }
@@ -44,31 +42,10 @@ struct Scripted {
 impl Scripted {
     fn new(calls: &[Call]) -> Self {
         Scripted {
-            script: Mutex::new(calls.iter().cloned().collect()),
-            ..Default::default()
+            script: Script::new(calls),
+            pull_platforms: Mutex::default(),
+            inspect_platforms: Mutex::default(),
         }
-    }
-
-    fn next(&self) -> Option<Call> {
-        self.script.lock().ok().and_then(|mut s| s.pop_front())
-    }
-
-    fn problem(&self, p: String) {
-        if let Ok(mut v) = self.problems.lock() {
-            v.push(p);
-        }
-    }
-
-    /// What went wrong: unexpected calls, then expected calls never made.
-    fn problems(&self) -> Vec<String> {
-        let mut out = self.problems.lock().map(|v| v.clone()).unwrap_or_default();
-        if let Ok(rest) = self.script.lock() {
-            out.extend(
-                rest.iter()
-                    .map(|c| format!("expected call not made: {c:?}")),
-            );
-        }
-        out
     }
 }
 
@@ -90,12 +67,13 @@ impl ImageEngine for Scripted {
         if let Ok(mut v) = self.inspect_platforms.lock() {
             v.push(platform.map(Platform::specifier));
         }
-        match self.next() {
+        match self.script.next() {
             Some(Call::Inspect(want, answer)) if want == name => answer
                 .map(|o| o.map(|id| image_with_id(name, id)))
                 .map_err(str::to_string),
             other => {
-                self.problem(format!("inspect {name:?}, expected {other:?}"));
+                self.script
+                    .problem(format!("inspect {name:?}, expected {other:?}"));
                 Ok(None)
             }
         }
@@ -110,10 +88,11 @@ impl ImageEngine for Scripted {
         if let Ok(mut v) = self.pull_platforms.lock() {
             v.push(platform.map(Platform::specifier));
         }
-        match self.next() {
+        match self.script.next() {
             Some(Call::Pull(want, answer)) if want == reference => answer.map_err(str::to_string),
             other => {
-                self.problem(format!("pull {reference:?}, expected {other:?}"));
+                self.script
+                    .problem(format!("pull {reference:?}, expected {other:?}"));
                 Err("unexpected pull".to_string())
             }
         }
@@ -156,7 +135,7 @@ fn run(calls: &[Call], gets: &[(&str, &[PullPolicy], &str)]) -> (Vec<Outcome>, V
             log,
         });
     }
-    (outcomes, engine.problems())
+    (outcomes, engine.script.problems())
 }
 
 use FailureReason::*;
@@ -813,7 +792,7 @@ fn auth_cases(t: &mut Tally) {
             ImageError::Job(f) => f.message,
             ImageError::System(s) => s.to_string(),
         });
-        (r, log, engine.problems())
+        (r, log, engine.script.problems())
     };
     let (r, _, problems) = pull(
         r#"{"credsStore": "../../usr/bin/sudo"}"#,

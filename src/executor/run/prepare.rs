@@ -13,6 +13,7 @@ use crate::executor::containers::{build_user, ContainerInputs, JobOrSystem};
 use crate::executor::error::{FailureReason, JobFailure, SystemError};
 use crate::executor::image::{self, ImageError, Puller};
 use crate::executor::labels::LabelFacts;
+use crate::executor::networks::{DockerNetworks, NetworkManager, NetworkRequest};
 use crate::executor::paths;
 use crate::executor::plan;
 use crate::executor::script::detect_shell_command;
@@ -82,7 +83,7 @@ impl JobRun<'_> {
             volumes: volume_specs,
             image_name,
             image_as_written,
-            network_name,
+            per_build_network,
             ..
         } = plan;
         let service_defs = services::definitions(&ds.services, &payload.services, &vars)?;
@@ -91,8 +92,8 @@ impl JobRun<'_> {
         ));
         if ds.volume_keep {
             trace.warning(
-                "volume_keep is enabled: the containers' anonymous volumes are kept when they \
-                 are removed and may fill the disk",
+                "volume_keep is enabled: Docker volumes will not be removed after job completion \
+                 and may accumulate on disk",
             );
         }
         let (cache_remote, cache_warnings) = if payload
@@ -256,25 +257,22 @@ impl JobRun<'_> {
             .await?;
 
         self.mark("volumes ready");
-        let legacy_api = api_older_than_1_44(&engine.api_version);
-        if legacy_api && ds.mac_address.is_some() {
-            trace.warning(
-                "mac_address is configured, but the Docker Engine's API is older than 1.44: it \
-                 cannot be applied to the job's containers",
-            );
-        }
+        let mut networks = NetworkManager::new(DockerNetworks::new(docker.clone()));
+        let created = networks
+            .create(&NetworkRequest::for_job(ds, per_build_network, &facts))
+            .await;
         let network = services::JobNetwork {
-            mode: network_name.clone().or_else(|| ds.network_mode.clone()),
-            per_build: network_name.is_some(),
+            mode: networks.mode().map(str::to_string),
+            per_build: networks.per_build(),
             mac_address: ds.mac_address.clone(),
-            legacy_api,
+            legacy_api: services::legacy_endpoint_api(&engine.api_version),
         };
-        if let Some(name) = &network_name {
-            let mut labels = facts.labels("", &[]);
-            labels.retain(|k, _| !k.ends_with(".type"));
-            services::create_network(&docker, name, labels, &ds.services).await?;
-            self.network = Some(name.clone());
+        if let Some(w) = network.legacy_mac_warning() {
+            trace.warning(w);
         }
+        // Kept before any error, so cleanup removes a network created before it failed.
+        self.network = Some(networks);
+        created.map_err(SystemError::from)?;
         let mut container_labels = HashMap::new();
         for (k, v) in &ds.container_labels {
             container_labels.insert(k.clone(), vars.expand(v));
@@ -554,13 +552,4 @@ fn helper_image_variables(vars: &VarList) -> VarList {
         v.value = image::PINNED_HELPER_VERSION.to_string();
     }
     out
-}
-
-/// Whether an API version (`1.41`) is older than 1.44 (unparsable counts as older).
-fn api_older_than_1_44(version: &str) -> bool {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-    match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(major), Some(minor)) => (major, minor) < (1, 44),
-        _ => true,
-    }
 }
