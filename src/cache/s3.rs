@@ -4,7 +4,9 @@
 //! `DualStack = false`, `s3-accelerate` with `Accelerate`); path style when `PathStyle` says
 //! so, else automatically (virtual-host style on AWS, Google and Alibaba endpoints, path style
 //! on other custom endpoints and for dotted bucket names over https); access keys with an
-//! optional session token, or IAM credentials from the AWS chain ([`super::aws_credentials`]), and the server-side-encryption headers the PUT is signed with.
+//! optional session token, IAM credentials from the AWS chain ([`super::aws_credentials`]) or a
+//! role's STS credentials ([`super::sts`]), and the server-side-encryption headers the PUT is
+//! signed with.
 
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use crate::config::cache::CacheS3Config;
 use crate::executor::script::cache::{Download, Upload};
 
 /// Why an S3 cache cannot be used.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum S3Error {
     /// `BucketName` is empty.
     #[error("[runners.cache.s3] BucketName is empty")]
@@ -24,9 +26,14 @@ pub enum S3Error {
     /// `SecretKey` is empty, or with `AuthenticationType = "iam"`) could not be found.
     #[error("[runners.cache.s3] uses IAM credentials (ServerAddress, AccessKey or SecretKey is empty, or AuthenticationType = \"iam\"): {0}")]
     Iam(String),
-    /// `RoleARN` / `UploadRoleARN` need GoCloud URLs with STS credentials.
-    #[error("[runners.cache.s3] RoleARN/UploadRoleARN are not implemented by drover")]
-    RoleArn,
+    /// The role of `RoleARN` / `UploadRoleARN` could not be assumed.
+    #[error("[runners.cache.s3] {setting}: {message}")]
+    Role {
+        /// `RoleARN` or `UploadRoleARN`.
+        setting: &'static str,
+        /// What STS or the base credentials said.
+        message: String,
+    },
     /// An unknown `AuthenticationType`.
     #[error("[runners.cache.s3] AuthenticationType {0:?} is not one of access-key, iam")]
     AuthType(String),
@@ -65,34 +72,21 @@ impl S3Cache {
         expires: Duration,
         iam: Option<&Result<AwsCredentials, String>>,
     ) -> Result<Self, S3Error> {
+        let creds = base_credentials(c, iam)?;
+        Self::signed_with(c, expires, &creds)
+    }
+
+    /// The cache from `[runners.cache.s3]`, with URLs valid for `expires`, signed with `creds`
+    /// (the configured or IAM credentials, or a role's).
+    pub fn signed_with(
+        c: &CacheS3Config,
+        expires: Duration,
+        creds: &AwsCredentials,
+    ) -> Result<Self, S3Error> {
         if c.bucket_name.trim().is_empty() {
             return Err(S3Error::NoBucket);
         }
-        if !c.role_arn.is_empty() || !c.upload_role_arn.is_empty() {
-            return Err(S3Error::RoleArn);
-        }
-        let (access_key, secret_key, session_token) = match c.auth_type() {
-            Some("access-key") => (
-                c.access_key.clone(),
-                c.secret_key.clone(),
-                Some(c.session_token.clone()).filter(|t| !t.is_empty()),
-            ),
-            Some(_) => match iam {
-                Some(Ok(k)) => (
-                    k.access_key.clone(),
-                    k.secret_key.clone(),
-                    k.session_token.clone(),
-                ),
-                Some(Err(e)) => return Err(S3Error::Iam(e.clone())),
-                None => return Err(S3Error::Iam("the credentials were not looked up".into())),
-            },
-            None => return Err(S3Error::AuthType(c.authentication_type.clone())),
-        };
-        let region = if c.bucket_location.is_empty() {
-            "us-east-1".to_string()
-        } else {
-            c.bucket_location.clone()
-        };
+        let region = region(c);
         let endpoint = base_url(c, &region);
         let style = if path_style(c) {
             UrlStyle::Path
@@ -107,9 +101,13 @@ impl S3Cache {
         let url = reqwest::Url::parse(&endpoint).map_err(|e| bad(e.to_string()))?;
         let bucket = Bucket::new(url, style, c.bucket_name.clone(), region)
             .map_err(|e| bad(e.to_string()))?;
-        let credentials = match session_token {
-            None => Credentials::new(access_key, secret_key),
-            Some(token) => Credentials::new_with_token(access_key, secret_key, token),
+        let credentials = match &creds.session_token {
+            None => Credentials::new(creds.access_key.clone(), creds.secret_key.clone()),
+            Some(token) => Credentials::new_with_token(
+                creds.access_key.clone(),
+                creds.secret_key.clone(),
+                token.clone(),
+            ),
         };
         let kms = |alg: &str| {
             let mut h = vec![("x-amz-server-side-encryption".to_string(), alg.to_string())];
@@ -169,6 +167,41 @@ impl S3Cache {
             url: put.sign(self.expires).to_string(),
             headers: headers.iter().map(|(k, v)| format!("{k}: {v}")).collect(),
         }
+    }
+}
+
+/// The bucket's region: `BucketLocation`, else us-east-1.
+pub fn region(c: &CacheS3Config) -> String {
+    if c.bucket_location.is_empty() {
+        "us-east-1".to_string()
+    } else {
+        c.bucket_location.clone()
+    }
+}
+
+/// The credentials the settings sign with (before any role): `AccessKey`, `SecretKey` and
+/// `SessionToken` for the access-key type, else `iam`, the credential chain's result.
+pub fn base_credentials(
+    c: &CacheS3Config,
+    iam: Option<&Result<AwsCredentials, String>>,
+) -> Result<AwsCredentials, S3Error> {
+    if c.bucket_name.trim().is_empty() {
+        return Err(S3Error::NoBucket);
+    }
+    match c.auth_type() {
+        Some("access-key") => Ok(AwsCredentials {
+            access_key: c.access_key.clone(),
+            secret_key: c.secret_key.clone(),
+            session_token: Some(c.session_token.clone()).filter(|t| !t.is_empty()),
+            expires: None,
+            source: "config.toml",
+        }),
+        Some(_) => match iam {
+            Some(Ok(k)) => Ok(k.clone()),
+            Some(Err(e)) => Err(S3Error::Iam(e.clone())),
+            None => Err(S3Error::Iam("the credentials were not looked up".into())),
+        },
+        None => Err(S3Error::AuthType(c.authentication_type.clone())),
     }
 }
 
@@ -344,12 +377,6 @@ mod tests {
         assert_eq!(
             S3Cache::with_iam(&c, Duration::from_secs(1), Some(&failed)).unwrap_err(),
             S3Error::Iam("no AWS credentials found".into())
-        );
-        let mut c = config();
-        c.role_arn = "arn:aws:iam::1:role/x".into();
-        assert_eq!(
-            S3Cache::new(&c, Duration::from_secs(1)).unwrap_err(),
-            S3Error::RoleArn
         );
         // An unknown encryption uploads without encryption, as upstream (with a warning).
         let mut c = config();
