@@ -35,8 +35,13 @@
 //!   CancelingJobIncrementalUpdate, UpdateIntervalChanges, JobChecksum, JobBytesize (not
 //!   JobOutputLimit, in `tests/trace_conformance.rs`; not the runtime-environment-key and
 //!   `FF_USE_DYNAMIC_TRACE_FORCE_SEND_INTERVAL` rows, features drover does not have);
-//! * `network/client_test.go`: UrlFixing, ClientHandleCharsetInContentType; `network/remote_job_state_response_test.go`:
-//!   NewTracePatchResponse; `helpers/featureflags/flags_test.go`: IsOn;
+//! * `network/gitlab_test.go` getFeatures_TwoPhaseJobCommit, getFeatures_JobInputs,
+//!   RequestJob/RegisterRunner/UpdateJob_TransmitsTwoPhaseJobCommit,
+//!   VerifyRunner_TransmitsRunnerInfo; `network/retry_tracker_test.go`: WithRetryTracker;
+//! * `network/client_test.go`: UrlFixing, ClientHandleCharsetInContentType,
+//!   307and308Redirections, EnsureUserAgentAlwaysSent; `network/remote_job_state_response_test.go`:
+//!   NewTracePatchResponse; `helpers/featureflags/flags_test.go`: IsOn, GetAll (the flag list
+//!   and defaults);
 //! * `cache/cache_test.go`: GenerateObjectName (not the sharded rows: `FF_HASH_CACHE_KEYS` is
 //!   not implemented), CacheOperations (download and upload URLs; not GoCloud URLs);
 //! * `common/build_test.go`: GetPrepareTimeout, GetGetSourcesTimeout (the phase limits; the
@@ -3129,6 +3134,7 @@ async fn config_and_api_tables_of_upstream() {
     trace_loop(&mut t).await;
     gitlab_patch_outcomes(&mut t).await;
     update_interval_changes(&mut t).await;
+    client_transmissions(&mut t).await;
     t.finish("config-api");
 }
 
@@ -3835,4 +3841,307 @@ async fn wait_for_interval(run: &TraceRun, want: Duration) -> Duration {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     run.trace.update_interval()
+}
+
+/// `info.features.two_phase_job_commit` of the first recorded request.
+fn two_phase_sent(requests: &Mutex<Vec<String>>) -> Option<Option<bool>> {
+    requests
+        .lock()
+        .expect("requests")
+        .first()
+        .map(|q| body_json(q)["info"]["features"]["two_phase_job_commit"].as_bool())
+}
+
+/// The JSON body of a recorded request.
+fn body_json(request: &str) -> serde_json::Value {
+    serde_json::from_str(&sent(request).body).unwrap_or_default()
+}
+
+/// `network/gitlab_test.go` getFeatures_TwoPhaseJobCommit, getFeatures_JobInputs and the
+/// Transmits* tests (job request, register, verify, update), `retry_tracker_test.go`
+/// WithRetryTracker, `client_test.go` 307and308Redirections and EnsureUserAgentAlwaysSent,
+/// `helpers/featureflags` GetAll.
+async fn client_transmissions(t: &mut Tally) {
+    use drover::gitlab::{JobRequest, JobRequestOutcome, UpdateState};
+    let shell = drover::config::RunnerConfig {
+        executor: "shell".into(),
+        ..Default::default()
+    };
+    let info = Info::for_runner(&shell, &Default::default());
+    let features = serde_json::to_value(&info).unwrap_or_default()["features"].clone();
+    t.check(
+        "GitLabClient_getFeatures_TwoPhaseJobCommit",
+        features["two_phase_job_commit"].as_bool(),
+        Some(true),
+    );
+    t.check(
+        "GitLabClient_getFeatures_JobInputs",
+        features["job_inputs"].as_bool(),
+        Some(true),
+    );
+    let request = JobRequest {
+        token: "valid-token",
+        info: &info,
+        system_id: "s_some_system_id",
+        session: None,
+        runner_name: "r",
+    };
+
+    // The job request, with 204: no job, healthy.
+    let (url, requests) = scripted(vec![(204, vec![])]).await;
+    let r = plain_client(url).request_job(&request).await;
+    let sent_feature = two_phase_sent(&requests);
+    t.check(
+        "GitLabClient_RequestJob_TransmitsTwoPhaseJobCommit",
+        (
+            sent_feature,
+            matches!(r.outcome, JobRequestOutcome::NoJob),
+            r.is_healthy(),
+        ),
+        (Some(Some(true)), true, true),
+    );
+
+    // Register, with 201 and the new runner.
+    let created = (
+        201,
+        vec![("Content-Type", "application/json".to_owned())],
+        r#"{"id": 12345, "token": "valid-token"}"#.to_owned(),
+    );
+    let (url, requests) = scripted_bodies(vec![created.clone()]).await;
+    let params = drover::gitlab::RegisterParams {
+        registration_token: "valid-token".into(),
+        description: "test".into(),
+        ..Default::default()
+    };
+    let r = plain_client(url)
+        .register_runner(&params)
+        .await
+        .ok()
+        .map(|c| (c.id, c.token));
+    let sent_feature = two_phase_sent(&requests);
+    t.check(
+        "GitLabClient_RegisterRunner_TransmitsTwoPhaseJobCommit",
+        (sent_feature, r),
+        (Some(Some(true)), Some((12345, "valid-token".to_owned()))),
+    );
+
+    // Verify: the executor's info, its features and the system ID travel with it.
+    let mut ok = created;
+    ok.0 = 200;
+    let (url, requests) = scripted_bodies(vec![ok]).await;
+    let r = plain_client(url)
+        .verify_runner("valid-token", &info, "s_some_system_id")
+        .await
+        .ok()
+        .map(|c| c.id);
+    let sent_info = requests.lock().expect("requests").first().map(|q| {
+        let v = body_json(q);
+        (
+            v["info"]["features"]["cancel_gracefully"].as_bool(),
+            v["info"]["executor"].as_str().map(str::to_owned),
+            v["system_id"].as_str().map(str::to_owned),
+        )
+    });
+    t.check(
+        "GitLabClient_VerifyRunner_TransmitsRunnerInfo",
+        (sent_info, r),
+        (
+            Some((
+                Some(true),
+                Some("shell".to_owned()),
+                Some("s_some_system_id".to_owned()),
+            )),
+            Some(12345),
+        ),
+    );
+
+    // Update: the final state, with the features.
+    let (url, requests) = scripted(vec![(200, vec![])]).await;
+    let creds = JobCredentials {
+        id: 123,
+        token: "valid-token".into(),
+    };
+    let update = JobUpdate {
+        state: JobState::Success,
+        failure_reason: None,
+        exit_code: 0,
+        output: TraceOutput::default(),
+    };
+    let r = plain_client(url).update_job(&creds, &info, &update).await;
+    let sent_feature = two_phase_sent(&requests);
+    t.check(
+        "GitLabClient_UpdateJob_TransmitsTwoPhaseJobCommit",
+        (sent_feature, r.state),
+        (Some(Some(true)), UpdateState::Succeeded),
+    );
+
+    // WithRetryTracker: the push-back flag is set exactly when a retried status was seen.
+    let retry_now = || (429, vec![("Retry-After", "0".to_owned())]);
+    for (case, script, want) in [
+        (
+            "first-try success leaves tracker false",
+            vec![(204, vec![])],
+            false,
+        ),
+        (
+            "429 then success sets tracker",
+            vec![retry_now(), (204, vec![])],
+            true,
+        ),
+        (
+            "503 then success sets tracker",
+            vec![(503, vec![]), (204, vec![])],
+            true,
+        ),
+        (
+            "no tracker installed completes without panic",
+            vec![retry_now(), (204, vec![])],
+            true,
+        ),
+    ] {
+        let (url, _) = scripted(script).await;
+        let r = plain_client(url).request_job(&request).await;
+        t.check(
+            &format!("WithRetryTracker/{case}"),
+            (matches!(r.outcome, JobRequestOutcome::NoJob), r.pushed_back),
+            (true, want),
+        );
+    }
+
+    // 307and308Redirections: the method and the body are sent again to the new location.
+    // drover sends every body from memory, so upstream's piped body is the same case as its
+    // byte buffer here.
+    for code in [307u16, 308] {
+        for (case, body) in [
+            ("bytes buffer", "test payload"),
+            ("piped data", "test payload"),
+        ] {
+            let (url, requests) = serve(move |request| {
+                if request.starts_with("PATCH /redirected") {
+                    answer(200, &[])
+                } else {
+                    answer(code, &[("Location", "/redirected")])
+                }
+            })
+            .await;
+            let r = plain_client(url)
+                .patch_trace(
+                    &creds,
+                    0,
+                    bytes::Bytes::copy_from_slice(body.as_bytes()),
+                    false,
+                )
+                .await;
+            let resent = requests
+                .lock()
+                .expect("requests")
+                .iter()
+                .map(|q| sent(q))
+                .find(|s| s.method == "PATCH" && s.offset.is_some() && s.body == body)
+                .is_some();
+            let redirected = requests
+                .lock()
+                .expect("requests")
+                .iter()
+                .filter(|q| q.starts_with("PATCH /redirected"))
+                .map(|q| sent(q).body)
+                .collect::<Vec<_>>();
+            t.check(
+                &format!("307and308Redirections/code-{code}-{case}"),
+                (resent, redirected, r.status),
+                (true, vec![body.to_owned()], 200),
+            );
+        }
+    }
+
+    // "nil body": a call without a body (a token reset) follows the redirect the same way.
+    for code in [307u16, 308] {
+        let (url, requests) = serve(move |request| {
+            if request.starts_with("POST /redirected") {
+                (
+                    201,
+                    vec![("Content-Type", "application/json".to_owned())],
+                    r#"{"token": "new-token"}"#.to_owned(),
+                )
+            } else {
+                answer(code, &[("Location", "/redirected")])
+            }
+        })
+        .await;
+        let r = plain_client(url).reset_token_with_pat(1, "pat").await;
+        let redirected: Vec<String> = requests
+            .lock()
+            .expect("requests")
+            .iter()
+            .filter(|q| q.starts_with("POST /redirected"))
+            .map(|q| sent(q).body)
+            .collect();
+        t.check(
+            &format!("307and308Redirections/code-{code}-nil body"),
+            (redirected, r.ok().map(|c| c.token)),
+            (vec![String::new()], Some("new-token".to_owned())),
+        );
+    }
+
+    // EnsureUserAgentAlwaysSent: with and without a body.
+    let (url, requests) = scripted(vec![(200, vec![]), (200, vec![])]).await;
+    let client = plain_client(url);
+    client
+        .patch_trace(&creds, 0, bytes::Bytes::from_static(b"test"), false)
+        .await;
+    let _ = client.reset_token_with_pat(1, "pat").await;
+    let agents: Vec<Option<String>> = requests
+        .lock()
+        .expect("requests")
+        .iter()
+        .map(|q| head_header(q, "user-agent"))
+        .collect();
+    for (i, case) in ["request reader is present", "request reader is empty"]
+        .into_iter()
+        .enumerate()
+    {
+        t.check(
+            &format!("EnsureUserAgentAlwaysSent/{case}"),
+            agents.get(i).cloned().flatten(),
+            Some(drover::version::user_agent()),
+        );
+    }
+
+    // GetAll: every flag upstream knows, with its default (gitlab-runner 19.4,
+    // helpers/featureflags/flags.go).
+    // `+` marks a flag that defaults to true; the `FF_` prefix is left out.
+    let upstream_flags = "\
+        TEST_FEATURE NETWORK_PER_BUILD USE_LEGACY_KUBERNETES_EXECUTION_STRATEGY \
+        +USE_DIRECT_DOWNLOAD +USE_FASTZIP DISABLE_UMASK_FOR_DOCKER_EXECUTOR \
+        ENABLE_BASH_EXIT_CODE_CHECK USE_WINDOWS_LEGACY_PROCESS_STRATEGY USE_LEGACY_BASH_EVAL \
+        USE_POWERSHELL_PATH_RESOLVER USE_DYNAMIC_TRACE_FORCE_SEND_INTERVAL SCRIPT_SECTIONS \
+        ENABLE_JOB_CLEANUP KUBERNETES_HONOR_ENTRYPOINT POSIXLY_CORRECT_ESCAPES \
+        RESOLVE_FULL_TLS_CHAIN DISABLE_POWERSHELL_STDIN +USE_POD_ACTIVE_DEADLINE_SECONDS \
+        USE_ADVANCED_POD_SPEC_CONFIGURATION +SECRET_RESOLVING_FAILS_IF_MISSING \
+        PRINT_POD_EVENTS +USE_GIT_BUNDLE_URIS USE_GIT_NATIVE_CLONE \
+        USE_DUMB_INIT_WITH_KUBERNETES_EXECUTOR USE_INIT_WITH_DOCKER_EXECUTOR \
+        LOG_IMAGES_CONFIGURED_FOR_JOB +USE_DOCKER_AUTOSCALER_DIAL_STDIO \
+        CLEAN_UP_FAILED_CACHE_EXTRACT USE_WINDOWS_JOB_OBJECT +TIMESTAMPS \
+        DISABLE_AUTOMATIC_TOKEN_ROTATION USE_LEGACY_GCS_CACHE_ADAPTER \
+        DISABLE_UMASK_FOR_KUBERNETES_EXECUTOR USE_LEGACY_S3_CACHE_ADAPTER \
+        GIT_URLS_WITHOUT_TOKENS WAIT_FOR_POD_TO_BE_REACHABLE +MASK_ALL_DEFAULT_TOKENS \
+        EXPORT_HIGH_CARDINALITY_METRICS USE_FLEETING_ACQUIRE_HEARTBEATS \
+        +USE_EXPONENTIAL_BACKOFF_STAGE_RETRY +USE_ADAPTIVE_REQUEST_CONCURRENCY \
+        +USE_GITALY_CORRELATION_ID USE_GIT_PROACTIVE_AUTH HASH_CACHE_KEYS \
+        +ENABLE_JOB_INPUTS_INTERPOLATION USE_JOB_ROUTER SCRIPT_TO_STEP_MIGRATION \
+        USE_PARALLEL_CACHE_TRANSFER USE_PARALLEL_ARTIFACT_TRANSFER CONCRETE \
+        SUSPENDABLE_ENVIRONMENTS USE_NATIVE_CONTAINER_STOP";
+    let theirs: std::collections::BTreeSet<(String, bool)> = upstream_flags
+        .split_whitespace()
+        .map(|f| match f.strip_prefix('+') {
+            Some(name) => (format!("FF_{name}"), true),
+            None => (format!("FF_{f}"), false),
+        })
+        .collect();
+    let ours: std::collections::BTreeSet<(String, bool)> =
+        drover::executor::script::variables::FEATURE_FLAG_DEFAULTS
+            .iter()
+            .map(|(n, d)| ((*n).to_owned(), *d))
+            .collect();
+    t.check("GetAll", (ours.len(), ours), (52, theirs));
 }
