@@ -632,3 +632,53 @@ async fn role_arn_signs_with_the_roles_scoped_sts_credentials() {
         get.url
     );
 }
+
+/// Without `BucketLocation`, the runner asks the bucket for its region (GetBucketLocation, as
+/// upstream) and signs for it: a bucket moto created in eu-west-2 gets eu-west-2 URLs, one
+/// created without a location us-east-1, and an endpoint that does not answer falls back to
+/// us-east-1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_bucket_location_is_detected_from_the_bucket() {
+    use drover::cache::CacheRemote;
+    use drover::executor::script::cache::Remote;
+    let moto = Moto::start();
+    let created = moto.request_with_body(
+        "PUT",
+        "/drover-where",
+        "<CreateBucketConfiguration><LocationConstraint>eu-west-2</LocationConstraint></CreateBucketConfiguration>",
+    );
+    assert!(created.starts_with("HTTP/1.1 200"), "{created}");
+    assert!(moto
+        .request("PUT", "/drover-east")
+        .starts_with("HTTP/1.1 200"));
+    let closed = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead_port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    for (bucket, port, region) in [
+        ("drover-where", moto.port, "eu-west-2"),
+        ("drover-east", moto.port, "us-east-1"),
+        ("drover-where", dead_port, "us-east-1"),
+    ] {
+        let config = CacheConfig {
+            cache_type: "s3".into(),
+            s3: Some(CacheS3Config {
+                server_address: format!("127.0.0.1:{port}"),
+                access_key: "AKIDBASEKEY".into(),
+                secret_key: "base-secret".into(),
+                bucket_name: bucket.into(),
+                insecure: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let (remote, warnings) =
+            CacheRemote::resolving_iam(Some(&config), "shorttok", 93, Duration::from_secs(600))
+                .await;
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let url = remote.download("k").expect("download URL").url;
+        assert!(
+            url.contains(&format!("%2F{region}%2Fs3%2Faws4_request")),
+            "{bucket} on port {port}: {url}"
+        );
+    }
+}

@@ -351,10 +351,11 @@ async fn from_imds(http: &reqwest::Client, inputs: &ChainInputs) -> Result<AwsCr
     parse_credentials(&body, "instance profile").map_err(|e| format!("{creds_url}: {e}"))
 }
 
-/// The body of a successful answer, at most [`MAX_ANSWER`] bytes.
-async fn answer(request: reqwest::RequestBuilder, url: &str) -> Result<String, String> {
-    let mut response = request.send().await.map_err(|e| format!("{url}: {e}"))?;
-    let status = response.status();
+/// The body of an answer, at most [`MAX_ANSWER`] bytes (the AWS endpoints' answers are small).
+pub(crate) async fn read_body(
+    mut response: reqwest::Response,
+    url: &str,
+) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| format!("{url}: {e}"))? {
         if body.len() + chunk.len() > MAX_ANSWER {
@@ -362,6 +363,14 @@ async fn answer(request: reqwest::RequestBuilder, url: &str) -> Result<String, S
         }
         body.extend_from_slice(&chunk);
     }
+    Ok(body)
+}
+
+/// The body of a successful answer, at most [`MAX_ANSWER`] bytes.
+async fn answer(request: reqwest::RequestBuilder, url: &str) -> Result<String, String> {
+    let response = request.send().await.map_err(|e| format!("{url}: {e}"))?;
+    let status = response.status();
+    let body = read_body(response, url).await?;
     if !status.is_success() {
         return Err(format!("{url}: answered {status}"));
     }

@@ -40,6 +40,8 @@ pub struct LookedUp {
     pub download_role: Option<Result<AwsCredentials, String>>,
     /// The upload role's (`RoleARN`, else `UploadRoleARN`) credentials.
     pub upload_role: Option<Result<AwsCredentials, String>>,
+    /// The bucket's region found with GetBucketLocation when `BucketLocation` is empty.
+    pub region: Option<String>,
 }
 
 /// The roles of `[runners.cache.s3]` with their setting names: downloads use `RoleARN`;
@@ -125,14 +127,16 @@ impl CacheRemote {
             if s3c.auth_type() == Some("iam") {
                 looked.iam = Some(aws_credentials::cached_default_chain().await);
             }
+            let base = s3::base_credentials(s3c, looked.iam.as_ref()).map_err(|e| e.to_string());
+            if let (true, Ok(b)) = (s3c.bucket_location.is_empty(), &base) {
+                looked.region = Some(s3::detect_region(s3c, b).await);
+            }
             let (download, upload) = roles(s3c);
             if download.is_some() || upload.is_some() {
                 let prefix = prefix(c, short_token, project_id);
-                let region = s3::region(s3c);
+                let region = looked.region.clone().unwrap_or_else(|| s3::region(s3c));
                 let endpoint =
                     sts::endpoint(&aws_credentials::ChainInputs::from_process().env, &region);
-                let base =
-                    s3::base_credentials(s3c, looked.iam.as_ref()).map_err(|e| e.to_string());
                 let request = |role_arn, upload| sts::RoleRequest {
                     role_arn,
                     region: &region,
@@ -174,6 +178,18 @@ impl CacheRemote {
                     return local_because(
                         "[runners.cache] Type = \"s3\" has no [runners.cache.s3] section; using the local cache only".into(),
                     );
+                };
+                // The detected region stands for an empty BucketLocation.
+                let located;
+                let s3c = match &looked.region {
+                    Some(region) if s3c.bucket_location.is_empty() => {
+                        located = CacheS3Config {
+                            bucket_location: region.clone(),
+                            ..s3c.clone()
+                        };
+                        &located
+                    }
+                    _ => s3c,
                 };
                 let plain = s3::S3Cache::with_iam(s3c, expires, looked.iam.as_ref());
                 let (download_role, upload_role) = roles(s3c);

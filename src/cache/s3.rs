@@ -170,6 +170,88 @@ impl S3Cache {
     }
 }
 
+/// The region upstream falls back to.
+pub const FALLBACK_REGION: &str = "us-east-1";
+
+/// The bucket's region as upstream finds it when `BucketLocation` is empty: GetBucketLocation
+/// on the custom endpoint (else AWS's global one), signed for us-east-1 with `creds`; an empty
+/// answer is us-east-1 and `EU` is eu-west-1. Any failure gives us-east-1, with upstream's
+/// warning.
+pub async fn detect_region(c: &CacheS3Config, creds: &AwsCredentials) -> String {
+    match bucket_location(c, creds).await {
+        Ok(region) => {
+            tracing::debug!(bucket = %c.bucket_name, location = %region, "Successfully detected S3 bucket location");
+            region
+        }
+        Err(e) => {
+            tracing::warn!(bucket = %c.bucket_name, error = %e, "Failed to detect S3 bucket location, falling back to default region");
+            FALLBACK_REGION.to_owned()
+        }
+    }
+}
+
+/// The bucket's `?location` URL: path or virtual-host style as the settings say.
+pub fn location_url(c: &CacheS3Config) -> Result<reqwest::Url, String> {
+    let endpoint = custom_endpoint(c).unwrap_or_else(|| AWS_DEFAULT_ENDPOINT.to_owned());
+    let mut url =
+        reqwest::Url::parse(&endpoint).map_err(|e| format!("endpoint {endpoint:?}: {e}"))?;
+    if path_style(c) {
+        url.set_path(&format!("/{}", c.bucket_name));
+    } else {
+        let host = format!("{}.{}", c.bucket_name, url.host_str().unwrap_or_default());
+        url.set_host(Some(&host))
+            .map_err(|e| format!("bucket host {host:?}: {e}"))?;
+    }
+    url.set_query(Some("location"));
+    Ok(url)
+}
+
+async fn bucket_location(c: &CacheS3Config, creds: &AwsCredentials) -> Result<String, String> {
+    use sha2::{Digest, Sha256};
+    let url = location_url(c)?;
+    let empty = hex::encode(Sha256::digest(b""));
+    let headers = crate::cache::sts::Signed {
+        method: "GET",
+        url: &url,
+        region: FALLBACK_REGION,
+        service: "s3",
+        headers: vec![("x-amz-content-sha256".to_owned(), empty.clone())],
+        payload_hash: empty,
+    }
+    .sign(creds, chrono::Utc::now());
+    let http = crate::helper::http::client(Duration::from_secs(30))?;
+    let mut request = http.get(url.clone());
+    for (k, v) in headers {
+        request = request.header(k, v);
+    }
+    let response = request.send().await.map_err(|e| format!("{url}: {e}"))?;
+    let status = response.status();
+    let body = crate::cache::aws_credentials::read_body(response, url.as_str()).await?;
+    let xml = String::from_utf8_lossy(&body);
+    if !status.is_success() {
+        return Err(format!("{url} answered {status}"));
+    }
+    let constraint = location_constraint(&xml)
+        .ok_or_else(|| format!("{url}: the answer has no LocationConstraint"))?;
+    Ok(match constraint.as_str() {
+        "" => FALLBACK_REGION.to_owned(),
+        "EU" => "eu-west-1".to_owned(),
+        other => other.to_owned(),
+    })
+}
+
+/// The text of `<LocationConstraint …>…</LocationConstraint>` (empty when self-closing).
+fn location_constraint(xml: &str) -> Option<String> {
+    let start = xml.find("<LocationConstraint")?;
+    let open_end = start + xml[start..].find('>')?;
+    if xml[..open_end].ends_with('/') {
+        return Some(String::new());
+    }
+    let rest = &xml[open_end + 1..];
+    let end = rest.find("</LocationConstraint>")?;
+    Some(rest[..end].trim().to_owned())
+}
+
 /// The bucket's region: `BucketLocation`, else us-east-1.
 pub fn region(c: &CacheS3Config) -> String {
     if c.bucket_location.is_empty() {
@@ -389,5 +471,63 @@ mod tests {
             S3Cache::new(&c, Duration::from_secs(1)).unwrap_err(),
             S3Error::NoBucket
         );
+    }
+
+    #[test]
+    fn bucket_location_request_and_answers() {
+        let mut c = config();
+        c.server_address.clear();
+        c.bucket_name = "examplebucket".into();
+        let url = location_url(&c).unwrap();
+        assert_eq!(
+            url.as_str(),
+            "https://examplebucket.s3.amazonaws.com/?location"
+        );
+        // Signed as botocore's S3SigV4Auth signs it (2015-08-30T12:36:00Z).
+        let creds = AwsCredentials {
+            access_key: "AKIDEXAMPLE".into(),
+            secret_key: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".into(),
+            session_token: None,
+            expires: None,
+            source: "test",
+        };
+        let empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+        let headers = crate::cache::sts::Signed {
+            method: "GET",
+            url: &url,
+            region: FALLBACK_REGION,
+            service: "s3",
+            headers: vec![("x-amz-content-sha256".to_owned(), empty.to_owned())],
+            payload_hash: empty.to_owned(),
+        }
+        .sign(
+            &creds,
+            chrono::DateTime::parse_from_rfc3339("2015-08-30T12:36:00Z")
+                .unwrap()
+                .with_timezone(&chrono::Utc),
+        );
+        assert_eq!(
+            headers.last().map(|(_, v)| v.as_str()),
+            Some(
+                "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/s3/aws4_request, \
+                 SignedHeaders=host;x-amz-content-sha256;x-amz-date, \
+                 Signature=75f46d1e86e1717a90b65a89f6b62e42f88f9b3a608b51e8bdb4981e38ba42a5"
+            )
+        );
+        let ns = r#"xmlns="http://s3.amazonaws.com/doc/2006-03-01/""#;
+        assert_eq!(
+            location_constraint(&format!(
+                "<LocationConstraint {ns}>eu-west-2</LocationConstraint>"
+            )),
+            Some("eu-west-2".into())
+        );
+        assert_eq!(
+            location_constraint(&format!("<LocationConstraint {ns}/>")),
+            Some(String::new())
+        );
+        assert_eq!(location_constraint("<Error/>"), None);
+        // A custom endpoint in path style.
+        let url = location_url(&config()).unwrap();
+        assert_eq!(url.as_str(), "http://127.0.0.1:9000/cache?location");
     }
 }

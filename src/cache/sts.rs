@@ -31,8 +31,6 @@ pub const SESSION: Duration = Duration::from_secs(3600);
 const MAX_SESSION: Duration = Duration::from_secs(12 * 3600);
 /// Time allowed for one STS call.
 const STS_TIMEOUT: Duration = Duration::from_secs(30);
-/// The longest STS answer read.
-const MAX_ANSWER: usize = 64 * 1024;
 /// Cached role credentials kept at most.
 const CACHE_ENTRIES: usize = 1000;
 /// Concurrent AssumeRole calls when `AssumeRoleMaxConcurrency` is 0.
@@ -120,59 +118,109 @@ pub fn sign_form_post(
     creds: &AwsCredentials,
     now: DateTime<Utc>,
 ) -> Vec<(String, String)> {
-    const CONTENT_TYPE: &str = "application/x-www-form-urlencoded; charset=utf-8";
-    let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
-    let day = now.format("%Y%m%d").to_string();
-    let host = match url.port() {
-        Some(p) => format!("{}:{p}", url.host_str().unwrap_or_default()),
-        None => url.host_str().unwrap_or_default().to_owned(),
-    };
-    let mut headers = vec![
-        ("content-type".to_owned(), CONTENT_TYPE.to_owned()),
-        ("host".to_owned(), host),
-        ("x-amz-date".to_owned(), amz_date.clone()),
-    ];
-    if let Some(t) = &creds.session_token {
-        headers.push(("x-amz-security-token".to_owned(), t.clone()));
-    }
-    let signed: Vec<&str> = headers.iter().map(|(k, _)| k.as_str()).collect();
-    let signed = signed.join(";");
-    let canonical_headers: String = headers.iter().map(|(k, v)| format!("{k}:{v}\n")).collect();
-    let path = if url.path().is_empty() {
-        "/"
-    } else {
-        url.path()
-    };
-    let canonical = format!(
-        "POST\n{path}\n{}\n{canonical_headers}\n{signed}\n{}",
-        url.query().unwrap_or_default(),
-        hex::encode(Sha256::digest(body.as_bytes()))
-    );
-    let scope = format!("{day}/{region}/sts/aws4_request");
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
-        hex::encode(Sha256::digest(canonical.as_bytes()))
-    );
-    let mut key = format!("AWS4{}", creds.secret_key).into_bytes();
-    for part in [
-        day.as_str(),
+    let request = Signed {
+        method: "POST",
+        url,
         region,
-        "sts",
-        "aws4_request",
-        to_sign.as_str(),
-    ] {
-        key = hmac(&key, part.as_bytes());
+        service: "sts",
+        headers: vec![(
+            "content-type".to_owned(),
+            "application/x-www-form-urlencoded; charset=utf-8".to_owned(),
+        )],
+        payload_hash: hex::encode(Sha256::digest(body.as_bytes())),
+    };
+    request.sign(creds, now)
+}
+
+/// A request to sign with SigV4.
+pub struct Signed<'a> {
+    /// The HTTP method.
+    pub method: &'a str,
+    /// The URL (its query already encoded, pairs in sorted order).
+    pub url: &'a reqwest::Url,
+    /// The region of the credential scope.
+    pub region: &'a str,
+    /// The service of the credential scope (`sts`, `s3`).
+    pub service: &'a str,
+    /// Headers signed besides `host`, `x-amz-date` and the session token (names lower case,
+    /// in sorted order before those).
+    pub headers: Vec<(String, String)>,
+    /// The hex SHA-256 of the body.
+    pub payload_hash: String,
+}
+
+impl Signed<'_> {
+    /// The headers to send (`host` left to the HTTP client), `Authorization` last.
+    pub fn sign(mut self, creds: &AwsCredentials, now: DateTime<Utc>) -> Vec<(String, String)> {
+        let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
+        let day = now.format("%Y%m%d").to_string();
+        let host = match self.url.port() {
+            Some(p) => format!("{}:{p}", self.url.host_str().unwrap_or_default()),
+            None => self.url.host_str().unwrap_or_default().to_owned(),
+        };
+        let mut headers = std::mem::take(&mut self.headers);
+        headers.push(("host".to_owned(), host));
+        headers.push(("x-amz-date".to_owned(), amz_date.clone()));
+        if let Some(t) = &creds.session_token {
+            headers.push(("x-amz-security-token".to_owned(), t.clone()));
+        }
+        headers.sort();
+        let signed: Vec<&str> = headers.iter().map(|(k, _)| k.as_str()).collect();
+        let signed = signed.join(";");
+        let canonical_headers: String = headers.iter().map(|(k, v)| format!("{k}:{v}\n")).collect();
+        let path = if self.url.path().is_empty() {
+            "/"
+        } else {
+            self.url.path()
+        };
+        let query: String = match self.url.query() {
+            Some(q) => {
+                let mut pairs: Vec<String> = q
+                    .split('&')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| {
+                        if p.contains('=') {
+                            p.to_owned()
+                        } else {
+                            format!("{p}=")
+                        }
+                    })
+                    .collect();
+                pairs.sort();
+                pairs.join("&")
+            }
+            None => String::new(),
+        };
+        let canonical = format!(
+            "{}\n{path}\n{query}\n{canonical_headers}\n{signed}\n{}",
+            self.method, self.payload_hash
+        );
+        let scope = format!("{day}/{}/{}/aws4_request", self.region, self.service);
+        let to_sign = format!(
+            "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
+            hex::encode(Sha256::digest(canonical.as_bytes()))
+        );
+        let mut key = format!("AWS4{}", creds.secret_key).into_bytes();
+        for part in [
+            day.as_str(),
+            self.region,
+            self.service,
+            "aws4_request",
+            to_sign.as_str(),
+        ] {
+            key = hmac(&key, part.as_bytes());
+        }
+        headers.retain(|(k, _)| k != "host");
+        headers.push((
+            "authorization".to_owned(),
+            format!(
+                "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed}, Signature={}",
+                creds.access_key,
+                hex::encode(key)
+            ),
+        ));
+        headers
     }
-    headers.retain(|(k, _)| k != "host");
-    headers.push((
-        "authorization".to_owned(),
-        format!(
-            "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed}, Signature={}",
-            creds.access_key,
-            hex::encode(key)
-        ),
-    ));
-    headers
 }
 
 fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
@@ -231,24 +279,14 @@ pub async fn assume_role(
     for (k, v) in sign_form_post(&url, &body, &call.region, base, Utc::now()) {
         request = request.header(k, v);
     }
-    let mut response = request
+    let response = request
         .send()
         .await
         .map_err(|e| format!("STS AssumeRole at {endpoint}: {e}"))?;
     let status = response.status();
-    let mut answer = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
+    let answer = crate::cache::aws_credentials::read_body(response, endpoint)
         .await
-        .map_err(|e| format!("STS AssumeRole at {endpoint}: {e}"))?
-    {
-        if answer.len() + chunk.len() > MAX_ANSWER {
-            return Err(format!(
-                "STS AssumeRole at {endpoint}: answer longer than {MAX_ANSWER} bytes"
-            ));
-        }
-        answer.extend_from_slice(&chunk);
-    }
+        .map_err(|e| format!("STS AssumeRole: {e}"))?;
     let xml = String::from_utf8_lossy(&answer);
     if !status.is_success() {
         return Err(format!(
