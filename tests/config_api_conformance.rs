@@ -39,13 +39,17 @@
 //!   RequestJob/RegisterRunner/UpdateJob_TransmitsTwoPhaseJobCommit,
 //!   VerifyRunner_TransmitsRunnerInfo; `network/retry_tracker_test.go`: WithRetryTracker;
 //! * `network/client_test.go`: UrlFixing, ClientHandleCharsetInContentType,
-//!   307and308Redirections, EnsureUserAgentAlwaysSent; `network/remote_job_state_response_test.go`:
+//!   307and308Redirections, EnsureUserAgentAlwaysSent, ClientInvalidSSL, ClientTLSCAFile,
+//!   ClientCertificateInPredefinedDirectory, ClientInvalidTLSAuth, ClientTLSAuth,
+//!   ClientTLSAuthCertificatesInPredefinedDirectory (against a TLS server in the test); `network/remote_job_state_response_test.go`:
 //!   NewTracePatchResponse; `helpers/featureflags/flags_test.go`: IsOn, GetAll (the flag list
 //!   and defaults);
 //! * `cache/cache_test.go`: GenerateObjectName (not the sharded rows: `FF_HASH_CACHE_KEYS` is
 //!   not implemented), CacheOperations (download and upload URLs; not GoCloud URLs);
 //! * `common/build_test.go`: GetPrepareTimeout, GetGetSourcesTimeout (the phase limits; the
 //!   Build*Timeout runs are end-to-end tests in `tests/executor_engine.rs`).
+
+mod test_certs;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -3135,6 +3139,7 @@ async fn config_and_api_tables_of_upstream() {
     gitlab_patch_outcomes(&mut t).await;
     update_interval_changes(&mut t).await;
     client_transmissions(&mut t).await;
+    client_tls(&mut t).await;
     t.finish("config-api");
 }
 
@@ -4144,4 +4149,186 @@ async fn client_transmissions(t: &mut Tally) {
             .map(|(n, d)| ((*n).to_owned(), *d))
             .collect();
     t.check("GetAll", (ours.len(), ours), (52, theirs));
+}
+
+/// A TLS server on 127.0.0.1 (its certificate signed by `ca.pem` in `dir`) answering every
+/// request with `200 {}`, requiring a client certificate signed by the same CA when
+/// `client_auth`; returns its URL.
+async fn tls_server(dir: &std::path::Path, client_auth: bool) -> String {
+    let read = |name: &str| std::fs::read(dir.join(name)).expect("certificate file");
+    let certs = |name: &str| -> Vec<rustls::pki_types::CertificateDer<'static>> {
+        rustls_pemfile::certs(&mut read(name).as_slice())
+            .collect::<Result<_, _>>()
+            .expect("PEM certificates")
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions");
+    let builder = if client_auth {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in certs("ca.pem") {
+            roots.add(c).expect("CA");
+        }
+        builder.with_client_cert_verifier(
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .expect("client verifier"),
+        )
+    } else {
+        builder.with_no_client_auth()
+    };
+    let key = rustls_pemfile::private_key(&mut read("server-key.pem").as_slice())
+        .expect("key PEM")
+        .expect("a key");
+    let config = builder
+        .with_single_cert(certs("server-cert.pem"), key)
+        .expect("server certificate");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!(
+        "https://127.0.0.1:{}",
+        listener.local_addr().expect("addr").port()
+    );
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(answer_over_tls(acceptor.clone(), tcp));
+        }
+    });
+    url
+}
+
+/// Reads one request over TLS and answers `200 {}`.
+async fn answer_over_tls(acceptor: tokio_rustls::TlsAcceptor, tcp: tokio::net::TcpStream) {
+    let Ok(mut tls) = acceptor.accept(tcp).await else {
+        return;
+    };
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tls.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let _ = tls
+        .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+        .await;
+    let _ = tls.shutdown().await;
+}
+
+/// `network/client_test.go` ClientInvalidSSL, ClientTLSCAFile,
+/// ClientCertificateInPredefinedDirectory, ClientInvalidTLSAuth, ClientTLSAuth and
+/// ClientTLSAuthCertificatesInPredefinedDirectory: whether a call over TLS gets through (the
+/// CA chain handed to jobs is not compared here).
+async fn client_tls(t: &mut Tally) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let d = dir.path();
+    test_certs::make_ca(d, "ca");
+    test_certs::leaf(
+        d,
+        "ca",
+        "server-key.pem",
+        "server-cert.pem",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    test_certs::leaf(
+        d,
+        "ca",
+        "key.pem",
+        "cert.pem",
+        "extendedKeyUsage=clientAuth\n",
+    );
+    // The predefined directory: <host>.crt, <host>.auth.crt, <host>.auth.key.
+    let certs = d.join("certs");
+    std::fs::create_dir(&certs).expect("certs directory");
+    for (from, to) in [
+        ("ca.pem", "127.0.0.1.crt"),
+        ("cert.pem", "127.0.0.1.auth.crt"),
+        ("key.pem", "127.0.0.1.auth.key"),
+    ] {
+        std::fs::copy(d.join(from), certs.join(to)).expect("copy");
+    }
+    let info = Info::registration();
+    let through = |settings: ClientSettings| {
+        let info = &info;
+        async move {
+            match Client::new(&settings) {
+                Ok(c) => c
+                    .verify_runner("token", info, "s_0123456789ab")
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.status()),
+                Err(_) => Err(-100),
+            }
+        }
+    };
+    let plain = tls_server(d, false).await;
+    let mutual = tls_server(d, true).await;
+    let file = |name: &str| Some(d.join(name));
+    let in_dir = |url: &str| {
+        let runner = drover::config::RunnerConfig {
+            url: url.to_owned(),
+            ..Default::default()
+        };
+        ClientSettings::for_runner(&runner, Some(&certs))
+    };
+    let rows: Vec<(&str, ClientSettings, Result<(), i32>)> = vec![
+        (
+            "ClientInvalidSSL",
+            ClientSettings {
+                url: plain.clone(),
+                ..ClientSettings::default()
+            },
+            Err(-1),
+        ),
+        (
+            "ClientTLSCAFile",
+            ClientSettings {
+                url: plain.clone(),
+                tls_ca_file: file("ca.pem"),
+                ..ClientSettings::default()
+            },
+            Ok(()),
+        ),
+        (
+            "ClientCertificateInPredefinedDirectory",
+            in_dir(&plain),
+            Ok(()),
+        ),
+        (
+            "ClientInvalidTLSAuth",
+            ClientSettings {
+                url: mutual.clone(),
+                tls_ca_file: file("ca.pem"),
+                ..ClientSettings::default()
+            },
+            Err(-1),
+        ),
+        (
+            "ClientTLSAuth",
+            ClientSettings {
+                url: mutual.clone(),
+                tls_ca_file: file("ca.pem"),
+                tls_cert_file: file("cert.pem"),
+                tls_key_file: file("key.pem"),
+                ..ClientSettings::default()
+            },
+            Ok(()),
+        ),
+        (
+            "ClientTLSAuthCertificatesInPredefinedDirectory",
+            in_dir(&mutual),
+            Ok(()),
+        ),
+    ];
+    for (case, settings, want) in rows {
+        let got = through(settings).await;
+        t.check(case, got, want);
+    }
 }
