@@ -23,16 +23,33 @@
 //! * `network/gitlab_test.go`: RequestJob (outcome and health), UnregisterRunner,
 //!   UnregisterRunnerManager, ResetToken, ResetTokenWithPAT, RegisterRunner, RegisterRunner_OnRunnerLimitHit,
 //!   VerifyRunnerOnLegacyServer, VerifyRunner, UpdateJob, UpdateJobAsKeepAlive, UnknownPatchTrace,
-//!   ForbiddenPatchTrace, JobFailedStatePatchTrace, PatchTraceCantConnect,
+//!   ForbiddenPatchTrace, JobFailedStatePatchTrace, PatchTraceCantConnect, PatchTrace,
+//!   RangeMismatchPatchTrace, PatchTraceUpdatedTrace, AbortedPatchTrace,
 //!   UpdateIntervalHeaderHandling, PatchTraceContentRangeAndLength,
 //!   PatchTraceContentRangeHeaderValues, PatchTraceUrlParams, SetLastUpdate, RunnerVersion,
 //!   AddCorrelationIDHeader;
-//! * `network/client_test.go`: UrlFixing, ClientHandleCharsetInContentType; `network/remote_job_state_response_test.go`:
-//!   NewTracePatchResponse; `helpers/featureflags/flags_test.go`: IsOn;
+//! * `network/trace_test.go` (the per-job trace against a server answering as the test's
+//!   mock): IgnoreStatusChange, TouchJobAbort, TouchJobCancel, SendPatchAbort,
+//!   JobFinishTraceUpdateRetry, JobDelayedTraceProcessingWithRejection, JobMaxTracePatchSize,
+//!   JobFinishStatusUpdateRetry, JobIncrementalPatchSend, JobIncrementalStatusRefresh,
+//!   CancelingJobIncrementalUpdate, UpdateIntervalChanges, JobChecksum, JobBytesize (not
+//!   JobOutputLimit, in `tests/trace_conformance.rs`; not the runtime-environment-key and
+//!   `FF_USE_DYNAMIC_TRACE_FORCE_SEND_INTERVAL` rows, features drover does not have);
+//! * `network/gitlab_test.go` getFeatures_TwoPhaseJobCommit, getFeatures_JobInputs,
+//!   RequestJob/RegisterRunner/UpdateJob_TransmitsTwoPhaseJobCommit,
+//!   VerifyRunner_TransmitsRunnerInfo; `network/retry_tracker_test.go`: WithRetryTracker;
+//! * `network/client_test.go`: UrlFixing, ClientHandleCharsetInContentType,
+//!   307and308Redirections, EnsureUserAgentAlwaysSent, ClientInvalidSSL, ClientTLSCAFile,
+//!   ClientCertificateInPredefinedDirectory, ClientInvalidTLSAuth, ClientTLSAuth,
+//!   ClientTLSAuthCertificatesInPredefinedDirectory (against a TLS server in the test); `network/remote_job_state_response_test.go`:
+//!   NewTracePatchResponse; `helpers/featureflags/flags_test.go`: IsOn, GetAll (the flag list
+//!   and defaults);
 //! * `cache/cache_test.go`: GenerateObjectName (not the sharded rows: `FF_HASH_CACHE_KEYS` is
 //!   not implemented), CacheOperations (download and upload URLs; not GoCloud URLs);
 //! * `common/build_test.go`: GetPrepareTimeout, GetGetSourcesTimeout (the phase limits; the
 //!   Build*Timeout runs are end-to-end tests in `tests/executor_engine.rs`).
+
+mod test_certs;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -70,8 +87,11 @@ type EndpointRow = (
 /// Scripted answers: status and headers.
 type Script = Vec<(u16, Vec<(&'static str, String)>)>;
 
-/// Scripted answers with bodies: status, headers, body.
-type BodyScript = Vec<(u16, Vec<(&'static str, String)>, String)>;
+/// An answer: status, headers, body.
+type Answer = (u16, Vec<(&'static str, String)>, String);
+
+/// Scripted answers with bodies.
+type BodyScript = Vec<Answer>;
 
 /// What verify makes of an answer: the verdict, the runner ID and the token expiry sent.
 type VerifyOutcome = (&'static str, i64, Option<String>);
@@ -583,17 +603,33 @@ async fn scripted(script: Script) -> (String, Arc<Mutex<Vec<String>>>) {
 
 /// [`scripted`] with a body for each answer.
 async fn scripted_bodies(script: BodyScript) -> (String, Arc<Mutex<Vec<String>>>) {
+    let script = Mutex::new(script.into_iter());
+    serve(move |_| {
+        script
+            .lock()
+            .expect("script")
+            .next()
+            .unwrap_or((200, Vec::new(), String::new()))
+    })
+    .await
+}
+
+/// A server that answers each request (request line, headers and body as received) with
+/// what `respond` makes of it, recording every request.
+async fn serve(
+    respond: impl Fn(&str) -> Answer + Send + Sync + 'static,
+) -> (String, Arc<Mutex<Vec<String>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     let heads = Arc::new(Mutex::new(Vec::new()));
     let seen = heads.clone();
-    let script = Arc::new(Mutex::new(script.into_iter()));
+    let respond = Arc::new(respond);
     tokio::spawn(async move {
         while let Ok((mut conn, _)) = listener.accept().await {
             let seen = seen.clone();
-            let script = script.clone();
+            let respond = respond.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 loop {
@@ -617,12 +653,8 @@ async fn scripted_bodies(script: BodyScript) -> (String, Arc<Mutex<Vec<String>>>
                     }
                     let request = String::from_utf8_lossy(&buf[..end + 4 + length]).to_string();
                     buf.drain(..end + 4 + length);
+                    let (status, headers, body) = respond(&request);
                     seen.lock().expect("requests").push(request);
-                    let (status, headers, body) = script
-                        .lock()
-                        .expect("script")
-                        .next()
-                        .unwrap_or((200, Vec::new(), String::new()));
                     let mut out =
                         format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n", body.len());
                     for (k, v) in headers {
@@ -3103,5 +3135,1200 @@ async fn config_and_api_tables_of_upstream() {
     gitlab_runner_calls(&mut t).await;
     gitlab_patch_requests(&mut t).await;
     gitlab_request_details(&mut t).await;
+    trace_loop(&mut t).await;
+    gitlab_patch_outcomes(&mut t).await;
+    update_interval_changes(&mut t).await;
+    client_transmissions(&mut t).await;
+    client_tls(&mut t).await;
     t.finish("config-api");
+}
+
+/// Answers a trace run's requests: PATCHes from `patch` in order, `running` updates after the
+/// pickup ack from `running`, final updates from `finals`; past a list, 202 for a PATCH and
+/// 200 for an update.
+#[derive(Default)]
+struct TraceScript {
+    patch: Vec<Answer>,
+    running: Vec<Answer>,
+    finals: Vec<Answer>,
+}
+
+/// A request of a trace run: method, `Content-Range` start, body, and the update's `state`.
+#[derive(Debug, Clone, PartialEq)]
+struct Sent {
+    method: String,
+    offset: Option<u64>,
+    body: String,
+    state: Option<String>,
+}
+
+fn sent(request: &str) -> Sent {
+    let method = request
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let body = request
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    let offset = head_header(request, "content-range")
+        .and_then(|r| r.split_once('-').and_then(|(a, _)| a.parse().ok()));
+    let state = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("state").and_then(|s| s.as_str()).map(str::to_owned));
+    Sent {
+        method,
+        offset,
+        body,
+        state,
+    }
+}
+
+/// The requests a trace run sent.
+struct SentLog(Vec<Sent>);
+
+impl SentLog {
+    fn of(requests: &Mutex<Vec<String>>) -> SentLog {
+        SentLog(
+            requests
+                .lock()
+                .expect("requests")
+                .iter()
+                .map(|r| sent(r))
+                .collect(),
+        )
+    }
+
+    /// The PATCHes: offset and body.
+    fn patches(&self) -> Vec<(u64, String)> {
+        self.0
+            .iter()
+            .filter(|s| s.method == "PATCH")
+            .map(|s| (s.offset.unwrap_or_default(), s.body.clone()))
+            .collect()
+    }
+
+    /// The states of the updates, the pickup ack first.
+    fn updates(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|s| s.method == "PUT")
+            .map(|s| s.state.clone().unwrap_or_default())
+            .collect()
+    }
+
+    /// The final updates' states.
+    fn finals(&self) -> Vec<String> {
+        self.updates()
+            .into_iter()
+            .filter(|s| s != "running")
+            .collect()
+    }
+}
+
+/// A running trace against a server answering from a [`TraceScript`].
+struct TraceRun {
+    trace: drover::gitlab::JobTrace,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl TraceRun {
+    async fn start(script: TraceScript, opts: drover::gitlab::TraceOptions) -> TraceRun {
+        let script = Mutex::new((
+            script.patch.into_iter(),
+            script.running.into_iter(),
+            script.finals.into_iter(),
+            false,
+        ));
+        let (url, requests) = serve(move |request| {
+            let s = sent(request);
+            let mut g = script.lock().expect("script");
+            let (patch, running, finals, acked) = &mut *g;
+            let ok = |status| (status, Vec::new(), String::new());
+            match (s.method.as_str(), s.state.as_deref()) {
+                ("PATCH", _) => patch.next().unwrap_or(ok(202)),
+                (_, Some("running")) if !*acked => {
+                    *acked = true;
+                    ok(200)
+                }
+                (_, Some("running")) => running.next().unwrap_or(ok(200)),
+                _ => finals.next().unwrap_or(ok(200)),
+            }
+        })
+        .await;
+        let client = Client::new(&ClientSettings {
+            url,
+            retry: RetryPolicy {
+                max_attempts: 1,
+                base: Duration::from_millis(5),
+                cap: Duration::from_millis(5),
+            },
+            ..ClientSettings::default()
+        })
+        .expect("client");
+        let job = drover::job::JobPayload::from_json(r#"{"id": 1, "token": "trace-token"}"#)
+            .expect("payload");
+        let trace = drover::gitlab::JobTrace::start(
+            Arc::new(client),
+            Arc::new(Info::registration()),
+            &job,
+            opts,
+        )
+        .await;
+        TraceRun { trace, requests }
+    }
+
+    /// Waits (at most 5 s) until `cond` holds for the requests sent so far.
+    async fn until(&self, cond: impl Fn(&SentLog) -> bool) -> bool {
+        for _ in 0..500 {
+            if cond(&SentLog::of(&self.requests)) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    /// Writes `log`, finishes with success, and returns the report and all that was sent.
+    async fn finish(self, log: &[u8]) -> (drover::gitlab::FinishReport, SentLog) {
+        self.trace.writer().write_bytes(log);
+        let report = tokio::time::timeout(
+            Duration::from_secs(20),
+            self.trace.finish(drover::gitlab::JobOutcome::success()),
+        )
+        .await
+        .expect("the final update ends");
+        (report, SentLog::of(&self.requests))
+    }
+}
+
+/// Options for the trace rows: short intervals, so rounds take milliseconds.
+fn trace_options(max_chunk: usize) -> drover::gitlab::TraceOptions {
+    drover::gitlab::TraceOptions {
+        update_interval: Duration::from_millis(10),
+        force_send_interval: Duration::from_secs(60),
+        final_backoff_base: Duration::from_millis(5),
+        max_chunk,
+        ..drover::gitlab::TraceOptions::default()
+    }
+}
+
+fn answer(status: u16, headers: &[(&'static str, &str)]) -> Answer {
+    (
+        status,
+        headers.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
+        String::new(),
+    )
+}
+
+fn owned(v: &[(u64, &str)]) -> Vec<(u64, String)> {
+    v.iter().map(|(o, b)| (*o, (*b).to_owned())).collect()
+}
+
+/// `network/trace_test.go`: the per-job trace's loop, against a server that answers as the
+/// test's mock does. The mock's `PatchTraceResult{SentOffset: n}` for fewer bytes than were
+/// sent is GitLab holding `n` bytes, which the wire says with `416` and `Range: 0-n` (a `202`
+/// always means the whole patch arrived); `PatchFailed` and `UpdateFailed` are answers that
+/// are neither retried nor final (400).
+async fn trace_loop(t: &mut Tally) {
+    use drover::gitlab::FinalState;
+
+    // IgnoreStatusChange: one final state only (finish consumes the trace).
+    let run = TraceRun::start(TraceScript::default(), trace_options(1 << 20)).await;
+    let (r, log) = run.finish(b"").await;
+    t.check(
+        "IgnoreStatusChange",
+        (r.state, log.finals()),
+        (FinalState::Accepted, vec!["success".to_owned()]),
+    );
+
+    // TouchJobAbort / TouchJobCancel: a keep-alive answered with an abort (403) or with
+    // `Job-Status: canceling`; the final update is still sent.
+    for (case, keep_alive, want) in [
+        ("TouchJobAbort", answer(403, &[]), (true, false)),
+        (
+            "TouchJobCancel",
+            answer(200, &[("Job-Status", "canceling")]),
+            (false, true),
+        ),
+    ] {
+        let mut opts = trace_options(1 << 20);
+        opts.force_send_interval = Duration::ZERO;
+        let script = TraceScript {
+            running: vec![keep_alive.clone()],
+            finals: vec![keep_alive],
+            ..TraceScript::default()
+        };
+        let run = TraceRun::start(script, opts).await;
+        let (abort, graceful) = (run.trace.abort(), run.trace.graceful_cancel());
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            tokio::select! {
+                _ = abort.cancelled() => {}
+                _ = graceful.cancelled() => {}
+            }
+        })
+        .await;
+        let got = (abort.is_cancelled(), graceful.is_cancelled());
+        let (_, log) = run.finish(b"").await;
+        t.check(case, (got, log.finals().len()), (want, 1));
+    }
+
+    // SendPatchAbort: a PATCH answered 403 aborts the job; the final flush tries once more,
+    // then the final update is sent once.
+    let script = TraceScript {
+        patch: vec![answer(403, &[]), answer(403, &[])],
+        finals: vec![answer(403, &[])],
+        ..TraceScript::default()
+    };
+    let run = TraceRun::start(script, trace_options(1 << 20)).await;
+    run.trace.writer().write_bytes(b"Trace\n");
+    let abort = run.trace.abort();
+    let aborted = tokio::time::timeout(Duration::from_secs(5), abort.cancelled())
+        .await
+        .is_ok();
+    let (r, log) = run.finish(b"").await;
+    t.check(
+        "SendPatchAbort",
+        (aborted, log.patches().len(), log.finals(), r.state),
+        (true, 2, vec!["success".to_owned()], FinalState::Aborted),
+    );
+
+    // JobFinishTraceUpdateRetry: partial acceptance, a failure, a rewind; every patch starts
+    // at the offset GitLab holds.
+    let script = TraceScript {
+        patch: vec![
+            answer(416, &[("Range", "0-3")]),
+            answer(400, &[]),
+            answer(416, &[("Range", "0-9")]),
+            answer(416, &[("Range", "0-6")]),
+        ],
+        ..TraceScript::default()
+    };
+    let run = TraceRun::start(script, trace_options(1 << 20)).await;
+    let (r, log) = run.finish(b"My trace send").await;
+    t.check(
+        "JobFinishTraceUpdateRetry",
+        (log.patches(), log.finals(), r.state),
+        (
+            owned(&[
+                (0, "My trace send"),
+                (3, "trace send"),
+                (3, "trace send"),
+                (9, "send"),
+                (6, "ce send"),
+            ]),
+            vec!["success".to_owned()],
+            FinalState::Accepted,
+        ),
+    );
+
+    // JobDelayedTraceProcessingWithRejection: 10-byte patches; the final update is accepted
+    // but not completed twice, then the checksum is refused (412) and the whole log is sent
+    // again, then twice more pending, then accepted.
+    let script = TraceScript {
+        finals: vec![
+            answer(202, &[]),
+            answer(202, &[]),
+            answer(412, &[]),
+            answer(202, &[]),
+            answer(202, &[]),
+            answer(200, &[]),
+        ],
+        ..TraceScript::default()
+    };
+    let run = TraceRun::start(script, trace_options(10)).await;
+    let (r, log) = run.finish(b"My trace send").await;
+    t.check(
+        "JobDelayedTraceProcessingWithRejection",
+        (log.patches(), log.finals().len(), r.state),
+        (
+            owned(&[
+                (0, "My trace s"),
+                (10, "end"),
+                (0, "My trace s"),
+                (10, "end"),
+            ]),
+            6,
+            FinalState::Accepted,
+        ),
+    );
+
+    // JobMaxTracePatchSize: 5-byte patches.
+    let run = TraceRun::start(TraceScript::default(), trace_options(5)).await;
+    let (r, log) = run.finish(b"My trace send").await;
+    t.check(
+        "JobMaxTracePatchSize",
+        (log.patches(), log.finals(), r.state),
+        (
+            owned(&[(0, "My tr"), (5, "ace s"), (10, "end")]),
+            vec!["success".to_owned()],
+            FinalState::Accepted,
+        ),
+    );
+
+    // JobFinishStatusUpdateRetry: the final update fails 5 times, then is accepted.
+    let script = TraceScript {
+        finals: vec![answer(400, &[]); 5],
+        ..TraceScript::default()
+    };
+    let run = TraceRun::start(script, trace_options(1 << 20)).await;
+    let (r, log) = run.finish(b"").await;
+    t.check(
+        "JobFinishStatusUpdateRetry",
+        (log.finals().len(), r.state),
+        (6, FinalState::Accepted),
+    );
+
+    // JobIncrementalPatchSend: the loop sends the log before the job ends.
+    let run = TraceRun::start(TraceScript::default(), trace_options(1 << 20)).await;
+    run.trace.writer().write_bytes(b"123456789\n");
+    let before_finish = run
+        .until(|log| log.patches() == owned(&[(0, "123456789\n")]))
+        .await;
+    let (r, log) = run.finish(b"").await;
+    t.check(
+        "JobIncrementalPatchSend",
+        (before_finish, log.patches().len(), log.finals(), r.state),
+        (true, 1, vec!["success".to_owned()], FinalState::Accepted),
+    );
+
+    // JobIncrementalStatusRefresh: a `running` update reaches GitLab before the final one,
+    // even when the job ends at once (drover's pickup ack is that update).
+    let run = TraceRun::start(TraceScript::default(), trace_options(1 << 20)).await;
+    let (_, log) = run.finish(b"").await;
+    t.check(
+        "JobIncrementalStatusRefresh",
+        log.updates(),
+        vec!["running".to_owned(), "success".to_owned()],
+    );
+
+    // CancelingJobIncrementalUpdate: after GitLab asks to cancel (on a keep-alive, with or
+    // without the patch saying so), the rest of the log is still sent.
+    for (case, patch_canceling) in [
+        ("patch doesn't return canceling", false),
+        ("patch returns canceling", true),
+    ] {
+        let mut opts = trace_options(10);
+        opts.force_send_interval = Duration::ZERO;
+        let first = if patch_canceling {
+            answer(202, &[("Job-Status", "canceling")])
+        } else {
+            answer(202, &[])
+        };
+        let canceling = answer(200, &[("Job-Status", "canceling")]);
+        let script = TraceScript {
+            patch: vec![first, answer(202, &[("Job-Status", "canceling")])],
+            running: vec![canceling; 50],
+            ..TraceScript::default()
+        };
+        let run = TraceRun::start(script, opts).await;
+        run.trace.writer().write_bytes(b"123456789\n987654321\n");
+        let both = run.until(|log| log.patches().len() >= 2).await;
+        let tokens = (
+            run.trace.graceful_cancel().is_cancelled(),
+            run.trace.abort().is_cancelled(),
+        );
+        let (r, log) = run.finish(b"").await;
+        t.check(
+            &format!("CancelingJobIncrementalUpdate/{case}"),
+            (both, tokens, log.patches(), r.state),
+            (
+                true,
+                (true, false),
+                owned(&[(0, "123456789\n"), (10, "987654321\n")]),
+                FinalState::Accepted,
+            ),
+        );
+    }
+
+    // JobChecksum and JobBytesize: the final update's checksum and size of the whole log.
+    for (case, max_chunk, log_text, want) in [
+        (
+            "JobChecksum",
+            22,
+            "This is a basic log line",
+            ("crc32:367dfeeb", 24),
+        ),
+        (
+            "JobBytesize",
+            100,
+            "Build trace with secret and multi-byte \u{fc} character",
+            ("crc32:0d7cf601", 51),
+        ),
+    ] {
+        let run = TraceRun::start(TraceScript::default(), trace_options(max_chunk)).await;
+        let (r, log) = run.finish(log_text.as_bytes()).await;
+        let output = log
+            .0
+            .iter()
+            .rev()
+            .find(|s| s.method == "PUT")
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s.body).ok())
+            .map(|v| {
+                (
+                    v["checksum"].as_str().unwrap_or_default().to_owned(),
+                    v["output"]["bytesize"].as_u64().unwrap_or_default(),
+                    v["output"]["checksum"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            });
+        t.check(
+            case,
+            (output, r.checksum.clone(), r.bytesize),
+            (
+                Some((want.0.to_owned(), want.1, want.0.to_owned())),
+                want.0.to_owned(),
+                want.1,
+            ),
+        );
+    }
+}
+
+/// A client of `url` with the default settings.
+fn plain_client(url: String) -> Client {
+    Client::new(&ClientSettings {
+        url,
+        ..ClientSettings::default()
+    })
+    .expect("client")
+}
+
+/// `network/gitlab_test.go` PatchTrace, RangeMismatchPatchTrace, PatchTraceUpdatedTrace and
+/// AbortedPatchTrace: what one PATCH sends and what its answer means (state, the offset the
+/// trace continues from, cancel requested).
+async fn gitlab_patch_outcomes(t: &mut Tally) {
+    use drover::gitlab::UpdateState;
+    let content: &[u8] = b"trace trace trace";
+    let creds = JobCredentials {
+        id: 1,
+        token: "token".into(),
+    };
+    let outcome = |r: &drover::gitlab::UpdateResult, start: u64| {
+        (r.state, r.offset.unwrap_or(start), r.cancel_requested)
+    };
+    for status in ["running", "canceling"] {
+        let cancel = status == "canceling";
+        let (url, requests) =
+            scripted(vec![(202, vec![("Job-Status", status.to_owned())]); 3]).await;
+        let client = plain_client(url);
+        let mut got = Vec::new();
+        for (from, to) in [(0, 17), (3, 17), (3, 10)] {
+            let r = client
+                .patch_trace(
+                    &creds,
+                    from,
+                    bytes::Bytes::copy_from_slice(&content[from as usize..to]),
+                    false,
+                )
+                .await;
+            got.push(outcome(&r, from));
+        }
+        let bodies: Vec<String> = SentLog::of(&requests)
+            .patches()
+            .into_iter()
+            .map(|(_, b)| b)
+            .collect();
+        t.check(
+            &format!("PatchTrace/{status}"),
+            (got, bodies),
+            (
+                vec![
+                    (UpdateState::Succeeded, 17, cancel),
+                    (UpdateState::Succeeded, 17, cancel),
+                    (UpdateState::Succeeded, 10, cancel),
+                ],
+                vec![
+                    "trace trace trace".to_owned(),
+                    "ce trace trace".to_owned(),
+                    "ce trac".to_owned(),
+                ],
+            ),
+        );
+
+        // RangeMismatchPatchTrace: GitLab holds 10 bytes; patches past them get 416 (without
+        // the job status), one from before them is taken.
+        let (url, _) = serve(move |request| {
+            let offset = sent(request).offset.unwrap_or_default();
+            if offset > 10 {
+                answer(416, &[("Range", "0-10")])
+            } else {
+                (202, vec![("Job-Status", status.to_owned())], String::new())
+            }
+        })
+        .await;
+        let client = plain_client(url);
+        let mut got = Vec::new();
+        for from in [11u64, 15, 5] {
+            let r = client
+                .patch_trace(
+                    &creds,
+                    from,
+                    bytes::Bytes::copy_from_slice(&content[from as usize..]),
+                    false,
+                )
+                .await;
+            got.push(outcome(&r, from));
+        }
+        t.check(
+            &format!("RangeMismatchPatchTrace/{status}"),
+            got,
+            vec![
+                (UpdateState::RangeMismatch, 10, false),
+                (UpdateState::RangeMismatch, 10, false),
+                (UpdateState::Succeeded, 17, cancel),
+            ],
+        );
+    }
+
+    // PatchTraceUpdatedTrace: a growing log sent from the offset each answer gives; empty
+    // patches are not sent.
+    type Step = (
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+        (u64, bool),
+    );
+    let steps: [Step; 7] = [
+        ("test", "running", Some("0-3"), (4, false)),
+        ("", "running", None, (4, false)),
+        (" ", "running", Some("4-4"), (5, false)),
+        ("test", "running", Some("5-8"), (9, false)),
+        ("test", "canceling", Some("9-12"), (13, true)),
+        (" ", "canceling", Some("13-13"), (14, true)),
+        ("", "canceling", None, (14, false)),
+    ];
+    let status_now = Arc::new(Mutex::new("running"));
+    let answer_status = status_now.clone();
+    let (url, requests) = serve(move |_| {
+        let s = *answer_status.lock().expect("status");
+        (202, vec![("Job-Status", s.to_owned())], String::new())
+    })
+    .await;
+    let client = plain_client(url);
+    let mut log = String::new();
+    let mut offset = 0u64;
+    for (i, (update, status, range, want)) in steps.into_iter().enumerate() {
+        *status_now.lock().expect("status") = status;
+        log.push_str(update);
+        let before = requests.lock().expect("requests").len();
+        let r = client
+            .patch_trace(
+                &creds,
+                offset,
+                bytes::Bytes::copy_from_slice(&log.as_bytes()[offset as usize..]),
+                false,
+            )
+            .await;
+        let new: Vec<String> = requests.lock().expect("requests")[before..].to_vec();
+        let sent_now = new
+            .first()
+            .map(|q| (head_header(q, "content-range"), sent(q).body));
+        let got = (r.state, r.offset.unwrap_or(offset), r.cancel_requested);
+        t.check(
+            &format!("PatchTraceUpdatedTrace/patch-{}", i + 1),
+            (got, sent_now),
+            (
+                (UpdateState::Succeeded, want.0, want.1),
+                range.map(|r| (Some(r.to_owned()), update.to_owned())),
+            ),
+        );
+        offset = r.offset.unwrap_or(offset);
+    }
+
+    // AbortedPatchTrace: `Job-Status` canceling asks for a cancel; canceled and failed abort.
+    for (status, want) in [
+        ("canceling", (UpdateState::Succeeded, 17, true)),
+        ("canceled", (UpdateState::Abort, 0, false)),
+        ("failed", (UpdateState::Abort, 0, false)),
+    ] {
+        let (url, _) = scripted(vec![(202, vec![("Job-Status", status.to_owned())])]).await;
+        let client = plain_client(url);
+        let r = client
+            .patch_trace(&creds, 0, bytes::Bytes::copy_from_slice(content), false)
+            .await;
+        t.check(&format!("AbortedPatchTrace/{status}"), outcome(&r, 0), want);
+    }
+}
+
+/// `network/trace_test.go` UpdateIntervalChanges: the interval GitLab asks for on a PATCH, a
+/// keep-alive or the final update is taken (≤ 0 ignored, capped at 15 minutes), also on an
+/// abort; the final update starts again from the default (the trace's configured interval;
+/// 3 s unless set, as upstream's).
+async fn update_interval_changes(t: &mut Tally) {
+    let initial = Duration::from_millis(10);
+    let max = Duration::from_secs(15 * 60);
+    // (case, seconds asked, abort, after the patch and keep-alive, after the final update)
+    let rows: [(&str, i64, bool, Duration, Duration); 5] = [
+        ("negative interval requested", -10, false, initial, initial),
+        ("zero interval requested", 0, false, initial, initial),
+        (
+            "positive interval requested",
+            10,
+            false,
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        ),
+        (
+            "positive interval applied on a failure",
+            10,
+            true,
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        ),
+        (
+            "over-limit interval requested",
+            15 * 60 + 10,
+            false,
+            max,
+            max,
+        ),
+    ];
+    for (case, asked, abort, after, after_final) in rows {
+        let asked = asked.to_string();
+        let header = [("X-GitLab-Trace-Update-Interval", asked.as_str())];
+        let (patch_status, put_status) = if abort { (403, 403) } else { (202, 200) };
+        // sendPatch: the interval of the PATCH's answer.
+        let script = TraceScript {
+            patch: vec![answer(patch_status, &header)],
+            ..TraceScript::default()
+        };
+        let run = TraceRun::start(script, trace_options(1 << 20)).await;
+        let first = run.trace.update_interval();
+        run.trace.writer().write_bytes(b"Test trace\n");
+        run.until(|log| !log.patches().is_empty()).await;
+        let got = wait_for_interval(&run, after).await;
+        run.finish(b"").await;
+        t.check(
+            &format!("UpdateIntervalChanges/{case}/sendPatch"),
+            (first, got),
+            (initial, after),
+        );
+        // touchJob: the interval of a keep-alive's answer.
+        let mut opts = trace_options(1 << 20);
+        opts.force_send_interval = Duration::ZERO;
+        let script = TraceScript {
+            running: vec![answer(put_status, &header)],
+            ..TraceScript::default()
+        };
+        let run = TraceRun::start(script, opts).await;
+        run.until(|log| log.updates().len() >= 2).await;
+        let got = wait_for_interval(&run, after).await;
+        run.finish(b"").await;
+        t.check(
+            &format!("UpdateIntervalChanges/{case}/touchJob"),
+            got,
+            after,
+        );
+        // finalStatusUpdate: the interval of the final update's answer.
+        let script = TraceScript {
+            finals: vec![answer(put_status, &header)],
+            ..TraceScript::default()
+        };
+        let run = TraceRun::start(script, trace_options(1 << 20)).await;
+        let (r, _) = run.finish(b"").await;
+        t.check(
+            &format!("UpdateIntervalChanges/{case}/finalStatusUpdate"),
+            r.update_interval,
+            after_final,
+        );
+    }
+}
+
+/// The trace's update interval once it is `want`, or what it is after a second.
+async fn wait_for_interval(run: &TraceRun, want: Duration) -> Duration {
+    for _ in 0..100 {
+        if run.trace.update_interval() == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    run.trace.update_interval()
+}
+
+/// `info.features.two_phase_job_commit` of the first recorded request.
+fn two_phase_sent(requests: &Mutex<Vec<String>>) -> Option<Option<bool>> {
+    requests
+        .lock()
+        .expect("requests")
+        .first()
+        .map(|q| body_json(q)["info"]["features"]["two_phase_job_commit"].as_bool())
+}
+
+/// The JSON body of a recorded request.
+fn body_json(request: &str) -> serde_json::Value {
+    serde_json::from_str(&sent(request).body).unwrap_or_default()
+}
+
+/// `network/gitlab_test.go` getFeatures_TwoPhaseJobCommit, getFeatures_JobInputs and the
+/// Transmits* tests (job request, register, verify, update), `retry_tracker_test.go`
+/// WithRetryTracker, `client_test.go` 307and308Redirections and EnsureUserAgentAlwaysSent,
+/// `helpers/featureflags` GetAll.
+async fn client_transmissions(t: &mut Tally) {
+    use drover::gitlab::{JobRequest, JobRequestOutcome, UpdateState};
+    let shell = drover::config::RunnerConfig {
+        executor: "shell".into(),
+        ..Default::default()
+    };
+    let info = Info::for_runner(&shell, &Default::default());
+    let features = serde_json::to_value(&info).unwrap_or_default()["features"].clone();
+    t.check(
+        "GitLabClient_getFeatures_TwoPhaseJobCommit",
+        features["two_phase_job_commit"].as_bool(),
+        Some(true),
+    );
+    t.check(
+        "GitLabClient_getFeatures_JobInputs",
+        features["job_inputs"].as_bool(),
+        Some(true),
+    );
+    let request = JobRequest {
+        token: "valid-token",
+        info: &info,
+        system_id: "s_some_system_id",
+        session: None,
+        runner_name: "r",
+    };
+
+    // The job request, with 204: no job, healthy.
+    let (url, requests) = scripted(vec![(204, vec![])]).await;
+    let r = plain_client(url).request_job(&request).await;
+    let sent_feature = two_phase_sent(&requests);
+    t.check(
+        "GitLabClient_RequestJob_TransmitsTwoPhaseJobCommit",
+        (
+            sent_feature,
+            matches!(r.outcome, JobRequestOutcome::NoJob),
+            r.is_healthy(),
+        ),
+        (Some(Some(true)), true, true),
+    );
+
+    // Register, with 201 and the new runner.
+    let created = (
+        201,
+        vec![("Content-Type", "application/json".to_owned())],
+        r#"{"id": 12345, "token": "valid-token"}"#.to_owned(),
+    );
+    let (url, requests) = scripted_bodies(vec![created.clone()]).await;
+    let params = drover::gitlab::RegisterParams {
+        registration_token: "valid-token".into(),
+        description: "test".into(),
+        ..Default::default()
+    };
+    let r = plain_client(url)
+        .register_runner(&params)
+        .await
+        .ok()
+        .map(|c| (c.id, c.token));
+    let sent_feature = two_phase_sent(&requests);
+    t.check(
+        "GitLabClient_RegisterRunner_TransmitsTwoPhaseJobCommit",
+        (sent_feature, r),
+        (Some(Some(true)), Some((12345, "valid-token".to_owned()))),
+    );
+
+    // Verify: the executor's info, its features and the system ID travel with it.
+    let mut ok = created;
+    ok.0 = 200;
+    let (url, requests) = scripted_bodies(vec![ok]).await;
+    let r = plain_client(url)
+        .verify_runner("valid-token", &info, "s_some_system_id")
+        .await
+        .ok()
+        .map(|c| c.id);
+    let sent_info = requests.lock().expect("requests").first().map(|q| {
+        let v = body_json(q);
+        (
+            v["info"]["features"]["cancel_gracefully"].as_bool(),
+            v["info"]["executor"].as_str().map(str::to_owned),
+            v["system_id"].as_str().map(str::to_owned),
+        )
+    });
+    t.check(
+        "GitLabClient_VerifyRunner_TransmitsRunnerInfo",
+        (sent_info, r),
+        (
+            Some((
+                Some(true),
+                Some("shell".to_owned()),
+                Some("s_some_system_id".to_owned()),
+            )),
+            Some(12345),
+        ),
+    );
+
+    // Update: the final state, with the features.
+    let (url, requests) = scripted(vec![(200, vec![])]).await;
+    let creds = JobCredentials {
+        id: 123,
+        token: "valid-token".into(),
+    };
+    let update = JobUpdate {
+        state: JobState::Success,
+        failure_reason: None,
+        exit_code: 0,
+        output: TraceOutput::default(),
+    };
+    let r = plain_client(url).update_job(&creds, &info, &update).await;
+    let sent_feature = two_phase_sent(&requests);
+    t.check(
+        "GitLabClient_UpdateJob_TransmitsTwoPhaseJobCommit",
+        (sent_feature, r.state),
+        (Some(Some(true)), UpdateState::Succeeded),
+    );
+
+    // WithRetryTracker: the push-back flag is set exactly when a retried status was seen.
+    let retry_now = || (429, vec![("Retry-After", "0".to_owned())]);
+    for (case, script, want) in [
+        (
+            "first-try success leaves tracker false",
+            vec![(204, vec![])],
+            false,
+        ),
+        (
+            "429 then success sets tracker",
+            vec![retry_now(), (204, vec![])],
+            true,
+        ),
+        (
+            "503 then success sets tracker",
+            vec![(503, vec![]), (204, vec![])],
+            true,
+        ),
+        (
+            "no tracker installed completes without panic",
+            vec![retry_now(), (204, vec![])],
+            true,
+        ),
+    ] {
+        let (url, _) = scripted(script).await;
+        let r = plain_client(url).request_job(&request).await;
+        t.check(
+            &format!("WithRetryTracker/{case}"),
+            (matches!(r.outcome, JobRequestOutcome::NoJob), r.pushed_back),
+            (true, want),
+        );
+    }
+
+    // 307and308Redirections: the method and the body are sent again to the new location.
+    // drover sends every body from memory, so upstream's piped body is the same case as its
+    // byte buffer here.
+    for code in [307u16, 308] {
+        for (case, body) in [
+            ("bytes buffer", "test payload"),
+            ("piped data", "test payload"),
+        ] {
+            let (url, requests) = serve(move |request| {
+                if request.starts_with("PATCH /redirected") {
+                    answer(200, &[])
+                } else {
+                    answer(code, &[("Location", "/redirected")])
+                }
+            })
+            .await;
+            let r = plain_client(url)
+                .patch_trace(
+                    &creds,
+                    0,
+                    bytes::Bytes::copy_from_slice(body.as_bytes()),
+                    false,
+                )
+                .await;
+            let resent = requests
+                .lock()
+                .expect("requests")
+                .iter()
+                .map(|q| sent(q))
+                .find(|s| s.method == "PATCH" && s.offset.is_some() && s.body == body)
+                .is_some();
+            let redirected = requests
+                .lock()
+                .expect("requests")
+                .iter()
+                .filter(|q| q.starts_with("PATCH /redirected"))
+                .map(|q| sent(q).body)
+                .collect::<Vec<_>>();
+            t.check(
+                &format!("307and308Redirections/code-{code}-{case}"),
+                (resent, redirected, r.status),
+                (true, vec![body.to_owned()], 200),
+            );
+        }
+    }
+
+    // "nil body": a call without a body (a token reset) follows the redirect the same way.
+    for code in [307u16, 308] {
+        let (url, requests) = serve(move |request| {
+            if request.starts_with("POST /redirected") {
+                (
+                    201,
+                    vec![("Content-Type", "application/json".to_owned())],
+                    r#"{"token": "new-token"}"#.to_owned(),
+                )
+            } else {
+                answer(code, &[("Location", "/redirected")])
+            }
+        })
+        .await;
+        let r = plain_client(url).reset_token_with_pat(1, "pat").await;
+        let redirected: Vec<String> = requests
+            .lock()
+            .expect("requests")
+            .iter()
+            .filter(|q| q.starts_with("POST /redirected"))
+            .map(|q| sent(q).body)
+            .collect();
+        t.check(
+            &format!("307and308Redirections/code-{code}-nil body"),
+            (redirected, r.ok().map(|c| c.token)),
+            (vec![String::new()], Some("new-token".to_owned())),
+        );
+    }
+
+    // EnsureUserAgentAlwaysSent: with and without a body.
+    let (url, requests) = scripted(vec![(200, vec![]), (200, vec![])]).await;
+    let client = plain_client(url);
+    client
+        .patch_trace(&creds, 0, bytes::Bytes::from_static(b"test"), false)
+        .await;
+    let _ = client.reset_token_with_pat(1, "pat").await;
+    let agents: Vec<Option<String>> = requests
+        .lock()
+        .expect("requests")
+        .iter()
+        .map(|q| head_header(q, "user-agent"))
+        .collect();
+    for (i, case) in ["request reader is present", "request reader is empty"]
+        .into_iter()
+        .enumerate()
+    {
+        t.check(
+            &format!("EnsureUserAgentAlwaysSent/{case}"),
+            agents.get(i).cloned().flatten(),
+            Some(drover::version::user_agent()),
+        );
+    }
+
+    // GetAll: every flag upstream knows, with its default (gitlab-runner 19.4,
+    // helpers/featureflags/flags.go).
+    // `+` marks a flag that defaults to true; the `FF_` prefix is left out.
+    let upstream_flags = "\
+        TEST_FEATURE NETWORK_PER_BUILD USE_LEGACY_KUBERNETES_EXECUTION_STRATEGY \
+        +USE_DIRECT_DOWNLOAD +USE_FASTZIP DISABLE_UMASK_FOR_DOCKER_EXECUTOR \
+        ENABLE_BASH_EXIT_CODE_CHECK USE_WINDOWS_LEGACY_PROCESS_STRATEGY USE_LEGACY_BASH_EVAL \
+        USE_POWERSHELL_PATH_RESOLVER USE_DYNAMIC_TRACE_FORCE_SEND_INTERVAL SCRIPT_SECTIONS \
+        ENABLE_JOB_CLEANUP KUBERNETES_HONOR_ENTRYPOINT POSIXLY_CORRECT_ESCAPES \
+        RESOLVE_FULL_TLS_CHAIN DISABLE_POWERSHELL_STDIN +USE_POD_ACTIVE_DEADLINE_SECONDS \
+        USE_ADVANCED_POD_SPEC_CONFIGURATION +SECRET_RESOLVING_FAILS_IF_MISSING \
+        PRINT_POD_EVENTS +USE_GIT_BUNDLE_URIS USE_GIT_NATIVE_CLONE \
+        USE_DUMB_INIT_WITH_KUBERNETES_EXECUTOR USE_INIT_WITH_DOCKER_EXECUTOR \
+        LOG_IMAGES_CONFIGURED_FOR_JOB +USE_DOCKER_AUTOSCALER_DIAL_STDIO \
+        CLEAN_UP_FAILED_CACHE_EXTRACT USE_WINDOWS_JOB_OBJECT +TIMESTAMPS \
+        DISABLE_AUTOMATIC_TOKEN_ROTATION USE_LEGACY_GCS_CACHE_ADAPTER \
+        DISABLE_UMASK_FOR_KUBERNETES_EXECUTOR USE_LEGACY_S3_CACHE_ADAPTER \
+        GIT_URLS_WITHOUT_TOKENS WAIT_FOR_POD_TO_BE_REACHABLE +MASK_ALL_DEFAULT_TOKENS \
+        EXPORT_HIGH_CARDINALITY_METRICS USE_FLEETING_ACQUIRE_HEARTBEATS \
+        +USE_EXPONENTIAL_BACKOFF_STAGE_RETRY +USE_ADAPTIVE_REQUEST_CONCURRENCY \
+        +USE_GITALY_CORRELATION_ID USE_GIT_PROACTIVE_AUTH HASH_CACHE_KEYS \
+        +ENABLE_JOB_INPUTS_INTERPOLATION USE_JOB_ROUTER SCRIPT_TO_STEP_MIGRATION \
+        USE_PARALLEL_CACHE_TRANSFER USE_PARALLEL_ARTIFACT_TRANSFER CONCRETE \
+        SUSPENDABLE_ENVIRONMENTS USE_NATIVE_CONTAINER_STOP";
+    let theirs: std::collections::BTreeSet<(String, bool)> = upstream_flags
+        .split_whitespace()
+        .map(|f| match f.strip_prefix('+') {
+            Some(name) => (format!("FF_{name}"), true),
+            None => (format!("FF_{f}"), false),
+        })
+        .collect();
+    let ours: std::collections::BTreeSet<(String, bool)> =
+        drover::executor::script::variables::FEATURE_FLAG_DEFAULTS
+            .iter()
+            .map(|(n, d)| ((*n).to_owned(), *d))
+            .collect();
+    t.check("GetAll", (ours.len(), ours), (52, theirs));
+}
+
+/// A TLS server on 127.0.0.1 (its certificate signed by `ca.pem` in `dir`) answering every
+/// request with `200 {}`, requiring a client certificate signed by the same CA when
+/// `client_auth`; returns its URL.
+async fn tls_server(dir: &std::path::Path, client_auth: bool) -> String {
+    let read = |name: &str| std::fs::read(dir.join(name)).expect("certificate file");
+    let certs = |name: &str| -> Vec<rustls::pki_types::CertificateDer<'static>> {
+        rustls_pemfile::certs(&mut read(name).as_slice())
+            .collect::<Result<_, _>>()
+            .expect("PEM certificates")
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions");
+    let builder = if client_auth {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in certs("ca.pem") {
+            roots.add(c).expect("CA");
+        }
+        builder.with_client_cert_verifier(
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .expect("client verifier"),
+        )
+    } else {
+        builder.with_no_client_auth()
+    };
+    let key = rustls_pemfile::private_key(&mut read("server-key.pem").as_slice())
+        .expect("key PEM")
+        .expect("a key");
+    let config = builder
+        .with_single_cert(certs("server-cert.pem"), key)
+        .expect("server certificate");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!(
+        "https://127.0.0.1:{}",
+        listener.local_addr().expect("addr").port()
+    );
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(answer_over_tls(acceptor.clone(), tcp));
+        }
+    });
+    url
+}
+
+/// Reads one request over TLS and answers `200 {}`.
+async fn answer_over_tls(acceptor: tokio_rustls::TlsAcceptor, tcp: tokio::net::TcpStream) {
+    let Ok(mut tls) = acceptor.accept(tcp).await else {
+        return;
+    };
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tls.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let _ = tls
+        .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+        .await;
+    let _ = tls.shutdown().await;
+}
+
+/// `network/client_test.go` ClientInvalidSSL, ClientTLSCAFile,
+/// ClientCertificateInPredefinedDirectory, ClientInvalidTLSAuth, ClientTLSAuth and
+/// ClientTLSAuthCertificatesInPredefinedDirectory: whether a call over TLS gets through (the
+/// CA chain handed to jobs is not compared here).
+async fn client_tls(t: &mut Tally) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let d = dir.path();
+    test_certs::make_ca(d, "ca");
+    test_certs::leaf(
+        d,
+        "ca",
+        "server-key.pem",
+        "server-cert.pem",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    test_certs::leaf(
+        d,
+        "ca",
+        "key.pem",
+        "cert.pem",
+        "extendedKeyUsage=clientAuth\n",
+    );
+    // The predefined directory: <host>.crt, <host>.auth.crt, <host>.auth.key.
+    let certs = d.join("certs");
+    std::fs::create_dir(&certs).expect("certs directory");
+    for (from, to) in [
+        ("ca.pem", "127.0.0.1.crt"),
+        ("cert.pem", "127.0.0.1.auth.crt"),
+        ("key.pem", "127.0.0.1.auth.key"),
+    ] {
+        std::fs::copy(d.join(from), certs.join(to)).expect("copy");
+    }
+    let info = Info::registration();
+    let through = |settings: ClientSettings| {
+        let info = &info;
+        async move {
+            match Client::new(&settings) {
+                Ok(c) => c
+                    .verify_runner("token", info, "s_0123456789ab")
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.status()),
+                Err(_) => Err(-100),
+            }
+        }
+    };
+    let plain = tls_server(d, false).await;
+    let mutual = tls_server(d, true).await;
+    let file = |name: &str| Some(d.join(name));
+    let in_dir = |url: &str| {
+        let runner = drover::config::RunnerConfig {
+            url: url.to_owned(),
+            ..Default::default()
+        };
+        ClientSettings::for_runner(&runner, Some(&certs))
+    };
+    let rows: Vec<(&str, ClientSettings, Result<(), i32>)> = vec![
+        (
+            "ClientInvalidSSL",
+            ClientSettings {
+                url: plain.clone(),
+                ..ClientSettings::default()
+            },
+            Err(-1),
+        ),
+        (
+            "ClientTLSCAFile",
+            ClientSettings {
+                url: plain.clone(),
+                tls_ca_file: file("ca.pem"),
+                ..ClientSettings::default()
+            },
+            Ok(()),
+        ),
+        (
+            "ClientCertificateInPredefinedDirectory",
+            in_dir(&plain),
+            Ok(()),
+        ),
+        (
+            "ClientInvalidTLSAuth",
+            ClientSettings {
+                url: mutual.clone(),
+                tls_ca_file: file("ca.pem"),
+                ..ClientSettings::default()
+            },
+            Err(-1),
+        ),
+        (
+            "ClientTLSAuth",
+            ClientSettings {
+                url: mutual.clone(),
+                tls_ca_file: file("ca.pem"),
+                tls_cert_file: file("cert.pem"),
+                tls_key_file: file("key.pem"),
+                ..ClientSettings::default()
+            },
+            Ok(()),
+        ),
+        (
+            "ClientTLSAuthCertificatesInPredefinedDirectory",
+            in_dir(&mutual),
+            Ok(()),
+        ),
+    ];
+    for (case, settings, want) in rows {
+        let got = through(settings).await;
+        t.check(case, got, want);
+    }
 }

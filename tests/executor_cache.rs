@@ -300,21 +300,8 @@ async fn iam_credentials_come_from_the_instance_metadata_service() {
         "{}",
         put.url
     );
-    let http = drover::helper::http::client(Duration::from_secs(30)).expect("HTTP client");
-    let mut request = http.put(&put.url).body("iam-cached");
-    for h in &put.headers {
-        let (k, v) = h.split_once(": ").expect("header");
-        request = request.header(k, v);
-    }
-    let stored = request.send().await.expect("PUT to moto");
-    assert!(stored.status().is_success(), "{:?}", stored.status());
-    let got = http
-        .get(&s3.download("project/1/k").url)
-        .send()
-        .await
-        .expect("GET from moto");
-    assert!(got.status().is_success(), "{:?}", got.status());
-    assert_eq!(got.text().await.expect("body"), "iam-cached");
+    let got = put_then_get(&put, &s3.download("project/1/k").url, "iam-cached").await;
+    assert_eq!(got, "iam-cached");
 
     // Nothing anywhere: the error says what each source answered.
     let mut nothing = inputs.clone();
@@ -484,4 +471,214 @@ async fn cache_keys_see_the_final_job_status() {
         assert!(t.contains(&format!("Creating cache st-{status}...")), "{t}");
     }
     assert_clean_and_remove_reusable(&short);
+}
+
+/// Stores `body` through the presigned upload (its signed headers sent as they are) and
+/// returns what the download URL gives back; both must succeed.
+async fn put_then_get(
+    put: &drover::executor::script::cache::Upload,
+    get: &str,
+    body: &str,
+) -> String {
+    let http = drover::helper::http::client(Duration::from_secs(30)).expect("HTTP client");
+    let mut request = http.put(&put.url).body(body.to_owned());
+    for h in &put.headers {
+        let (k, v) = h.split_once(": ").expect("header");
+        request = request.header(k, v);
+    }
+    let stored = request.send().await.expect("PUT to moto");
+    assert!(stored.status().is_success(), "{:?}", stored.status());
+    let got = http.get(get).send().await.expect("GET from moto");
+    assert!(got.status().is_success(), "{:?}", got.status());
+    got.text().await.expect("body")
+}
+
+/// The roles moto's STS has handed out: (role ARN, session policy, access key ID).
+fn assumed_roles(moto: &Moto) -> Vec<(String, String, String)> {
+    let answer = moto.request("GET", "/moto-api/data.json");
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    let data: serde_json::Value = serde_json::from_str(body).expect("moto's state as JSON");
+    data["sts"]["AssumedRole"]
+        .as_array()
+        .map(|roles| {
+            roles
+                .iter()
+                .map(|r| {
+                    let s = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+                    (s("role_arn"), s("policy"), s("access_key_id"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `RoleARN` / `UploadRoleARN`: the runner assumes the role through STS (moto's, found through
+/// `AWS_ENDPOINT_URL_STS` as the AWS SDK finds it) with a session policy for the one action on
+/// the job's objects, signs the presigned URLs with the role's credentials (moto stores and
+/// returns the object through them), and reuses the credentials for the next job. With only
+/// `UploadRoleARN`, downloads keep the configured keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_arn_signs_with_the_roles_scoped_sts_credentials() {
+    use drover::cache::CacheRemote;
+    use drover::executor::script::cache::Remote;
+    let moto = Moto::start();
+    assert!(moto
+        .request("PUT", "/drover-role")
+        .starts_with("HTTP/1.1 200"));
+    std::env::set_var(
+        "AWS_ENDPOINT_URL_STS",
+        format!("http://127.0.0.1:{}", moto.port),
+    );
+    let role = "arn:aws:iam::123456789012:role/drover-cache";
+    let config = |role_arn: &str, upload_role_arn: &str| CacheConfig {
+        cache_type: "s3".into(),
+        s3: Some(CacheS3Config {
+            server_address: format!("127.0.0.1:{}", moto.port),
+            access_key: "AKIDBASEKEY".into(),
+            secret_key: "base-secret".into(),
+            bucket_name: "drover-role".into(),
+            bucket_location: "eu-west-2".into(),
+            insecure: true,
+            role_arn: role_arn.into(),
+            upload_role_arn: upload_role_arn.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let both = config(role, "");
+    let (remote, warnings) =
+        CacheRemote::resolving_iam(Some(&both), "shorttok", 91, Duration::from_secs(1800)).await;
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let handed_out = assumed_roles(&moto);
+    assert_eq!(
+        handed_out.len(),
+        2,
+        "one role session per direction: {handed_out:?}"
+    );
+    let policies: Vec<serde_json::Value> = handed_out
+        .iter()
+        .map(|(arn, policy, _)| {
+            assert_eq!(arn, role);
+            serde_json::from_str(policy).expect("session policy JSON")
+        })
+        .collect();
+    let actions: Vec<&str> = policies
+        .iter()
+        .map(|p| p["Statement"][0]["Action"][0].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(actions, ["s3:GetObject", "s3:PutObject"]);
+    for p in &policies {
+        assert_eq!(
+            p["Statement"][0]["Resource"],
+            "arn:aws:s3:::drover-role/runner/shorttok/project/91/*"
+        );
+    }
+    let (download_key, upload_key) = (&handed_out[0].2, &handed_out[1].2);
+    let put = remote.upload("deps").expect("upload URL");
+    assert!(
+        put.url
+            .contains(&format!("X-Amz-Credential={upload_key}%2F")),
+        "signed with the upload session: {}",
+        put.url
+    );
+    assert!(put.url.contains("X-Amz-Security-Token="), "{}", put.url);
+    let get = remote.download("deps").expect("download URL");
+    assert!(
+        get.url
+            .contains(&format!("X-Amz-Credential={download_key}%2F")),
+        "signed with the download session: {}",
+        get.url
+    );
+    assert_eq!(
+        put_then_get(&put, &get.url, "role-cached").await,
+        "role-cached"
+    );
+
+    // The next job of the project reuses both sessions.
+    let (again, _) =
+        CacheRemote::resolving_iam(Some(&both), "shorttok", 91, Duration::from_secs(1800)).await;
+    assert_eq!(assumed_roles(&moto).len(), 2);
+    assert!(again
+        .upload("deps")
+        .is_some_and(|u| u.url.contains(&format!("X-Amz-Credential={upload_key}%2F"))));
+
+    // UploadRoleARN only: uploads through the role (a new session for another project),
+    // downloads with the configured keys.
+    let upload_only = config("", role);
+    let (remote, warnings) = CacheRemote::resolving_iam(
+        Some(&upload_only),
+        "shorttok",
+        92,
+        Duration::from_secs(1800),
+    )
+    .await;
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let handed_out = assumed_roles(&moto);
+    assert_eq!(handed_out.len(), 3, "{handed_out:?}");
+    let put = remote.upload("deps").expect("upload URL");
+    assert!(
+        put.url
+            .contains(&format!("X-Amz-Credential={}%2F", handed_out[2].2)),
+        "{}",
+        put.url
+    );
+    let get = remote.download("deps").expect("download URL");
+    assert!(
+        get.url.contains("X-Amz-Credential=AKIDBASEKEY%2F"),
+        "{}",
+        get.url
+    );
+}
+
+/// Without `BucketLocation`, the runner asks the bucket for its region (GetBucketLocation, as
+/// upstream) and signs for it: a bucket moto created in eu-west-2 gets eu-west-2 URLs, one
+/// created without a location us-east-1, and an endpoint that does not answer falls back to
+/// us-east-1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_bucket_location_is_detected_from_the_bucket() {
+    use drover::cache::CacheRemote;
+    use drover::executor::script::cache::Remote;
+    let moto = Moto::start();
+    let created = moto.request_with_body(
+        "PUT",
+        "/drover-where",
+        "<CreateBucketConfiguration><LocationConstraint>eu-west-2</LocationConstraint></CreateBucketConfiguration>",
+    );
+    assert!(created.starts_with("HTTP/1.1 200"), "{created}");
+    assert!(moto
+        .request("PUT", "/drover-east")
+        .starts_with("HTTP/1.1 200"));
+    let closed = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead_port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    for (bucket, port, region) in [
+        ("drover-where", moto.port, "eu-west-2"),
+        ("drover-east", moto.port, "us-east-1"),
+        ("drover-where", dead_port, "us-east-1"),
+    ] {
+        let config = CacheConfig {
+            cache_type: "s3".into(),
+            s3: Some(CacheS3Config {
+                server_address: format!("127.0.0.1:{port}"),
+                access_key: "AKIDBASEKEY".into(),
+                secret_key: "base-secret".into(),
+                bucket_name: bucket.into(),
+                insecure: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let (remote, warnings) =
+            CacheRemote::resolving_iam(Some(&config), "shorttok", 93, Duration::from_secs(600))
+                .await;
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let url = remote.download("k").expect("download URL").url;
+        assert!(
+            url.contains(&format!("%2F{region}%2Fs3%2Faws4_request")),
+            "{bucket} on port {port}: {url}"
+        );
+    }
 }

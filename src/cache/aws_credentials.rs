@@ -17,7 +17,9 @@
 //! that name a `role_arn`, `credential_process`, SSO or a web identity token file.
 //!
 //! The environment is passed in, so tests do not depend on the process's. Temporary
-//! credentials are cached until five minutes before they expire ([`cached_default_chain`]).
+//! credentials are cached until five minutes before they expire, and a failed lookup is
+//! remembered for 5 to 15 minutes, so jobs on a host without any source do not each wait for
+//! the metadata service ([`cached_default_chain`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -108,26 +110,94 @@ pub async fn default_chain(inputs: &ChainInputs) -> Result<AwsCredentials, Strin
     ))
 }
 
-/// The process-wide credentials, renewed when they are about to expire.
-static CACHED: Mutex<Option<AwsCredentials>> = Mutex::new(None);
+/// A failed lookup is remembered for this long plus up to [`FAILURE_SPREAD`]: the AWS SDK's
+/// window (5 to 15 minutes) before it asks an unavailable credential service again. On a host
+/// without a metadata service, only the first job in that window waits for the lookup.
+pub const FAILURE_MEMORY: Duration = Duration::from_secs(5 * 60);
+/// The random part of the failure memory.
+pub const FAILURE_SPREAD: Duration = Duration::from_secs(10 * 60);
 
-/// [`default_chain`] on the process's environment, with temporary credentials cached until
-/// shortly before they expire (static ones until the process ends).
-pub async fn cached_default_chain() -> Result<AwsCredentials, String> {
-    let now = Utc::now();
-    let fresh = |c: &AwsCredentials| c.expires.is_none_or(|e| e - RENEW_BEFORE > now);
-    if let Some(c) = CACHED
-        .lock()
-        .ok()
-        .and_then(|g| g.as_ref().filter(|c| fresh(c)).cloned())
+/// What the last lookup gave.
+#[derive(Debug, Clone)]
+enum Remembered {
+    Found(AwsCredentials),
+    Failed {
+        error: String,
+        at: DateTime<Utc>,
+        retry_at: DateTime<Utc>,
+    },
+}
+
+/// The last lookup's result: credentials until shortly before they expire (static ones until
+/// the process ends), a failure for [`FAILURE_MEMORY`] plus a random part of
+/// [`FAILURE_SPREAD`].
+#[derive(Debug, Default)]
+pub struct ChainCache {
+    state: Mutex<Option<Remembered>>,
+}
+
+impl ChainCache {
+    /// An empty cache.
+    pub const fn new() -> Self {
+        ChainCache {
+            state: Mutex::new(None),
+        }
+    }
+
+    /// The remembered result at `now`, else `lookup`'s (then remembered).
+    pub async fn get<F, Fut>(&self, now: DateTime<Utc>, lookup: F) -> Result<AwsCredentials, String>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<AwsCredentials, String>>,
     {
-        return Ok(c);
+        let remembered = self.state.lock().ok().and_then(|g| g.clone());
+        match remembered {
+            Some(Remembered::Found(c)) if c.expires.is_none_or(|e| e - RENEW_BEFORE > now) => {
+                return Ok(c)
+            }
+            Some(Remembered::Failed {
+                error,
+                at,
+                retry_at,
+            }) if now < retry_at => {
+                return Err(format!(
+                    "{error} (remembered from the lookup at {}; asked again after {})",
+                    at.format("%H:%M:%S UTC"),
+                    retry_at.format("%H:%M:%S UTC")
+                ))
+            }
+            _ => {}
+        }
+        let result = lookup().await;
+        let entry = match &result {
+            Ok(c) => Remembered::Found(c.clone()),
+            Err(e) => {
+                let wait = FAILURE_MEMORY + FAILURE_SPREAD.mul_f64(rand::random::<f64>());
+                Remembered::Failed {
+                    error: e.clone(),
+                    at: now,
+                    retry_at: now
+                        + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::minutes(5)),
+                }
+            }
+        };
+        if let Ok(mut g) = self.state.lock() {
+            *g = Some(entry);
+        }
+        result
     }
-    let c = default_chain(&ChainInputs::from_process()).await?;
-    if let Ok(mut g) = CACHED.lock() {
-        *g = Some(c.clone());
-    }
-    Ok(c)
+}
+
+/// The process-wide result of the chain.
+static CACHED: ChainCache = ChainCache::new();
+
+/// [`default_chain`] on the process's environment, through the process-wide [`ChainCache`].
+pub async fn cached_default_chain() -> Result<AwsCredentials, String> {
+    CACHED
+        .get(Utc::now(), || async {
+            default_chain(&ChainInputs::from_process()).await
+        })
+        .await
 }
 
 fn from_env(inputs: &ChainInputs) -> Result<AwsCredentials, String> {
@@ -281,10 +351,11 @@ async fn from_imds(http: &reqwest::Client, inputs: &ChainInputs) -> Result<AwsCr
     parse_credentials(&body, "instance profile").map_err(|e| format!("{creds_url}: {e}"))
 }
 
-/// The body of a successful answer, at most [`MAX_ANSWER`] bytes.
-async fn answer(request: reqwest::RequestBuilder, url: &str) -> Result<String, String> {
-    let mut response = request.send().await.map_err(|e| format!("{url}: {e}"))?;
-    let status = response.status();
+/// The body of an answer, at most [`MAX_ANSWER`] bytes (the AWS endpoints' answers are small).
+pub(crate) async fn read_body(
+    mut response: reqwest::Response,
+    url: &str,
+) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| format!("{url}: {e}"))? {
         if body.len() + chunk.len() > MAX_ANSWER {
@@ -292,6 +363,14 @@ async fn answer(request: reqwest::RequestBuilder, url: &str) -> Result<String, S
         }
         body.extend_from_slice(&chunk);
     }
+    Ok(body)
+}
+
+/// The body of a successful answer, at most [`MAX_ANSWER`] bytes.
+async fn answer(request: reqwest::RequestBuilder, url: &str) -> Result<String, String> {
+    let response = request.send().await.map_err(|e| format!("{url}: {e}"))?;
+    let status = response.status();
+    let body = read_body(response, url).await?;
     if !status.is_success() {
         return Err(format!("{url}: answered {status}"));
     }
@@ -441,5 +520,53 @@ mod tests {
         .unwrap_err();
         assert!(e.contains("AWS_EC2_METADATA_DISABLED is true"), "{e}");
         assert!(e.contains("instance profile"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_lookup_is_remembered_for_a_while() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let cache = ChainCache::new();
+        let calls = AtomicUsize::new(0);
+        let t0 = Utc::now();
+        let failing = || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err::<AwsCredentials, String>("instance metadata: timed out".into())
+        };
+        assert_eq!(
+            cache.get(t0, failing).await.unwrap_err(),
+            "instance metadata: timed out"
+        );
+        // Later jobs within the window get the failure without a lookup.
+        for minutes in [1, 4] {
+            let e = cache
+                .get(t0 + chrono::Duration::minutes(minutes), failing)
+                .await
+                .unwrap_err();
+            assert!(
+                e.starts_with("instance metadata: timed out (remembered"),
+                "{e}"
+            );
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // After the window (15 minutes at most) the chain is asked again, and credentials
+        // found then are used from then on.
+        let found = AwsCredentials {
+            access_key: "A".into(),
+            secret_key: "S".into(),
+            session_token: None,
+            expires: None,
+            source: "environment",
+        };
+        let later = t0 + chrono::Duration::minutes(15);
+        let c = cache
+            .get(later, || async { Ok(found.clone()) })
+            .await
+            .unwrap();
+        assert_eq!(c, found);
+        assert_eq!(
+            cache.get(later + chrono::Duration::hours(3), failing).await,
+            Ok(found)
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 }

@@ -4,7 +4,9 @@
 //! `DualStack = false`, `s3-accelerate` with `Accelerate`); path style when `PathStyle` says
 //! so, else automatically (virtual-host style on AWS, Google and Alibaba endpoints, path style
 //! on other custom endpoints and for dotted bucket names over https); access keys with an
-//! optional session token, or IAM credentials from the AWS chain ([`super::aws_credentials`]), and the server-side-encryption headers the PUT is signed with.
+//! optional session token, IAM credentials from the AWS chain ([`super::aws_credentials`]) or a
+//! role's STS credentials ([`super::sts`]), and the server-side-encryption headers the PUT is
+//! signed with.
 
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use crate::cache::remote::{Download, Upload};
 use crate::config::cache::CacheS3Config;
 
 /// Why an S3 cache cannot be used.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum S3Error {
     /// `BucketName` is empty.
     #[error("[runners.cache.s3] BucketName is empty")]
@@ -24,9 +26,14 @@ pub enum S3Error {
     /// `SecretKey` is empty, or with `AuthenticationType = "iam"`) could not be found.
     #[error("[runners.cache.s3] uses IAM credentials (ServerAddress, AccessKey or SecretKey is empty, or AuthenticationType = \"iam\"): {0}")]
     Iam(String),
-    /// `RoleARN` / `UploadRoleARN` need GoCloud URLs with STS credentials.
-    #[error("[runners.cache.s3] RoleARN/UploadRoleARN are not implemented by drover")]
-    RoleArn,
+    /// The role of `RoleARN` / `UploadRoleARN` could not be assumed.
+    #[error("[runners.cache.s3] {setting}: {message}")]
+    Role {
+        /// `RoleARN` or `UploadRoleARN`.
+        setting: &'static str,
+        /// What STS or the base credentials said.
+        message: String,
+    },
     /// An unknown `AuthenticationType`.
     #[error("[runners.cache.s3] AuthenticationType {0:?} is not one of access-key, iam")]
     AuthType(String),
@@ -65,34 +72,21 @@ impl S3Cache {
         expires: Duration,
         iam: Option<&Result<AwsCredentials, String>>,
     ) -> Result<Self, S3Error> {
+        let creds = base_credentials(c, iam)?;
+        Self::signed_with(c, expires, &creds)
+    }
+
+    /// The cache from `[runners.cache.s3]`, with URLs valid for `expires`, signed with `creds`
+    /// (the configured or IAM credentials, or a role's).
+    pub fn signed_with(
+        c: &CacheS3Config,
+        expires: Duration,
+        creds: &AwsCredentials,
+    ) -> Result<Self, S3Error> {
         if c.bucket_name.trim().is_empty() {
             return Err(S3Error::NoBucket);
         }
-        if !c.role_arn.is_empty() || !c.upload_role_arn.is_empty() {
-            return Err(S3Error::RoleArn);
-        }
-        let (access_key, secret_key, session_token) = match c.auth_type() {
-            Some("access-key") => (
-                c.access_key.clone(),
-                c.secret_key.clone(),
-                Some(c.session_token.clone()).filter(|t| !t.is_empty()),
-            ),
-            Some(_) => match iam {
-                Some(Ok(k)) => (
-                    k.access_key.clone(),
-                    k.secret_key.clone(),
-                    k.session_token.clone(),
-                ),
-                Some(Err(e)) => return Err(S3Error::Iam(e.clone())),
-                None => return Err(S3Error::Iam("the credentials were not looked up".into())),
-            },
-            None => return Err(S3Error::AuthType(c.authentication_type.clone())),
-        };
-        let region = if c.bucket_location.is_empty() {
-            "us-east-1".to_string()
-        } else {
-            c.bucket_location.clone()
-        };
+        let region = region(c);
         let endpoint = base_url(c, &region);
         let style = if path_style(c) {
             UrlStyle::Path
@@ -107,9 +101,13 @@ impl S3Cache {
         let url = reqwest::Url::parse(&endpoint).map_err(|e| bad(e.to_string()))?;
         let bucket = Bucket::new(url, style, c.bucket_name.clone(), region)
             .map_err(|e| bad(e.to_string()))?;
-        let credentials = match session_token {
-            None => Credentials::new(access_key, secret_key),
-            Some(token) => Credentials::new_with_token(access_key, secret_key, token),
+        let credentials = match &creds.session_token {
+            None => Credentials::new(creds.access_key.clone(), creds.secret_key.clone()),
+            Some(token) => Credentials::new_with_token(
+                creds.access_key.clone(),
+                creds.secret_key.clone(),
+                token.clone(),
+            ),
         };
         let kms = |alg: &str| {
             let mut h = vec![("x-amz-server-side-encryption".to_string(), alg.to_string())];
@@ -169,6 +167,123 @@ impl S3Cache {
             url: put.sign(self.expires).to_string(),
             headers: headers.iter().map(|(k, v)| format!("{k}: {v}")).collect(),
         }
+    }
+}
+
+/// The region upstream falls back to.
+pub const FALLBACK_REGION: &str = "us-east-1";
+
+/// The bucket's region as upstream finds it when `BucketLocation` is empty: GetBucketLocation
+/// on the custom endpoint (else AWS's global one), signed for us-east-1 with `creds`; an empty
+/// answer is us-east-1 and `EU` is eu-west-1. Any failure gives us-east-1, with upstream's
+/// warning.
+pub async fn detect_region(c: &CacheS3Config, creds: &AwsCredentials) -> String {
+    match bucket_location(c, creds).await {
+        Ok(region) => {
+            tracing::debug!(bucket = %c.bucket_name, location = %region, "Successfully detected S3 bucket location");
+            region
+        }
+        Err(e) => {
+            tracing::warn!(bucket = %c.bucket_name, error = %e, "Failed to detect S3 bucket location, falling back to default region");
+            FALLBACK_REGION.to_owned()
+        }
+    }
+}
+
+/// The bucket's `?location` URL: path or virtual-host style as the settings say.
+pub fn location_url(c: &CacheS3Config) -> Result<reqwest::Url, String> {
+    let endpoint = custom_endpoint(c).unwrap_or_else(|| AWS_DEFAULT_ENDPOINT.to_owned());
+    let mut url =
+        reqwest::Url::parse(&endpoint).map_err(|e| format!("endpoint {endpoint:?}: {e}"))?;
+    if path_style(c) {
+        url.set_path(&format!("/{}", c.bucket_name));
+    } else {
+        let host = format!("{}.{}", c.bucket_name, url.host_str().unwrap_or_default());
+        url.set_host(Some(&host))
+            .map_err(|e| format!("bucket host {host:?}: {e}"))?;
+    }
+    url.set_query(Some("location"));
+    Ok(url)
+}
+
+async fn bucket_location(c: &CacheS3Config, creds: &AwsCredentials) -> Result<String, String> {
+    use sha2::{Digest, Sha256};
+    let url = location_url(c)?;
+    let empty = hex::encode(Sha256::digest(b""));
+    let headers = crate::cache::sts::Signed {
+        method: "GET",
+        url: &url,
+        region: FALLBACK_REGION,
+        service: "s3",
+        headers: vec![("x-amz-content-sha256".to_owned(), empty.clone())],
+        payload_hash: empty,
+    }
+    .sign(creds, chrono::Utc::now());
+    let http = crate::helper::http::client(Duration::from_secs(30))?;
+    let mut request = http.get(url.clone());
+    for (k, v) in headers {
+        request = request.header(k, v);
+    }
+    let response = request.send().await.map_err(|e| format!("{url}: {e}"))?;
+    let status = response.status();
+    let body = crate::cache::aws_credentials::read_body(response, url.as_str()).await?;
+    let xml = String::from_utf8_lossy(&body);
+    if !status.is_success() {
+        return Err(format!("{url} answered {status}"));
+    }
+    let constraint = location_constraint(&xml)
+        .ok_or_else(|| format!("{url}: the answer has no LocationConstraint"))?;
+    Ok(match constraint.as_str() {
+        "" => FALLBACK_REGION.to_owned(),
+        "EU" => "eu-west-1".to_owned(),
+        other => other.to_owned(),
+    })
+}
+
+/// The text of `<LocationConstraint …>…</LocationConstraint>` (empty when self-closing).
+fn location_constraint(xml: &str) -> Option<String> {
+    let start = xml.find("<LocationConstraint")?;
+    let open_end = start + xml[start..].find('>')?;
+    if xml[..open_end].ends_with('/') {
+        return Some(String::new());
+    }
+    let rest = &xml[open_end + 1..];
+    let end = rest.find("</LocationConstraint>")?;
+    Some(rest[..end].trim().to_owned())
+}
+
+/// The bucket's region: `BucketLocation`, else us-east-1.
+pub fn region(c: &CacheS3Config) -> String {
+    if c.bucket_location.is_empty() {
+        "us-east-1".to_string()
+    } else {
+        c.bucket_location.clone()
+    }
+}
+
+/// The credentials the settings sign with (before any role): `AccessKey`, `SecretKey` and
+/// `SessionToken` for the access-key type, else `iam`, the credential chain's result.
+pub fn base_credentials(
+    c: &CacheS3Config,
+    iam: Option<&Result<AwsCredentials, String>>,
+) -> Result<AwsCredentials, S3Error> {
+    if c.bucket_name.trim().is_empty() {
+        return Err(S3Error::NoBucket);
+    }
+    match c.auth_type() {
+        Some("access-key") => Ok(AwsCredentials {
+            access_key: c.access_key.clone(),
+            secret_key: c.secret_key.clone(),
+            session_token: Some(c.session_token.clone()).filter(|t| !t.is_empty()),
+            expires: None,
+            source: "config.toml",
+        }),
+        Some(_) => match iam {
+            Some(Ok(k)) => Ok(k.clone()),
+            Some(Err(e)) => Err(S3Error::Iam(e.clone())),
+            None => Err(S3Error::Iam("the credentials were not looked up".into())),
+        },
+        None => Err(S3Error::AuthType(c.authentication_type.clone())),
     }
 }
 
@@ -345,12 +460,6 @@ mod tests {
             S3Cache::with_iam(&c, Duration::from_secs(1), Some(&failed)).unwrap_err(),
             S3Error::Iam("no AWS credentials found".into())
         );
-        let mut c = config();
-        c.role_arn = "arn:aws:iam::1:role/x".into();
-        assert_eq!(
-            S3Cache::new(&c, Duration::from_secs(1)).unwrap_err(),
-            S3Error::RoleArn
-        );
         // An unknown encryption uploads without encryption, as upstream (with a warning).
         let mut c = config();
         c.server_side_encryption = "rot13".into();
@@ -362,5 +471,63 @@ mod tests {
             S3Cache::new(&c, Duration::from_secs(1)).unwrap_err(),
             S3Error::NoBucket
         );
+    }
+
+    #[test]
+    fn bucket_location_request_and_answers() {
+        let mut c = config();
+        c.server_address.clear();
+        c.bucket_name = "examplebucket".into();
+        let url = location_url(&c).unwrap();
+        assert_eq!(
+            url.as_str(),
+            "https://examplebucket.s3.amazonaws.com/?location"
+        );
+        // Signed as botocore's S3SigV4Auth signs it (2015-08-30T12:36:00Z).
+        let creds = AwsCredentials {
+            access_key: "AKIDEXAMPLE".into(),
+            secret_key: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".into(),
+            session_token: None,
+            expires: None,
+            source: "test",
+        };
+        let empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+        let headers = crate::cache::sts::Signed {
+            method: "GET",
+            url: &url,
+            region: FALLBACK_REGION,
+            service: "s3",
+            headers: vec![("x-amz-content-sha256".to_owned(), empty.to_owned())],
+            payload_hash: empty.to_owned(),
+        }
+        .sign(
+            &creds,
+            chrono::DateTime::parse_from_rfc3339("2015-08-30T12:36:00Z")
+                .unwrap()
+                .with_timezone(&chrono::Utc),
+        );
+        assert_eq!(
+            headers.last().map(|(_, v)| v.as_str()),
+            Some(
+                "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/s3/aws4_request, \
+                 SignedHeaders=host;x-amz-content-sha256;x-amz-date, \
+                 Signature=75f46d1e86e1717a90b65a89f6b62e42f88f9b3a608b51e8bdb4981e38ba42a5"
+            )
+        );
+        let ns = r#"xmlns="http://s3.amazonaws.com/doc/2006-03-01/""#;
+        assert_eq!(
+            location_constraint(&format!(
+                "<LocationConstraint {ns}>eu-west-2</LocationConstraint>"
+            )),
+            Some("eu-west-2".into())
+        );
+        assert_eq!(
+            location_constraint(&format!("<LocationConstraint {ns}/>")),
+            Some(String::new())
+        );
+        assert_eq!(location_constraint("<Error/>"), None);
+        // A custom endpoint in path style.
+        let url = location_url(&config()).unwrap();
+        assert_eq!(url.as_str(), "http://127.0.0.1:9000/cache?location");
     }
 }

@@ -81,10 +81,10 @@ pub struct CacheS3Config {
     /// `UploadRoleARN`.
     #[serde(rename = "UploadRoleARN")]
     pub upload_role_arn: String,
-    /// `AssumeRoleMaxConcurrency`: for RoleARN credentials, which drover does not implement.
+    /// `AssumeRoleMaxConcurrency`: concurrent AssumeRole calls (0: 5; negative: no limit).
     #[serde(rename = "AssumeRoleMaxConcurrency")]
     pub assume_role_max_concurrency: i64,
-    /// `DisableAssumeRoleCredentialsCaching`: likewise.
+    /// `DisableAssumeRoleCredentialsCaching`: a new AssumeRole call for every job.
     #[serde(rename = "DisableAssumeRoleCredentialsCaching")]
     pub disable_assume_role_credentials_caching: bool,
 }

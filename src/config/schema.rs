@@ -81,9 +81,6 @@ use Kind::*;
 
 const OTHER_EXECUTOR: &str = "it configures another executor; drover loads it and ignores it";
 
-const ASSUME_ROLE: &str =
-    "it tunes RoleARN credentials, which drover does not implement (see RoleARN)";
-
 /// The top level of the file.
 pub(crate) static ROOT: Schema = Schema {
     title: "the top level",
@@ -289,8 +286,8 @@ static CACHE_S3: Schema = Schema {
         f("Accelerate", Bool),
         f("RoleARN", Str),
         f("UploadRoleARN", Str),
-        unused("AssumeRoleMaxConcurrency", Int, ASSUME_ROLE),
-        unused("DisableAssumeRoleCredentialsCaching", Bool, ASSUME_ROLE),
+        f("AssumeRoleMaxConcurrency", Int),
+        f("DisableAssumeRoleCredentialsCaching", Bool),
     ],
     removed: &[],
 };

@@ -17,6 +17,7 @@
 //! keep-alive `PUT running` when nothing was sent for the force-send interval (30 s).
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -189,6 +190,9 @@ pub struct FinishReport {
     pub bytesize: u64,
     /// `crc32:%08x` of the log.
     pub checksum: String,
+    /// The update interval in force after the final update (the default, or what GitLab's
+    /// last answer asked for).
+    pub update_interval: Duration,
 }
 
 /// The job's log as it is sent to GitLab (upstream's `helpers/trace` buffer): invalid UTF-8
@@ -350,13 +354,23 @@ struct Ctx {
     graceful: CancellationToken,
     abort: CancellationToken,
     opts: Arc<TraceOptions>,
+    /// The update interval in force, in milliseconds, for [`JobTrace::update_interval`].
+    interval_ms: Arc<AtomicU64>,
 }
 
 impl Ctx {
+    fn set_interval(&self, pump: &mut Pump, interval: Duration) {
+        pump.interval = interval;
+        self.interval_ms.store(
+            u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
     /// Applies the `Job-Status` and interval of an answer.
     fn observe(&self, pump: &mut Pump, r: &UpdateResult) {
         if let Some(i) = r.update_interval {
-            pump.interval = i;
+            self.set_interval(pump, i);
         }
         if r.cancel_requested && !self.graceful.is_cancelled() {
             tracing::info!(
@@ -484,6 +498,9 @@ impl JobTrace {
             shared,
             graceful: CancellationToken::new(),
             abort: CancellationToken::new(),
+            interval_ms: Arc::new(AtomicU64::new(
+                u64::try_from(opts.update_interval.as_millis()).unwrap_or(u64::MAX),
+            )),
             opts: Arc::new(opts),
         };
         let mut pump = Pump {
@@ -568,6 +585,11 @@ impl JobTrace {
         self.ctx.abort.clone()
     }
 
+    /// The update interval in force: the initial one, or what GitLab's last answer asked for.
+    pub fn update_interval(&self) -> Duration {
+        Duration::from_millis(self.ctx.interval_ms.load(Ordering::Relaxed))
+    }
+
     /// Checksum and size of the log so far.
     pub fn output(&self) -> TraceOutput {
         self.ctx.shared.output()
@@ -593,6 +615,7 @@ impl JobTrace {
             failure_reason: reason.clone(),
             bytesize: output.bytesize,
             checksum: output.checksum.clone(),
+            update_interval: self.update_interval(),
         };
         let Some(task) = self.task.take() else {
             return report;
@@ -608,7 +631,10 @@ impl JobTrace {
                 }
             }
         };
-        pump.interval = self.ctx.opts.update_interval;
+        // As upstream, the final update starts from the default interval, and GitLab's
+        // answers may change it again.
+        self.ctx
+            .set_interval(&mut pump, self.ctx.opts.update_interval);
         let update = JobUpdate {
             state: if outcome.state == JobState::Success {
                 JobState::Success
@@ -620,6 +646,7 @@ impl JobTrace {
             output,
         };
         report.state = self.final_loop(&mut pump, &update).await;
+        report.update_interval = self.update_interval();
         report
     }
 
