@@ -95,6 +95,7 @@ pub mod policy;
 mod reconcile;
 mod removal;
 mod restore;
+pub mod router;
 mod timers;
 mod use_flow;
 
