@@ -842,3 +842,394 @@ impl Router {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runner(key: &str, executor: ExecutorKind) -> RunnerSettings {
+        RunnerSettings {
+            key: key.into(),
+            has_token: true,
+            executor,
+            limit: 0,
+            request_concurrency: 1,
+            adaptive: true,
+            strict: false,
+            unhealthy_requests_limit: DEFAULT_UNHEALTHY_REQUESTS_LIMIT,
+            unhealthy_interval: DEFAULT_UNHEALTHY_INTERVAL_MS,
+        }
+    }
+
+    fn router(concurrent: usize, runners: Vec<RunnerSettings>) -> Router {
+        Router::new(
+            RouterConfig {
+                concurrent,
+                check_interval: 3_000,
+                runners,
+            },
+            0,
+        )
+    }
+
+    /// The commands since the last call, without the gauges.
+    fn drain(r: &mut Router) -> Vec<Command> {
+        std::iter::from_fn(|| r.poll_command())
+            .filter(|c| !matches!(c, Command::RequestSlots { .. }))
+            .collect()
+    }
+
+    #[test]
+    fn the_feeder_staggers_every_entry_and_skips_the_tokenless_ones_in_their_turn() {
+        let mut tokenless = runner("b", ExecutorKind::Docker);
+        tokenless.has_token = false;
+        let mut r = router(
+            4,
+            vec![
+                runner("a", ExecutorKind::Docker),
+                tokenless,
+                runner("c", ExecutorKind::Docker),
+            ],
+        );
+        r.handle_timeout(0);
+        assert_eq!(
+            drain(&mut r),
+            [
+                Command::Fed {
+                    worker: 0,
+                    runner: 0
+                },
+                Command::Request {
+                    worker: 0,
+                    runner: 0
+                }
+            ]
+        );
+        // check_interval / 3 runners (all entries count, as upstream).
+        assert_eq!(r.poll_timeout(), Some(1_000));
+        r.handle_timeout(1_000);
+        assert_eq!(drain(&mut r), [Command::FeedSkipped { runner: 1 }]);
+        assert_eq!(r.poll_timeout(), Some(2_000));
+        r.handle_timeout(2_000);
+        assert!(matches!(
+            drain(&mut r).first(),
+            Some(Command::Fed { runner: 2, .. })
+        ));
+        // A new round starts with the first entry.
+        r.handle_timeout(3_000);
+        assert!(matches!(
+            drain(&mut r).first(),
+            Some(Command::Fed { runner: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn the_feeder_waits_for_a_free_worker_and_hands_the_runner_out_when_one_frees() {
+        let mut r = router(1, vec![runner("a", ExecutorKind::Docker)]);
+        r.handle_timeout(0);
+        drain(&mut r);
+        r.handle_timeout(3_000);
+        assert_eq!(drain(&mut r), []);
+        assert_eq!(r.poll_timeout(), None, "blocked on the unbuffered channel");
+        r.answered(0, Answer::NoJob, 4_500).expect("requesting");
+        assert_eq!(
+            drain(&mut r),
+            [
+                Command::WorkerFree { worker: 0 },
+                Command::Fed {
+                    worker: 0,
+                    runner: 0
+                },
+                Command::Request {
+                    worker: 0,
+                    runner: 0
+                }
+            ]
+        );
+        assert_eq!(r.poll_timeout(), Some(7_500), "the sleep follows the hand-out");
+    }
+
+    #[test]
+    fn a_job_requeues_the_runner_on_the_lowest_free_worker_unless_strict() {
+        for (strict, requeued) in [(false, true), (true, false)] {
+            let mut a = runner("a", ExecutorKind::Docker);
+            a.strict = strict;
+            a.request_concurrency = 2;
+            let mut r = router(3, vec![a]);
+            r.handle_timeout(0);
+            drain(&mut r);
+            r.answered(0, Answer::Job, 100).expect("requesting");
+            let got = drain(&mut r);
+            assert_eq!(
+                got.contains(&Command::Request {
+                    worker: 1,
+                    runner: 0
+                }),
+                requeued,
+                "strict {strict}: {got:?}"
+            );
+            assert!(got.contains(&Command::RunJob {
+                worker: 0,
+                runner: 0,
+                acquired: None
+            }));
+        }
+    }
+
+    #[test]
+    fn limit_and_request_concurrency_gate_the_request() {
+        let mut a = runner("a", ExecutorKind::Docker);
+        a.limit = 1;
+        a.request_concurrency = 3;
+        let mut r = router(3, vec![a]);
+        r.handle_timeout(0);
+        drain(&mut r);
+        // Adaptive starts at 1: the re-queue after this job is refused by `limit` first.
+        r.answered(0, Answer::Job, 10).expect("requesting");
+        let got = drain(&mut r);
+        assert!(
+            got.contains(&Command::Skipped {
+                worker: 1,
+                runner: 0,
+                why: Skip::Limit
+            }),
+            "{got:?}"
+        );
+        r.job_finished(0, None, 20).expect("running");
+        // Two requests in flight with adaptive 1.1 → ceil 2: the third is refused.
+        let mut b = runner("b", ExecutorKind::Docker);
+        b.request_concurrency = 3;
+        let mut r = router(3, vec![b]);
+        r.handle_timeout(0);
+        drain(&mut r);
+        r.answered(0, Answer::Job, 10).expect("requesting");
+        drain(&mut r); // re-queued on worker 1 (1.1 → 2 slots)
+        r.answered(1, Answer::Job, 20).expect("requesting");
+        let got = drain(&mut r);
+        // 1.21 → 2 slots, worker 1's request ended: worker 2 requests.
+        assert!(got.contains(&Command::Request {
+            worker: 2,
+            runner: 0
+        }));
+        let mut c = runner("c", ExecutorKind::Docker);
+        c.request_concurrency = 3;
+        c.adaptive = false;
+        let mut r = router(5, vec![c]);
+        r.handle_timeout(0);
+        r.handle_timeout(1_000_000);
+        r.handle_timeout(2_000_000);
+        r.handle_timeout(3_000_000);
+        let skipped = drain(&mut r)
+            .into_iter()
+            .filter(|c| {
+                matches!(
+                    c,
+                    Command::Skipped {
+                        why: Skip::RequestConcurrency,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(skipped, 1, "3 requests in flight without the adaptive rule");
+    }
+
+    #[test]
+    fn adaptive_value_follows_the_answers() {
+        let cases: [(&[Answer], f64); 4] = [
+            (&[Answer::Job], 1.1),
+            (&[Answer::Job, Answer::Job], 1.1 * 1.1),
+            (&[Answer::Job, Answer::NoJob], 1.1 * 0.95),
+            (&[Answer::Job, Answer::PushedBack], 1.0),
+        ];
+        for (answers, want) in cases {
+            let mut a = runner("a", ExecutorKind::Docker);
+            a.request_concurrency = 5;
+            a.strict = true;
+            let mut r = router(1, vec![a]);
+            let mut t = 0;
+            let mut got = 0.0;
+            for ans in answers {
+                r.handle_timeout(t);
+                r.answered(0, *ans, t + 1).expect("requesting");
+                for c in std::iter::from_fn(|| r.poll_command()) {
+                    if let Command::RequestSlots { adaptive, .. } = c {
+                        got = adaptive.get();
+                    }
+                }
+                if *ans == Answer::Job {
+                    r.job_finished(0, None, t + 2).expect("running");
+                    drain(&mut r);
+                }
+                t += 3_000;
+            }
+            assert!((got - want).abs() < 1e-9, "{answers:?}: {got} != {want}");
+        }
+    }
+
+    #[test]
+    fn forbidden_answers_make_a_runner_unhealthy_until_its_interval_then_one_forced_check() {
+        let mut a = runner("a", ExecutorKind::Docker);
+        a.unhealthy_requests_limit = 2;
+        a.unhealthy_interval = 10_000;
+        a.strict = true;
+        let mut r = router(1, vec![a]);
+        let feed = |r: &mut Router, t: Millis| {
+            r.handle_timeout(t);
+            drain(r)
+        };
+        feed(&mut r, 0);
+        r.answered(0, Answer::Forbidden, 1).expect("requesting");
+        feed(&mut r, 3_000);
+        r.answered(0, Answer::Forbidden, 3_001).expect("requesting");
+        assert!(drain(&mut r).contains(&Command::Unhealthy {
+            runner: 0,
+            failures: 2
+        }));
+        assert_eq!(feed(&mut r, 6_000), [Command::FeedSkipped { runner: 0 }]);
+        assert_eq!(feed(&mut r, 9_000), [Command::FeedSkipped { runner: 0 }]);
+        // Healthy last at 1 (the first answer reset nothing: it was at 0, the creation).
+        let forced = feed(&mut r, 12_000);
+        assert_eq!(
+            forced.first(),
+            Some(&Command::ForcedCheck {
+                runner: 0,
+                failures: 2
+            })
+        );
+        // A network error resets the count.
+        r.answered(0, Answer::Failed, 12_001).expect("requesting");
+        drain(&mut r);
+        assert!(r.is_healthy("a"));
+    }
+
+    #[test]
+    fn an_unknown_executor_counts_a_failure_and_makes_no_request() {
+        let mut a = runner("a", ExecutorKind::Unsupported);
+        a.unhealthy_requests_limit = 1;
+        let mut r = router(1, vec![a]);
+        r.handle_timeout(0);
+        let got = drain(&mut r);
+        assert!(got.contains(&Command::UnsupportedExecutor { runner: 0 }));
+        assert!(!got.iter().any(|c| matches!(c, Command::Request { .. })));
+        assert!(!r.is_healthy("a"));
+    }
+
+    #[test]
+    fn machine_runners_acquire_first_and_release_after_the_job_or_an_empty_answer() {
+        let mut m = runner("m", ExecutorKind::Machine);
+        m.strict = true;
+        let mut r = router(2, vec![m]);
+        r.handle_timeout(0);
+        assert!(drain(&mut r).contains(&Command::Acquire {
+            worker: 0,
+            runner: 0
+        }));
+        r.acquired(0, Acquired::Machine("m-1".into()), 5)
+            .expect("acquiring");
+        assert!(drain(&mut r).contains(&Command::Request {
+            worker: 0,
+            runner: 0
+        }));
+        r.answered(0, Answer::NoJob, 10).expect("requesting");
+        assert!(drain(&mut r).contains(&Command::Release {
+            runner: 0,
+            machine: "m-1".into()
+        }));
+        // A job: Use's machine first, then the acquired one; the same machine once.
+        r.handle_timeout(3_000);
+        let got = drain(&mut r);
+        assert!(got.contains(&Command::Acquire { worker: 0, runner: 0 }), "{got:?}");
+        r.acquired(0, Acquired::Machine("m-1".into()), 3_005)
+            .expect("acquiring");
+        r.answered(0, Answer::Job, 3_010).expect("requesting");
+        drain(&mut r);
+        r.job_finished(0, Some("m-2".into()), 4_000)
+            .expect("running");
+        let releases: Vec<Command> = drain(&mut r)
+            .into_iter()
+            .filter(|c| matches!(c, Command::Release { .. }))
+            .collect();
+        assert_eq!(
+            releases,
+            [
+                Command::Release {
+                    runner: 0,
+                    machine: "m-2".into()
+                },
+                Command::Release {
+                    runner: 0,
+                    machine: "m-1".into()
+                }
+            ]
+        );
+        // A refusal gives the request slot back and makes no request.
+        r.handle_timeout(6_000);
+        let got = drain(&mut r);
+        assert!(got.contains(&Command::Acquire { worker: 0, runner: 0 }), "{got:?}");
+        r.acquired(0, Acquired::Refused, 6_005).expect("acquiring");
+        let got = drain(&mut r);
+        assert!(got.contains(&Command::Skipped {
+            worker: 0,
+            runner: 0,
+            why: Skip::NoFreeExecutor
+        }));
+        assert!(!got.iter().any(|c| matches!(c, Command::Request { .. })));
+        assert_eq!(
+            r.answered(0, Answer::Job, 6_010),
+            Err(RouterError {
+                worker: 0,
+                input: "a request's answer",
+                phase: "free"
+            })
+        );
+    }
+
+    #[test]
+    fn a_reload_resizes_the_workers_and_retires_busy_ones_when_they_free() {
+        let mut a = runner("a", ExecutorKind::Docker);
+        a.request_concurrency = 5;
+        a.adaptive = false;
+        let mut r = router(2, vec![a]);
+        r.handle_timeout(0);
+        r.handle_timeout(3_000);
+        drain(&mut r);
+        assert_eq!(r.busy_workers(), 2);
+        let mut config = r.config().clone();
+        config.concurrent = 1;
+        r.apply(config.clone(), 3_500);
+        r.answered(1, Answer::NoJob, 4_000).expect("requesting");
+        r.answered(0, Answer::NoJob, 4_100).expect("requesting");
+        drain(&mut r);
+        // Only one worker is handed out from now on.
+        r.handle_timeout(6_000);
+        r.handle_timeout(9_000);
+        let fed: Vec<Command> = drain(&mut r)
+            .into_iter()
+            .filter(|c| matches!(c, Command::Fed { .. }))
+            .collect();
+        assert_eq!(
+            fed,
+            [Command::Fed {
+                worker: 0,
+                runner: 0
+            }]
+        );
+        config.concurrent = 3;
+        r.apply(config, 9_500);
+        assert_eq!(
+            drain(&mut r),
+            [
+                Command::Fed {
+                    worker: 1,
+                    runner: 0
+                },
+                Command::Request {
+                    worker: 1,
+                    runner: 0
+                }
+            ],
+            "the blocked feeder hands out at once, on the worker retired before"
+        );
+    }
+}
