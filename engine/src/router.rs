@@ -463,12 +463,7 @@ impl Router {
                     c.requests = c.requests.saturating_sub(1);
                 }
                 self.slots(runner);
-                self.push(Command::Skipped {
-                    worker,
-                    runner,
-                    why: Skip::NoFreeExecutor,
-                });
-                self.free_worker(worker, now);
+                self.skip(worker, runner, Skip::NoFreeExecutor, now);
             }
             Acquired::Machine(m) => self.request(worker, runner, Some(m)),
             Acquired::NoMachine => self.request(worker, runner, None),
@@ -777,12 +772,7 @@ impl Router {
             return;
         };
         if r.limit > 0 && c.builds >= r.limit {
-            self.push(Command::Skipped {
-                worker,
-                runner,
-                why: Skip::Limit,
-            });
-            self.free_worker(worker, now);
+            self.skip(worker, runner, Skip::Limit, now);
             return;
         }
         let effective = if r.adaptive {
@@ -792,12 +782,7 @@ impl Router {
         };
         if c.requests >= effective {
             self.slots(runner);
-            self.push(Command::Skipped {
-                worker,
-                runner,
-                why: Skip::RequestConcurrency,
-            });
-            self.free_worker(worker, now);
+            self.skip(worker, runner, Skip::RequestConcurrency, now);
             return;
         }
         c.requests += 1;
@@ -810,6 +795,16 @@ impl Router {
         } else {
             self.request(worker, runner, None);
         }
+    }
+
+    /// The turn ends without a request.
+    fn skip(&mut self, worker: WorkerId, runner: usize, why: Skip, now: Millis) {
+        self.push(Command::Skipped {
+            worker,
+            runner,
+            why,
+        });
+        self.free_worker(worker, now);
     }
 
     fn request(&mut self, worker: WorkerId, runner: usize, acquired: Option<String>) {
@@ -872,6 +867,33 @@ mod tests {
         )
     }
 
+    /// A router of `concurrent` workers and one runner, fed once at 0 (commands drained).
+    fn fed_once(concurrent: usize, runner: RunnerSettings) -> Router {
+        let mut r = router(concurrent, vec![runner]);
+        r.handle_timeout(0);
+        drain(&mut r);
+        r
+    }
+
+    /// The feeder hands a docker runner to a worker, which requests a job.
+    fn handed_out(worker: WorkerId, runner: usize) -> Vec<Command> {
+        vec![
+            Command::Fed { worker, runner },
+            Command::Request { worker, runner },
+        ]
+    }
+
+    /// The feeder's turn at `t` hands runner 0 to worker 0, which runs an Acquire pass.
+    fn feeds_an_acquire(r: &mut Router, t: Millis) {
+        r.handle_timeout(t);
+        let got = drain(r);
+        let acquire = Command::Acquire {
+            worker: 0,
+            runner: 0,
+        };
+        assert!(got.contains(&acquire), "{got:?}");
+    }
+
     /// The commands since the last call, without the gauges.
     fn drain(r: &mut Router) -> Vec<Command> {
         std::iter::from_fn(|| r.poll_command())
@@ -892,19 +914,7 @@ mod tests {
             ],
         );
         r.handle_timeout(0);
-        assert_eq!(
-            drain(&mut r),
-            [
-                Command::Fed {
-                    worker: 0,
-                    runner: 0
-                },
-                Command::Request {
-                    worker: 0,
-                    runner: 0
-                }
-            ]
-        );
+        assert_eq!(drain(&mut r), handed_out(0, 0));
         // check_interval / 3 runners (all entries count, as upstream).
         assert_eq!(r.poll_timeout(), Some(1_000));
         r.handle_timeout(1_000);
@@ -925,28 +935,20 @@ mod tests {
 
     #[test]
     fn the_feeder_waits_for_a_free_worker_and_hands_the_runner_out_when_one_frees() {
-        let mut r = router(1, vec![runner("a", ExecutorKind::Docker)]);
-        r.handle_timeout(0);
-        drain(&mut r);
+        let mut r = fed_once(1, runner("a", ExecutorKind::Docker));
         r.handle_timeout(3_000);
         assert_eq!(drain(&mut r), []);
         assert_eq!(r.poll_timeout(), None, "blocked on the unbuffered channel");
         r.answered(0, Answer::NoJob, 4_500).expect("requesting");
         assert_eq!(
             drain(&mut r),
-            [
-                Command::WorkerFree { worker: 0 },
-                Command::Fed {
-                    worker: 0,
-                    runner: 0
-                },
-                Command::Request {
-                    worker: 0,
-                    runner: 0
-                }
-            ]
+            [vec![Command::WorkerFree { worker: 0 }], handed_out(0, 0)].concat()
         );
-        assert_eq!(r.poll_timeout(), Some(7_500), "the sleep follows the hand-out");
+        assert_eq!(
+            r.poll_timeout(),
+            Some(7_500),
+            "the sleep follows the hand-out"
+        );
     }
 
     #[test]
@@ -955,9 +957,7 @@ mod tests {
             let mut a = runner("a", ExecutorKind::Docker);
             a.strict = strict;
             a.request_concurrency = 2;
-            let mut r = router(3, vec![a]);
-            r.handle_timeout(0);
-            drain(&mut r);
+            let mut r = fed_once(3, a);
             r.answered(0, Answer::Job, 100).expect("requesting");
             let got = drain(&mut r);
             assert_eq!(
@@ -981,9 +981,7 @@ mod tests {
         let mut a = runner("a", ExecutorKind::Docker);
         a.limit = 1;
         a.request_concurrency = 3;
-        let mut r = router(3, vec![a]);
-        r.handle_timeout(0);
-        drain(&mut r);
+        let mut r = fed_once(3, a);
         // Adaptive starts at 1: the re-queue after this job is refused by `limit` first.
         r.answered(0, Answer::Job, 10).expect("requesting");
         let got = drain(&mut r);
@@ -999,9 +997,7 @@ mod tests {
         // Two requests in flight with adaptive 1.1 → ceil 2: the third is refused.
         let mut b = runner("b", ExecutorKind::Docker);
         b.request_concurrency = 3;
-        let mut r = router(3, vec![b]);
-        r.handle_timeout(0);
-        drain(&mut r);
+        let mut r = fed_once(3, b);
         r.answered(0, Answer::Job, 10).expect("requesting");
         drain(&mut r); // re-queued on worker 1 (1.1 → 2 slots)
         r.answered(1, Answer::Job, 20).expect("requesting");
@@ -1137,9 +1133,7 @@ mod tests {
             machine: "m-1".into()
         }));
         // A job: Use's machine first, then the acquired one; the same machine once.
-        r.handle_timeout(3_000);
-        let got = drain(&mut r);
-        assert!(got.contains(&Command::Acquire { worker: 0, runner: 0 }), "{got:?}");
+        feeds_an_acquire(&mut r, 3_000);
         r.acquired(0, Acquired::Machine("m-1".into()), 3_005)
             .expect("acquiring");
         r.answered(0, Answer::Job, 3_010).expect("requesting");
@@ -1164,9 +1158,7 @@ mod tests {
             ]
         );
         // A refusal gives the request slot back and makes no request.
-        r.handle_timeout(6_000);
-        let got = drain(&mut r);
-        assert!(got.contains(&Command::Acquire { worker: 0, runner: 0 }), "{got:?}");
+        feeds_an_acquire(&mut r, 6_000);
         r.acquired(0, Acquired::Refused, 6_005).expect("acquiring");
         let got = drain(&mut r);
         assert!(got.contains(&Command::Skipped {
@@ -1219,16 +1211,7 @@ mod tests {
         r.apply(config, 9_500);
         assert_eq!(
             drain(&mut r),
-            [
-                Command::Fed {
-                    worker: 1,
-                    runner: 0
-                },
-                Command::Request {
-                    worker: 1,
-                    runner: 0
-                }
-            ],
+            handed_out(1, 0),
             "the blocked feeder hands out at once, on the worker retired before"
         );
     }
