@@ -232,6 +232,8 @@ impl AdaptiveValue {
 pub enum Input {
     /// [`Router::handle_timeout`].
     Timeout,
+    /// [`Router::hand_out`] of this runner.
+    HandOut(usize),
     /// [`Router::acquired`].
     Acquired(WorkerId, Acquired),
     /// [`Router::answered`].
@@ -436,6 +438,18 @@ impl Router {
         }
         self.feed_blocked(now);
         self.end(mark, Input::Apply);
+    }
+
+    /// Hands `runner` to a free worker now, outside the feeder (`drover run-single`'s loop:
+    /// one runner, its own pauses). False when no worker is free.
+    pub fn hand_out(&mut self, runner: usize, now: Millis) -> bool {
+        let mark = self.begin(now);
+        let free = self.take_free();
+        if let Some(w) = free {
+            self.turn(w, runner, now);
+        }
+        self.end(mark, Input::HandOut(runner));
+        free.is_some()
     }
 
     /// The feeder's timer: hands out the runners that are due.
