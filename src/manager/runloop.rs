@@ -32,11 +32,6 @@ pub const PREPARATION_ATTEMPTS: u32 = 3;
 /// The pause between preparation attempts.
 pub const PREPARATION_RETRY: Duration = Duration::from_secs(3);
 
-/// `unhealthy_requests_limit`'s default.
-pub const DEFAULT_UNHEALTHY_REQUESTS_LIMIT: u32 = 3;
-/// `unhealthy_interval`'s default.
-pub const DEFAULT_UNHEALTHY_INTERVAL: Duration = Duration::from_secs(3600);
-
 /// Locks a std mutex, recovering from poisoning (a panicked holder leaves plain counters).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -174,20 +169,14 @@ fn workers_of(config: &Config) -> usize {
     usize::try_from(config.concurrent).unwrap_or(1).max(1)
 }
 
-/// `unhealthy_requests_limit`, below 1 meaning the default.
+/// `unhealthy_requests_limit` with its default, as the router reads it.
 fn unhealthy_requests_limit(r: &RunnerConfig) -> u32 {
-    u32::try_from(r.unhealthy_requests_limit)
-        .ok()
-        .filter(|v| *v > 0)
-        .unwrap_or(DEFAULT_UNHEALTHY_REQUESTS_LIMIT)
+    crate::engine::router_runner(r).unhealthy_requests_limit
 }
 
-/// `unhealthy_interval`, unset or zero meaning the default.
+/// `unhealthy_interval` with its default, as the router reads it.
 fn unhealthy_interval(r: &RunnerConfig) -> Duration {
-    r.unhealthy_interval
-        .and_then(|d| d.to_std())
-        .filter(|d| !d.is_zero())
-        .unwrap_or(DEFAULT_UNHEALTHY_INTERVAL)
+    Duration::from_millis(crate::engine::router_runner(r).unhealthy_interval)
 }
 
 /// How upstream names a runner in its health messages: the URL and the short token.
