@@ -79,3 +79,50 @@ pub fn drain_settings(config: &Config) -> DrainSettings {
         shutdown_timeout_secs: config.shutdown_timeout,
     }
 }
+
+/// The job router's view of one `[[runners]]` entry (upstream's defaults applied).
+pub fn router_runner(r: &RunnerConfig) -> router::RunnerSettings {
+    let executor = match r.executor.as_str() {
+        "docker+machine" => router::ExecutorKind::Machine,
+        "docker" => router::ExecutorKind::Docker,
+        _ => router::ExecutorKind::Unsupported,
+    };
+    let unhealthy_interval = r
+        .unhealthy_interval
+        .and_then(|d| d.to_std())
+        .filter(|d| !d.is_zero())
+        .map_or(router::DEFAULT_UNHEALTHY_INTERVAL_MS, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+        });
+    router::RunnerSettings {
+        key: r.token.clone(),
+        has_token: !r.token.trim().is_empty(),
+        executor,
+        limit: usize::try_from(r.limit).unwrap_or(0),
+        request_concurrency: usize::try_from(r.request_concurrency).unwrap_or(1).max(1),
+        adaptive: r
+            .feature_flags
+            .get("FF_USE_ADAPTIVE_REQUEST_CONCURRENCY")
+            .copied()
+            .unwrap_or(true),
+        strict: r.strict_check_interval.unwrap_or(false),
+        unhealthy_requests_limit: u32::try_from(r.unhealthy_requests_limit)
+            .ok()
+            .filter(|v| *v > 0)
+            .unwrap_or(router::DEFAULT_UNHEALTHY_REQUESTS_LIMIT),
+        unhealthy_interval,
+    }
+}
+
+/// The job router's settings: `concurrent` (at least 1), `check_interval` (0 or less: 3 s)
+/// and the runners in file order.
+pub fn router_config(config: &Config) -> router::RouterConfig {
+    router::RouterConfig {
+        concurrent: usize::try_from(config.concurrent).unwrap_or(1).max(1),
+        check_interval: u64::try_from(config.check_interval_or_default())
+            .unwrap_or(3)
+            .max(1)
+            * 1000,
+        runners: config.runners.iter().map(router_runner).collect(),
+    }
+}

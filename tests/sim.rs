@@ -325,3 +325,225 @@ fn an_absurd_idle_count_stops_the_run_with_a_warning() {
     assert!(trace.end < 3_600_000, "ran until {}", trace.end);
     assert!(trace.creations <= 100_000, "{}", trace.creations);
 }
+
+/// The job router's two drivers: `drover run`'s (tokio, GitLab through `JobSource`) and the
+/// simulator's (virtual time) make the same decisions from the same scripted GitLab answers.
+mod router_equivalence {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use drover::config::RunnerConfig;
+    use drover::engine::router::{Answer, Command, Decision, Input};
+    use drover::manager::runloop::{Manager, Pools};
+    use drover::manager::source::{Ack, JobLink, JobOutcome, JobSource, Requested};
+    use drover::sim::route::{replay, Script};
+    use tokio_util::sync::CancellationToken;
+
+    /// GitLab playing `script`: each request takes `request_ms`, then answers the runner's
+    /// next scripted answer; a job's link holds it for its duration, then drops it (no
+    /// executor: the router only sees how long the job held its worker).
+    struct ScriptedGitlab {
+        script: Script,
+        tokens: Vec<String>,
+        asked: Mutex<HashMap<usize, usize>>,
+    }
+
+    struct ScriptedJob(u64);
+
+    impl JobLink for ScriptedJob {
+        type Sink = drover::executor::MemorySink;
+        async fn start(&mut self) -> Ack {
+            tokio::time::sleep(Duration::from_millis(self.0)).await;
+            Ack::Drop
+        }
+        fn sink(&mut self) -> Self::Sink {
+            drover::executor::MemorySink::default()
+        }
+        fn control(&self) -> drover::executor::JobControl {
+            drover::executor::JobControl::default()
+        }
+        async fn finish(self, _outcome: JobOutcome) {}
+    }
+
+    impl JobSource for ScriptedGitlab {
+        type Link = ScriptedJob;
+        async fn request_job(
+            &self,
+            runner: &RunnerConfig,
+            _cancel: &CancellationToken,
+        ) -> Requested<ScriptedJob> {
+            let index = self.tokens.iter().position(|t| *t == runner.token);
+            let (answer, ms) = match index {
+                Some(i) => {
+                    let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+                    self.script.next_answer(i, &mut asked)
+                }
+                None => (Answer::NoJob, 0),
+            };
+            tokio::time::sleep(Duration::from_millis(self.script.request_ms)).await;
+            match answer {
+                Answer::Job => Requested::Job(Box::default(), ScriptedJob(ms)),
+                Answer::NoJob => Requested::NoJob,
+                Answer::PushedBack => Requested::PushedBack,
+                Answer::Failed => Requested::Failed("scripted network error".into()),
+                Answer::Forbidden => Requested::Unhealthy("403 Forbidden (scripted)".into()),
+            }
+        }
+    }
+
+    /// Five runners across the router's paths: `limit` and adaptive `request_concurrency`;
+    /// `strict_check_interval` and health; an executor drover does not run; docker+machine
+    /// with no provider (Acquire refuses); no token (never fed).
+    const CONFIG: &str = r#"
+concurrent = 3
+check_interval = 2
+
+[[runners]]
+name = "busy"
+url = "https://gitlab.example.com"
+token = "glrt-busy-0000000000"
+executor = "docker"
+limit = 2
+request_concurrency = 3
+
+[[runners]]
+name = "strict"
+url = "https://gitlab.example.com"
+token = "glrt-strict-00000000"
+executor = "docker"
+strict_check_interval = true
+unhealthy_requests_limit = 2
+unhealthy_interval = "5s"
+
+[[runners]]
+name = "shell"
+url = "https://gitlab.example.com"
+token = "glrt-shell-000000000"
+executor = "shell"
+unhealthy_requests_limit = 2
+unhealthy_interval = "7s"
+
+[[runners]]
+name = "machines"
+url = "https://gitlab.example.com"
+token = "glrt-machines-000000"
+executor = "docker+machine"
+[runners.machine]
+MachineDriver = "google"
+MachineName = "auto-%s"
+
+[[runners]]
+name = "tokenless"
+url = "https://gitlab.example.com"
+token = ""
+executor = "docker"
+"#;
+
+    fn script() -> Script {
+        use Answer::*;
+        Script {
+            answers: vec![
+                vec![
+                    Job, Job, Job, NoJob, PushedBack, Job, Failed, Job, Job, NoJob, Job, Job, Job,
+                ],
+                vec![
+                    Job, Forbidden, Forbidden, Forbidden, NoJob, Job, Job, PushedBack, Forbidden,
+                ],
+            ],
+            request_ms: 130,
+            job_ms: vec![2_345, 777, 5_271, 1_913, 3_089],
+            until: 40_050,
+        }
+    }
+
+    fn manager_decisions(config: drover::config::Config, script: Script) -> Vec<Decision> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let until = script.until;
+            let source = ScriptedGitlab {
+                tokens: config.runners.iter().map(|r| r.token.clone()).collect(),
+                script,
+                asked: Mutex::new(HashMap::new()),
+            };
+            let manager: Arc<Manager<ScriptedGitlab>> =
+                Manager::new(source, config, String::new(), Pools::default(), None);
+            manager.record_decisions();
+            let feeder = tokio::spawn(manager.clone().feed());
+            tokio::time::sleep(Duration::from_millis(until)).await;
+            let log = manager.decisions();
+            manager.stop.cancel();
+            let _ = feeder.await;
+            log
+        })
+    }
+
+    #[test]
+    fn drover_run_and_the_simulator_make_the_same_decisions() {
+        let config = super::config(CONFIG);
+        let script = script();
+        let simulated = replay(drover::engine::router_config(&config), &script);
+        let run = manager_decisions(config, script.clone());
+        // Every line up to the first difference, for the failure message.
+        let first_difference = simulated
+            .iter()
+            .zip(&run)
+            .position(|(a, b)| a != b)
+            .unwrap_or(simulated.len().min(run.len()));
+        assert_eq!(
+            simulated.len(),
+            run.len(),
+            "decision logs differ in length; first difference at {first_difference}: sim {:?} / run {:?}",
+            simulated.get(first_difference),
+            run.get(first_difference)
+        );
+        assert!(
+            first_difference == simulated.len(),
+            "decision {first_difference} differs:\n sim {:?}\n run {:?}",
+            simulated.get(first_difference),
+            run.get(first_difference)
+        );
+        // The script exercises every path it is meant to (not an empty or idle log).
+        let commands: Vec<&Command> = simulated.iter().flat_map(|d| &d.commands).collect();
+        let has = |f: &dyn Fn(&Command) -> bool| commands.iter().any(|c| f(c));
+        use drover::engine::router::Skip;
+        assert!(has(&|c| matches!(c, Command::RunJob { runner: 0, .. })));
+        assert!(has(&|c| matches!(
+            c,
+            Command::Skipped {
+                why: Skip::Limit,
+                ..
+            }
+        )));
+        assert!(has(&|c| matches!(
+            c,
+            Command::Skipped {
+                why: Skip::NoFreeExecutor,
+                ..
+            }
+        )));
+        assert!(has(&|c| matches!(c, Command::UnsupportedExecutor { .. })));
+        assert!(has(&|c| matches!(c, Command::Unhealthy { runner: 1, .. })));
+        assert!(has(&|c| matches!(
+            c,
+            Command::ForcedCheck { runner: 1, .. }
+        )));
+        assert!(has(&|c| matches!(c, Command::FeedSkipped { runner: 4 })));
+        let requeued = simulated.iter().any(|d| {
+            matches!(d.input, Input::Answered(_, Answer::Job))
+                && d.commands
+                    .iter()
+                    .any(|c| matches!(c, Command::Request { runner: 0, .. }))
+        });
+        assert!(requeued, "a job re-queues its runner at once");
+        assert!(simulated.len() > 100, "{} decisions", simulated.len());
+        println!(
+            "router equivalence: {} decisions, both drivers agree",
+            simulated.len()
+        );
+    }
+}

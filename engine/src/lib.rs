@@ -11,6 +11,11 @@
 //! network or file crate among them. How `config.toml` becomes a [`RunnerPolicy`] is drover's
 //! (`drover::engine::policy_from_runner`): the engine only sees the policy.
 //!
+//! The crate's second state machine, [`router`], is gitlab-runner's run loop (feeder, workers,
+//! `concurrent`, `limit`, `request_concurrency`, health, re-queue, Acquire before request,
+//! releases): it decides when a runner asks GitLab for a job, and its `Acquire` command is
+//! when a driver runs this engine's Acquire pass.
+//!
 //! # Driving the engine
 //!
 //! Methods fall into three groups, as in quinn-proto's `Connection`:
@@ -95,6 +100,7 @@ pub mod policy;
 mod reconcile;
 mod removal;
 mod restore;
+pub mod router;
 mod timers;
 mod use_flow;
 

@@ -483,6 +483,33 @@ impl Engine {
         Some(id)
     }
 
+    /// Runs an Acquire pass to its end for a driver that can check connectivity at once
+    /// (the simulator, `autoscale decide`): `listing` is the provider's listing in its order,
+    /// or `None` for the engine's own copy (the indexed pass, [`Engine::begin_acquire_listed`]);
+    /// `connect` answers each [`AcquireStep::CheckConnectivity`]. This is the one Acquire step
+    /// loop; `drover run`'s pool answers the same steps asynchronously.
+    pub fn run_acquire<S: AsRef<str>>(
+        &mut self,
+        runner: RunnerId,
+        listing: Option<&[S]>,
+        now: Time,
+        mut connect: impl FnMut(&str) -> bool,
+    ) -> Result<AcquireOutcome, EngineError> {
+        let mut step = match listing {
+            Some(l) => self.begin_acquire(runner, l, now)?,
+            None => self.begin_acquire_listed(runner, now)?,
+        };
+        loop {
+            match step {
+                AcquireStep::CheckConnectivity { name } => {
+                    let ok = connect(&name);
+                    step = self.connectivity_result(&name, ok, now)?;
+                }
+                AcquireStep::Done(outcome) => return Ok(*outcome),
+            }
+        }
+    }
+
     /// Resumes the pass with the result of the connectivity check it asked for.
     pub fn connectivity_result(
         &mut self,

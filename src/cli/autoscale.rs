@@ -20,8 +20,8 @@ use serde_json::{json, Value};
 
 use crate::config::{self, Config};
 use crate::engine::{
-    explain, naming, AcquireOutcome, AcquireResult, AcquireStep, Counts, Engine, MachineState,
-    Notice, Reason, RunnerId, Time, TrackedMachine,
+    explain, naming, AcquireOutcome, AcquireResult, Counts, Engine, MachineState, Notice, Reason,
+    RunnerId, Time, TrackedMachine,
 };
 
 /// `drover autoscale …` subcommands.
@@ -294,16 +294,9 @@ pub fn decide(
         reachable,
         mut warnings,
     } = prepare(config, runner, state, now)?;
-    let mut step = engine.begin_acquire(r, &on_disk, now)?;
-    let outcome = loop {
-        match step {
-            AcquireStep::CheckConnectivity { name } => {
-                let ok = reachable.get(name.as_str()).copied().unwrap_or(true);
-                step = engine.connectivity_result(&name, ok, now)?;
-            }
-            AcquireStep::Done(o) => break *o,
-        }
-    };
+    let outcome = engine.run_acquire(r, Some(&on_disk), now, |name| {
+        reachable.get(name).copied().unwrap_or(true)
+    })?;
     let counts_after = engine.listing_counts(r, &on_disk)?;
     // Everything the engine wanted the operator to know (e.g. that it stopped creating after
     // MAX_CREATIONS_PER_PASS); the other notices describe commands decide does not run.

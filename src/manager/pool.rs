@@ -322,6 +322,7 @@ impl Pool {
             reconcile_interval,
             reconciling: false,
             removals: HashMap::new(),
+            listed: Default::default(),
         };
         let task = (task, pending_restore);
         tokio::spawn(async move {
@@ -429,6 +430,8 @@ struct PoolTask<P> {
     reconciling: bool,
     /// Machines being removed, as their log lines show them.
     removals: HashMap<String, MachineLog>,
+    /// The provider's listing as the engine last heard it (its copy feeds the indexed pass).
+    listed: std::collections::BTreeSet<String>,
 }
 
 /// The ledger file and what was last written to it.
@@ -677,7 +680,17 @@ impl<P: Provider + 'static> PoolTask<P> {
                 };
                 match r {
                     Ok(list) => {
-                        let step = self.engine.begin_acquire(runner, &list, now);
+                        // The engine's copy of the listing follows the fresh one; the pass
+                        // reads its indexes over it, in name order (`docker-machine ls`'s).
+                        let fresh: std::collections::BTreeSet<String> = list.into_iter().collect();
+                        for gone in self.listed.difference(&fresh) {
+                            self.engine.listing_remove(gone);
+                        }
+                        for new in fresh.difference(&self.listed) {
+                            self.engine.listing_insert(new);
+                        }
+                        self.listed = fresh;
+                        let step = self.engine.begin_acquire_listed(runner, now);
                         self.pass_step(step);
                     }
                     Err(e) => self.finish_pass(Err(PoolError::List(e))),

@@ -12,12 +12,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::pool::Pool;
 use super::source::{Ack, JobLink, JobOutcome, JobSource, Requested};
 use crate::config::model::{Config, RunnerConfig};
+use crate::engine::router::{self, Acquired, Answer, Command as Route, Router, WorkerId};
 use crate::engine::{AcquireResult, RunnerId};
 use crate::executor::Slot;
 use crate::executor::{
@@ -31,11 +31,6 @@ pub const PREPARATION_ATTEMPTS: u32 = 3;
 
 /// The pause between preparation attempts.
 pub const PREPARATION_RETRY: Duration = Duration::from_secs(3);
-
-/// `unhealthy_requests_limit`'s default.
-pub const DEFAULT_UNHEALTHY_REQUESTS_LIMIT: u32 = 3;
-/// `unhealthy_interval`'s default.
-pub const DEFAULT_UNHEALTHY_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// Locks a std mutex, recovering from poisoning (a panicked holder leaves plain counters).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -85,28 +80,6 @@ pub enum Turn {
     Skipped,
     /// The request failed in a way that counts against the runner's health.
     Unhealthy,
-}
-
-/// Per-runner counters, keyed by token so they survive a reload.
-#[derive(Debug)]
-struct RunnerState {
-    builds: usize,
-    requests: usize,
-    adaptive: f64,
-    failures: u32,
-    last_healthy: Instant,
-}
-
-impl Default for RunnerState {
-    fn default() -> Self {
-        RunnerState {
-            builds: 0,
-            requests: 0,
-            adaptive: 1.0,
-            failures: 0,
-            last_healthy: Instant::now(),
-        }
-    }
 }
 
 /// A job currently held by this process (for logs and `/debug/jobs/list`).
@@ -171,11 +144,17 @@ pub struct Manager<S: JobSource> {
     source: Arc<S>,
     config: RwLock<Arc<Config>>,
     system_id: String,
-    state: Mutex<HashMap<String, RunnerState>>,
+    /// `run-single`'s router (one worker, one runner), kept between turns for its counters.
+    single: Mutex<Option<Router>>,
+    /// The origin of `run-single`'s router clock.
+    single_origin: tokio::time::Instant,
     jobs: Mutex<HashMap<i64, RunningJob>>,
     /// Swapped whole by a reload that adds docker+machine runners.
     pools: RwLock<Arc<Pools>>,
-    workers: Arc<Semaphore>,
+    /// Reloads for the router's driver (it applies them between inputs).
+    reloads: tokio::sync::watch::Sender<Arc<Config>>,
+    /// The router's decision log, when asked for ([`Manager::record_decisions`]).
+    decisions: Mutex<Option<Vec<router::Decision>>>,
     concurrent: Mutex<usize>,
     /// SIGQUIT (and every stop): stop feeding, cancel in-flight requests.
     pub stop: CancellationToken,
@@ -190,30 +169,14 @@ fn workers_of(config: &Config) -> usize {
     usize::try_from(config.concurrent).unwrap_or(1).max(1)
 }
 
-/// `check_interval` with upstream's default.
-fn check_interval(config: &Config) -> Duration {
-    Duration::from_secs(
-        u64::try_from(config.check_interval_or_default())
-            .unwrap_or(3)
-            .max(1),
-    )
-}
-
-/// Whether the feeder may hand this runner to a worker.
-/// `unhealthy_requests_limit`, below 1 meaning the default.
+/// `unhealthy_requests_limit` with its default, as the router reads it.
 fn unhealthy_requests_limit(r: &RunnerConfig) -> u32 {
-    u32::try_from(r.unhealthy_requests_limit)
-        .ok()
-        .filter(|v| *v > 0)
-        .unwrap_or(DEFAULT_UNHEALTHY_REQUESTS_LIMIT)
+    crate::engine::router_runner(r).unhealthy_requests_limit
 }
 
-/// `unhealthy_interval`, unset or zero meaning the default.
+/// `unhealthy_interval` with its default, as the router reads it.
 fn unhealthy_interval(r: &RunnerConfig) -> Duration {
-    r.unhealthy_interval
-        .and_then(|d| d.to_std())
-        .filter(|d| !d.is_zero())
-        .unwrap_or(DEFAULT_UNHEALTHY_INTERVAL)
+    Duration::from_millis(crate::engine::router_runner(r).unhealthy_interval)
 }
 
 /// How upstream names a runner in its health messages: the URL and the short token.
@@ -242,6 +205,65 @@ pub fn plain_docker_endpoint(r: &RunnerConfig) -> DockerEndpoint {
     DockerEndpoint::configured(r.docker.as_deref()).unwrap_or_else(DockerEndpoint::from_env)
 }
 
+/// Reports the manager's workers send the router's driver.
+enum Report<L> {
+    /// An Acquire pass ended.
+    Acquired(WorkerId, Acquired),
+    /// A job request (worker, runner) ended.
+    Answered(WorkerId, usize, Requested<L>),
+    /// A job ended; the machine `Use` returned when it is not the acquired one.
+    JobDone(WorkerId, Option<String>),
+}
+
+/// Reports waiting for the driver, at most (senders wait beyond: each task sends one).
+const REPORTS: usize = 64;
+
+/// The router's settings for `drover run`: the config's, each runner keyed by its token.
+fn run_router_config(config: &Config) -> router::RouterConfig {
+    crate::engine::router_config(config)
+}
+
+/// Sleeps until `at`, or for ever.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The error line of a runner whose executor drover does not run.
+fn unsupported(r: &RunnerConfig) {
+    tracing::error!(
+        runner = %crate::engine::naming::short_token(&r.token),
+        executor = %r.executor,
+        "Executor not found; drover runs `docker` and `docker+machine` runners"
+    );
+}
+
+/// Upstream's line when a runner becomes unhealthy.
+fn log_unhealthy(r: &RunnerConfig, failures: u32) {
+    tracing::error!(
+        unhealthy_requests = failures,
+        unhealthy_requests_limit = unhealthy_requests_limit(r),
+        "Runner {:?} is unhealthy and will be disabled for {} seconds!",
+        unique_id(r),
+        crate::config::GoDuration::from_nanos(
+            i64::try_from(unhealthy_interval(r).as_nanos()).unwrap_or(i64::MAX)
+        )
+    );
+}
+
+/// Upstream's line when `unhealthy_interval` has passed and a request is forced.
+fn log_forced_check(r: &RunnerConfig, failures: u32) {
+    tracing::warn!(
+        unhealthy_interval = crate::cli::logging::duration_field(unhealthy_interval(r)),
+        unhealthy_requests = failures,
+        unhealthy_requests_limit = unhealthy_requests_limit(r),
+        "Runner {:?} is not healthy, but check for a new job will be forced!",
+        unique_id(r)
+    );
+}
+
 impl<S: JobSource> Manager<S> {
     /// A manager for `config` with its machine pools already started.
     pub fn new(
@@ -258,14 +280,17 @@ impl<S: JobSource> Manager<S> {
                 m.runner(&runner_labels(r)).set_limit(r.limit);
             }
         }
+        let config = Arc::new(config);
         Arc::new(Manager {
             source: Arc::new(source),
-            config: RwLock::new(Arc::new(config)),
+            reloads: tokio::sync::watch::Sender::new(config.clone()),
+            decisions: Mutex::new(None),
+            config: RwLock::new(config),
             system_id,
-            state: Mutex::new(HashMap::new()),
+            single: Mutex::new(None),
+            single_origin: tokio::time::Instant::now(),
             jobs: Mutex::new(HashMap::new()),
             pools: RwLock::new(Arc::new(pools)),
-            workers: Arc::new(Semaphore::new(n)),
             concurrent: Mutex::new(n),
             stop: CancellationToken::new(),
             interrupt: CancellationToken::new(),
@@ -305,8 +330,8 @@ impl<S: JobSource> Manager<S> {
         lock(&self.jobs).len()
     }
 
-    /// Replaces the config (a reload): `concurrent` resizes the worker pool, everything else
-    /// is read afresh by the feeder and the workers.
+    /// Replaces the config (a reload): the router takes `concurrent`, `check_interval` and the
+    /// runner list between two inputs; everything else is read afresh by the workers.
     pub fn apply(&self, config: Config) {
         let n = workers_of(&config);
         if let Some(m) = &self.metrics {
@@ -315,104 +340,203 @@ impl<S: JobSource> Manager<S> {
                 m.runner(&runner_labels(r)).set_limit(r.limit);
             }
         }
-        {
-            let mut cur = lock(&self.concurrent);
-            if n > *cur {
-                self.workers.add_permits(n - *cur);
-            } else if n < *cur {
-                let shrink = u32::try_from(*cur - n).unwrap_or(u32::MAX);
-                let sem = self.workers.clone();
-                // Workers finish their job first; their permits are then retired.
-                tokio::spawn(async move {
-                    if let Ok(p) = sem.acquire_many_owned(shrink).await {
-                        p.forget();
-                    }
-                });
-            }
-            *cur = n;
-        }
-        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+        *lock(&self.concurrent) = n;
+        let config = Arc::new(config);
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config.clone();
+        self.reloads.send_replace(config);
     }
 
-    fn healthy(&self, r: &RunnerConfig) -> bool {
-        let limit = unhealthy_requests_limit(r);
-        let interval = unhealthy_interval(r);
-        let mut st = lock(&self.state);
-        let s = st.entry(r.token.clone()).or_default();
-        if s.failures < limit {
-            return true;
-        }
-        if s.last_healthy.elapsed() >= interval {
-            tracing::warn!(
-                unhealthy_interval = crate::cli::logging::duration_field(interval),
-                unhealthy_requests = s.failures,
-                unhealthy_requests_limit = limit,
-                "Runner {:?} is not healthy, but check for a new job will be forced!",
-                unique_id(r)
-            );
-            s.failures = 0;
-            s.last_healthy = Instant::now();
-            return true;
-        }
-        false
+    /// Keeps the router's decision log from now on (tests: the equivalence with the
+    /// simulator's driver). Memory grows with the run.
+    pub fn record_decisions(&self) {
+        *lock(&self.decisions) = Some(Vec::new());
     }
 
-    fn health(&self, r: &RunnerConfig, ok: bool) {
-        let mut st = lock(&self.state);
-        let s = st.entry(r.token.clone()).or_default();
-        if ok {
-            s.failures = 0;
-            s.last_healthy = Instant::now();
-            return;
-        }
-        s.failures += 1;
-        let limit = unhealthy_requests_limit(r);
-        if s.failures >= limit {
-            tracing::error!(
-                unhealthy_requests = s.failures,
-                unhealthy_requests_limit = limit,
-                "Runner {:?} is unhealthy and will be disabled for {} seconds!",
-                unique_id(r),
-                crate::config::GoDuration::from_nanos(
-                    i64::try_from(unhealthy_interval(r).as_nanos()).unwrap_or(i64::MAX)
-                )
-            );
-        }
+    /// The router's decision log so far (empty unless [`Manager::record_decisions`]).
+    pub fn decisions(&self) -> Vec<router::Decision> {
+        lock(&self.decisions).clone().unwrap_or_default()
     }
 
-    /// The feeder: until [`Manager::stop`] fires, hands each runner to a free worker and
-    /// sleeps `check_interval / runners` between them.
+    /// Starts the run loop: a task drives the job router ([`crate::engine::router`]) with
+    /// GitLab, the machine pools and the executor until [`Manager::stop`] fires and every
+    /// worker is free again ([`Manager::wait_idle`] waits for it). Returns when stop fires.
     pub async fn feed(self: Arc<Self>) {
+        let me = self.clone();
+        self.tracker.spawn(async move { me.drive().await });
+        self.stop.cancelled().await;
+    }
+
+    /// The router's driver: one task owns the router; every command becomes a task (or a
+    /// metric or log line) whose result comes back as the router's next input.
+    async fn drive(self: Arc<Self>) {
+        let origin = tokio::time::Instant::now();
+        let now = || u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut reloads = self.reloads.subscribe();
+        let mut config = reloads.borrow_and_update().clone();
+        let mut router = Router::new(run_router_config(&config), now());
+        if lock(&self.decisions).is_some() {
+            router = router.with_log();
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Report<S::Link>>(REPORTS);
+        let mut held: HashMap<WorkerId, (Box<JobPayload>, S::Link)> = HashMap::new();
+        let mut stopped = false;
         loop {
-            let config = self.config();
-            let interval = check_interval(&config);
-            let runners: Vec<RunnerConfig> = config
-                .runners
-                .iter()
-                .filter(|r| has_token(r) && self.healthy(r))
-                .cloned()
-                .collect();
-            if runners.is_empty() {
-                tokio::select! {
-                    () = self.stop.cancelled() => return,
-                    () = tokio::time::sleep(interval) => continue,
-                }
+            self.execute(&mut router, &config, &mut held, &tx);
+            if let Some(log) = lock(&self.decisions).as_mut() {
+                log.extend(router.take_log());
             }
-            let step = interval / u32::try_from(runners.len()).unwrap_or(u32::MAX);
-            for r in runners {
-                let permit = tokio::select! {
-                    () = self.stop.cancelled() => return,
-                    p = self.workers.clone().acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => return,
-                    },
-                };
-                self.spawn_work(r, permit);
-                tokio::select! {
-                    () = self.stop.cancelled() => return,
-                    () = tokio::time::sleep(step) => {}
-                }
+            if stopped && router.busy_workers() == 0 {
+                return;
             }
+            let wake = router
+                .poll_timeout()
+                .map(|ms| origin + Duration::from_millis(ms));
+            tokio::select! {
+                () = self.stop.cancelled(), if !stopped => {
+                    stopped = true;
+                    router.stop(now());
+                }
+                Ok(()) = reloads.changed() => {
+                    config = reloads.borrow_and_update().clone();
+                    router.apply(run_router_config(&config), now());
+                }
+                Some(report) = rx.recv() => {
+                    let t = now();
+                    let done = match report {
+                        Report::Acquired(w, a) => router.acquired(w, a, t),
+                        Report::Answered(w, runner, requested) => {
+                            let mut got = None;
+                            let answer = match config.runners.get(runner) {
+                                Some(r) => self.answer_of(r, requested, &mut got),
+                                None => Answer::NoJob,
+                            };
+                            if let Some(job) = got {
+                                held.insert(w, job);
+                            }
+                            router.answered(w, answer, t)
+                        }
+                        Report::JobDone(w, used) => router.job_finished(w, used, t),
+                    };
+                    if let Err(e) = done {
+                        tracing::error!("{e}");
+                    }
+                }
+                () = sleep_until(wake) => router.handle_timeout(now()),
+            }
+        }
+    }
+
+    /// Turns a request's result into the router's [`Answer`], logging failures and keeping
+    /// a received job for the router's `RunJob` in `held`.
+    fn answer_of(
+        &self,
+        r: &RunnerConfig,
+        requested: Requested<S::Link>,
+        held: &mut Option<(Box<JobPayload>, S::Link)>,
+    ) -> Answer {
+        let short = crate::engine::naming::short_token(&r.token);
+        match requested {
+            Requested::Job(payload, link) => {
+                *held = Some((payload, link));
+                Answer::Job
+            }
+            Requested::NoJob => Answer::NoJob,
+            Requested::PushedBack => Answer::PushedBack,
+            Requested::Unhealthy(msg) => {
+                tracing::error!(runner = %short, "Checking for jobs... forbidden: {msg}");
+                Answer::Forbidden
+            }
+            Requested::Failed(msg) => {
+                tracing::warn!(runner = %short, "Checking for jobs... failed: {msg}");
+                Answer::Failed
+            }
+        }
+    }
+
+    /// Executes the router's commands: Acquire, request and job tasks report back on `tx`;
+    /// the releases of one input run in one task, in the router's order.
+    fn execute(
+        self: &Arc<Self>,
+        router: &mut Router,
+        config: &Arc<Config>,
+        held: &mut HashMap<WorkerId, (Box<JobPayload>, S::Link)>,
+        tx: &tokio::sync::mpsc::Sender<Report<S::Link>>,
+    ) {
+        let mut releases = Vec::new();
+        while let Some(c) = router.poll_command() {
+            let runner_of = |i: usize| config.runners.get(i).cloned();
+            match c {
+                Route::Acquire { worker, runner } => {
+                    let Some(r) = runner_of(runner) else { continue };
+                    let (me, tx) = (self.clone(), tx.clone());
+                    self.tracker.spawn(async move {
+                        let got = match me.acquire(&r).await {
+                            Ok((_, _, Some(m))) => Acquired::Machine(m),
+                            Ok((_, _, None)) => Acquired::NoMachine,
+                            Err(()) => Acquired::Refused,
+                        };
+                        let _ = tx.send(Report::Acquired(worker, got)).await;
+                    });
+                }
+                Route::Request { worker, runner } => {
+                    let Some(r) = runner_of(runner) else { continue };
+                    let (me, tx) = (self.clone(), tx.clone());
+                    self.tracker.spawn(async move {
+                        let requested = tokio::select! {
+                            v = me.source.request_job(&r, &me.stop) => v,
+                            () = me.stop.cancelled() => Requested::NoJob,
+                        };
+                        let _ = tx.send(Report::Answered(worker, runner, requested)).await;
+                    });
+                }
+                Route::RunJob {
+                    worker,
+                    runner,
+                    acquired,
+                } => {
+                    let (Some(r), Some((payload, link))) =
+                        (runner_of(runner), held.remove(&worker))
+                    else {
+                        continue;
+                    };
+                    let (me, tx) = (self.clone(), tx.clone());
+                    self.tracker.spawn(async move {
+                        let machine = if r.executor == "docker+machine" {
+                            me.pools().by_token.get(&r.token).cloned()
+                        } else {
+                            None
+                        };
+                        let used = me.run_job(&r, *payload, link, machine, acquired).await;
+                        let _ = tx.send(Report::JobDone(worker, used)).await;
+                    });
+                }
+                Route::Release { runner, machine } => {
+                    if let Some(r) = runner_of(runner) {
+                        if let Some((pool, id)) = self.pools().by_token.get(&r.token).cloned() {
+                            releases.push((pool, id, machine));
+                        }
+                    }
+                }
+                Route::Fed { runner, .. }
+                | Route::FeedSkipped { runner }
+                | Route::Skipped { runner, .. }
+                | Route::UnsupportedExecutor { runner }
+                | Route::RequestSlots { runner, .. }
+                | Route::Unhealthy { runner, .. }
+                | Route::ForcedCheck { runner, .. } => {
+                    if let Some(r) = runner_of(runner) {
+                        self.note(&r, &c);
+                    }
+                }
+                Route::WorkerFree { .. } => {}
+            }
+        }
+        if !releases.is_empty() {
+            self.tracker.spawn(async move {
+                for (pool, id, machine) in releases {
+                    pool.release(id, machine).await;
+                }
+            });
         }
     }
 
@@ -421,141 +545,135 @@ impl<S: JobSource> Manager<S> {
         self.metrics.as_ref().map(|m| m.runner(&runner_labels(r)))
     }
 
-    fn spawn_work(self: &Arc<Self>, r: RunnerConfig, permit: OwnedSemaphorePermit) {
-        if let Some(m) = self.runner_metrics(&r) {
-            m.feed();
-        }
-        let me = self.clone();
-        self.tracker.spawn(async move {
-            me.work(r).await;
-            drop(permit);
-        });
-    }
-
-    /// One worker turn for one runner: the gates, the request, the job.
+    /// One turn of `drover run-single` for its one runner: the router (one worker, this
+    /// runner) applies the gates, then Acquire, the request, the job and its releases run
+    /// here in order. (`drover run` drives a router of all runners instead.)
     pub async fn work(self: Arc<Self>, r: RunnerConfig) -> Turn {
-        if !supported_executor(&r.executor) {
-            tracing::error!(
-                runner = %crate::engine::naming::short_token(&r.token),
-                executor = %r.executor,
-                "Executor not found; drover runs `docker` and `docker+machine` runners"
-            );
-            self.health(&r, false);
-            if let Some(m) = self.runner_metrics(&r) {
-                m.processing_failure(crate::metrics::ProcessingFailure::Other);
+        let now = || u64::try_from(self.single_origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // One worker and this runner; the feeder is not used (run-single pauses itself).
+        let settings = router::RouterConfig {
+            concurrent: 1,
+            runners: vec![crate::engine::router_runner(&r)],
+            ..crate::engine::router_config(&self.config())
+        };
+        let taken = lock(&self.single).take();
+        let mut router = match taken {
+            Some(mut router) => {
+                router.apply(settings, now());
+                router
             }
-            return Turn::Unhealthy;
-        }
-        if !self.take_request_slot(&r) {
-            return Turn::Skipped;
-        }
-        let machine = if r.executor == "docker+machine" {
-            match self.acquire(&r).await {
-                Ok(m) => Some(m),
-                Err(()) => {
-                    self.end_request(&r, None);
-                    if let Some(m) = self.runner_metrics(&r) {
-                        m.processing_failure(crate::metrics::ProcessingFailure::NoFreeExecutor);
+            None => Router::new(settings, now()),
+        };
+        let mut turn = Turn::Skipped;
+        let mut held = None;
+        router.hand_out(0, now());
+        while let Some(c) = router.poll_command() {
+            let done = match c {
+                Route::Acquire { worker, .. } => {
+                    let got = match self.acquire(&r).await {
+                        Ok((_, _, Some(m))) => Acquired::Machine(m),
+                        Ok((_, _, None)) => Acquired::NoMachine,
+                        Err(()) => Acquired::Refused,
+                    };
+                    router.acquired(worker, got, now())
+                }
+                Route::Request { worker, .. } => {
+                    let requested = tokio::select! {
+                        v = self.source.request_job(&r, &self.stop) => v,
+                        () = self.stop.cancelled() => Requested::NoJob,
+                    };
+                    let answer = self.answer_of(&r, requested, &mut held);
+                    turn = match answer {
+                        Answer::Job => Turn::Job,
+                        Answer::Forbidden => Turn::Unhealthy,
+                        _ => Turn::NoJob,
+                    };
+                    router.answered(worker, answer, now())
+                }
+                Route::RunJob {
+                    worker, acquired, ..
+                } => {
+                    let mut used = None;
+                    if let Some((payload, link)) = held.take() {
+                        let machine = if r.executor == "docker+machine" {
+                            self.pools().by_token.get(&r.token).cloned()
+                        } else {
+                            None
+                        };
+                        used = self.run_job(&r, *payload, link, machine, acquired).await;
                     }
-                    return Turn::Skipped;
+                    router.job_finished(worker, used, now())
                 }
-            }
-        } else {
-            None
-        };
-        let requested = tokio::select! {
-            v = self.source.request_job(&r, &self.stop) => v,
-            () = self.stop.cancelled() => Requested::NoJob,
-        };
-        self.end_request(&r, Some(&requested));
-        let acquired = machine.as_ref().and_then(|(_, _, a)| a.clone());
-        match requested {
-            Requested::Job(payload, link) => {
-                if !r.strict_check_interval.unwrap_or(false) && !self.stop.is_cancelled() {
-                    if let Ok(p) = self.workers.clone().try_acquire_owned() {
-                        self.spawn_work(r.clone(), p);
+                Route::Release { machine, .. } => {
+                    if let Some((pool, id)) = self.pools().by_token.get(&r.token).cloned() {
+                        pool.release(id, machine).await;
                     }
+                    Ok(())
                 }
-                let machine = machine.map(|(pool, id, _)| (pool, id));
-                self.run_job(&r, *payload, link, machine, acquired).await;
-                Turn::Job
-            }
-            other => {
-                if let (Some((pool, id, _)), Some(name)) = (machine, acquired) {
-                    pool.release(id, name).await;
+                Route::UnsupportedExecutor { .. } => {
+                    turn = Turn::Unhealthy;
+                    self.note(&r, &c);
+                    Ok(())
                 }
-                match other {
-                    Requested::Unhealthy(_) => Turn::Unhealthy,
-                    _ => Turn::NoJob,
+                other => {
+                    self.note(&r, &other);
+                    Ok(())
                 }
-            }
-        }
-    }
-
-    /// `limit` and `request_concurrency` (adaptive); true when a request slot was taken.
-    fn take_request_slot(&self, r: &RunnerConfig) -> bool {
-        let mut st = lock(&self.state);
-        let s = st.entry(r.token.clone()).or_default();
-        let limit = usize::try_from(r.limit).unwrap_or(0);
-        if limit > 0 && s.builds >= limit {
-            return false;
-        }
-        let max = usize::try_from(r.request_concurrency).unwrap_or(1).max(1);
-        let adaptive = r
-            .feature_flags
-            .get("FF_USE_ADAPTIVE_REQUEST_CONCURRENCY")
-            .copied()
-            .unwrap_or(true);
-        let effective = if adaptive {
-            (s.adaptive.ceil() as usize).clamp(1, max)
-        } else {
-            max
-        };
-        let metrics = self.runner_metrics(r);
-        if let Some(m) = &metrics {
-            m.request_concurrency_limits(max as i64, s.adaptive, s.requests as i64);
-        }
-        if s.requests >= effective {
-            if let Some(m) = &metrics {
-                m.request_concurrency_exceeded();
-            }
-            return false;
-        }
-        s.requests += 1;
-        if let Some(m) = &metrics {
-            m.request_concurrency(s.requests as i64);
-        }
-        true
-    }
-
-    fn end_request(&self, r: &RunnerConfig, got: Option<&Requested<S::Link>>) {
-        let max = r.request_concurrency.max(1) as f64;
-        {
-            let mut st = lock(&self.state);
-            let s = st.entry(r.token.clone()).or_default();
-            s.requests = s.requests.saturating_sub(1);
-            let factor = match got {
-                Some(Requested::Job(..)) => 1.1,
-                Some(Requested::NoJob) => 0.95,
-                Some(Requested::PushedBack) => 0.5,
-                _ => 1.0,
             };
-            s.adaptive = (s.adaptive * factor).clamp(1.0, max);
-            if let Some(m) = self.runner_metrics(r) {
-                m.request_concurrency(s.requests as i64);
+            if let Err(e) = done {
+                tracing::error!("{e}");
             }
         }
-        match got {
-            Some(Requested::Unhealthy(msg)) => {
-                tracing::error!(runner = %crate::engine::naming::short_token(&r.token), "Checking for jobs... forbidden: {msg}");
-                self.health(r, false);
+        *lock(&self.single) = Some(router);
+        turn
+    }
+
+    /// The log lines and metrics of the router's decisions about runner `r` (the commands
+    /// that need no I/O).
+    fn note(&self, r: &RunnerConfig, c: &Route) {
+        let m = self.runner_metrics(r);
+        match c {
+            Route::Fed { .. } => {
+                if let Some(m) = m {
+                    m.feed();
+                }
             }
-            Some(Requested::Failed(msg)) => {
-                tracing::warn!(runner = %crate::engine::naming::short_token(&r.token), "Checking for jobs... failed: {msg}");
-                self.health(r, true);
+            Route::FeedSkipped { .. } => {
+                if let Some(m) = m {
+                    m.feed_failure();
+                }
             }
-            Some(_) => self.health(r, true),
-            None => {}
+            Route::Skipped { why, .. } => match (why, m) {
+                (router::Skip::NoFreeExecutor, Some(m)) => {
+                    m.processing_failure(crate::metrics::ProcessingFailure::NoFreeExecutor)
+                }
+                (router::Skip::RequestConcurrency, Some(m)) => m.request_concurrency_exceeded(),
+                _ => {}
+            },
+            Route::UnsupportedExecutor { .. } => {
+                unsupported(r);
+                if let Some(m) = m {
+                    m.processing_failure(crate::metrics::ProcessingFailure::Other);
+                }
+            }
+            Route::RequestSlots {
+                max,
+                adaptive,
+                in_flight,
+                ..
+            } => {
+                if let Some(m) = m {
+                    m.request_concurrency_limits(*max as i64, adaptive.get(), *in_flight as i64);
+                    m.request_concurrency(*in_flight as i64);
+                }
+            }
+            Route::Unhealthy { failures, .. } => log_unhealthy(r, *failures),
+            Route::ForcedCheck { failures, .. } => log_forced_check(r, *failures),
+            Route::Acquire { .. }
+            | Route::Request { .. }
+            | Route::RunJob { .. }
+            | Route::Release { .. }
+            | Route::WorkerFree { .. } => {}
         }
     }
 
@@ -584,7 +702,8 @@ impl<S: JobSource> Manager<S> {
         }
     }
 
-    /// The §6 pipeline for one job: ack, machine, executor, final update, release.
+    /// The §6 pipeline for one job: ack, machine, executor, final update. Returns the machine
+    /// `Use` returned when it is not the acquired one (the caller releases both).
     async fn run_job(
         &self,
         r: &RunnerConfig,
@@ -592,7 +711,7 @@ impl<S: JobSource> Manager<S> {
         mut link: S::Link,
         machine: Option<(Pool, RunnerId)>,
         acquired: Option<String>,
-    ) {
+    ) -> Option<String> {
         let short = crate::engine::naming::short_token(&r.token);
         let id = payload.id;
         let slot = {
@@ -613,7 +732,6 @@ impl<S: JobSource> Manager<S> {
             );
             slot
         };
-        lock(&self.state).entry(r.token.clone()).or_default().builds += 1;
         self.log_processing_list(r, &payload, short, "Added job to processing list");
         let job_url = payload
             .variable("CI_JOB_URL")
@@ -658,21 +776,9 @@ impl<S: JobSource> Manager<S> {
         if let Some(outcome) = outcome {
             link.finish(outcome).await;
         }
-        if let Some((pool, rid)) = &machine {
-            if let Some(m) = used_machine.filter(|m: &crate::engine::UsedMachine| m.new_data) {
-                pool.release(*rid, m.name).await;
-            }
-            if let Some(a) = acquired {
-                pool.release(*rid, a).await;
-            }
-        }
         lock(&self.jobs).remove(&id);
-        {
-            let mut st = lock(&self.state);
-            let s = st.entry(r.token.clone()).or_default();
-            s.builds = s.builds.saturating_sub(1);
-        }
         self.log_processing_list(r, &payload, short, "Removed job from processing list");
+        used_machine.filter(|m| m.new_data).map(|m| m.name)
     }
 
     #[allow(clippy::type_complexity)]
@@ -1067,75 +1173,6 @@ mod tests {
         assert_eq!(slot(&gap, "a", 1, true), (1, 0));
     }
 
-    #[test]
-    fn limit_stops_requests_at_the_runners_build_count() {
-        let r = RunnerConfig {
-            limit: 2,
-            request_concurrency: 10,
-            feature_flags: [("FF_USE_ADAPTIVE_REQUEST_CONCURRENCY".to_string(), false)].into(),
-            ..runner()
-        };
-        let m = manager(r.clone());
-        lock(&m.state).entry(r.token.clone()).or_default().builds = 1;
-        assert!(m.take_request_slot(&r));
-        lock(&m.state).entry(r.token.clone()).or_default().builds = 2;
-        assert!(!m.take_request_slot(&r), "limit 2 reached");
-        let unlimited = RunnerConfig { limit: 0, ..r };
-        assert!(m.take_request_slot(&unlimited));
-    }
-
-    #[test]
-    fn adaptive_request_concurrency_grows_with_jobs_and_halves_on_push_back() {
-        let r = RunnerConfig {
-            request_concurrency: 3,
-            ..runner()
-        };
-        let m = manager(r.clone());
-        // Adaptive starts at 1: one request in flight at a time.
-        assert!(m.take_request_slot(&r));
-        assert!(!m.take_request_slot(&r));
-        m.end_request(&r, Some(&Requested::<NoLink>::Job(Box::default(), NoLink)));
-        // 1.1 → ceil 2.
-        assert!(m.take_request_slot(&r));
-        assert!(m.take_request_slot(&r));
-        assert!(!m.take_request_slot(&r));
-        m.end_request(&r, Some(&Requested::<NoLink>::PushedBack));
-        m.end_request(&r, Some(&Requested::<NoLink>::PushedBack));
-        // 1.1 × 0.5 × 0.5 clamps to 1.
-        assert!(m.take_request_slot(&r));
-        assert!(!m.take_request_slot(&r));
-        // Without the feature flag the hard limit applies at once.
-        let plain = RunnerConfig {
-            feature_flags: [("FF_USE_ADAPTIVE_REQUEST_CONCURRENCY".to_string(), false)].into(),
-            token: "glrt-gatetest2".into(),
-            ..r
-        };
-        for _ in 0..3 {
-            assert!(m.take_request_slot(&plain));
-        }
-        assert!(!m.take_request_slot(&plain));
-    }
-
-    #[test]
-    fn a_runner_is_unhealthy_after_the_limit_of_forbidden_requests_and_network_errors_reset_it() {
-        let r = RunnerConfig {
-            unhealthy_requests_limit: 2,
-            ..runner()
-        };
-        let m = manager(r.clone());
-        let forbidden = Requested::<NoLink>::Unhealthy("403".into());
-        m.end_request(&r, Some(&forbidden));
-        assert!(m.healthy(&r));
-        m.end_request(
-            &r,
-            Some(&Requested::<NoLink>::Failed("connection reset".into())),
-        );
-        m.end_request(&r, Some(&forbidden));
-        assert!(m.healthy(&r), "a network error resets the count");
-        m.end_request(&r, Some(&forbidden));
-        assert!(!m.healthy(&r), "two 403 in a row");
-    }
-
     #[tokio::test]
     async fn an_unknown_executor_makes_no_request_and_counts_against_health() {
         let r = RunnerConfig {
@@ -1145,6 +1182,8 @@ mod tests {
         };
         let m = manager(r.clone());
         assert_eq!(m.clone().work(r.clone()).await, Turn::Unhealthy);
-        assert!(!m.healthy(&r));
+        let single = lock(&m.single);
+        let healthy = single.as_ref().map(|router| router.is_healthy(&r.token));
+        assert_eq!(healthy, Some(false), "one failure of a limit of 1");
     }
 }

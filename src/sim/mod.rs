@@ -8,7 +8,7 @@
 //!   [`provider`] (simulated creation and removal latencies and failures), [`examples`] (the
 //!   bundled config and workloads);
 //! * the run: [`queue`] (virtual time), [`run`] (the driver of the engine and the provider
-//!   model), `workers` (gitlab-runner's feeder, workers and job slots), [`store`] (the
+//!   model), [`route`] and `workers` (the driver of the job router: gitlab-runner's run loop), [`store`] (the
 //!   simulated `docker-machine` listing);
 //! * outputs: [`trace`] (what a run records), [`report`], [`plot`] and [`compare`].
 //!
@@ -24,6 +24,7 @@ pub mod plot;
 pub mod provider;
 pub mod queue;
 pub mod report;
+pub mod route;
 pub mod run;
 pub mod scenario;
 pub mod store;

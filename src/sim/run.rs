@@ -18,6 +18,7 @@ use super::scenario::{is_machine_runner, Resolved, Scenario, ScenarioError, GIVE
 use super::store::Store;
 use super::trace::{Counts, Decision, JobOutcome, RunEvent, Trace};
 use super::workers::Worker;
+use crate::engine::router::Router;
 use crate::engine::{self, Command, Engine, Notice, RunnerId, UseId};
 
 /// Machines the simulator follows at once, at most: a config that makes more exist (an absurd
@@ -45,14 +46,8 @@ pub(crate) enum Ev {
 pub(crate) struct SimRunner {
     /// `name`, for reports.
     pub(crate) name: String,
-    /// `limit` (0 = unlimited): jobs at once, and machines.
-    pub(crate) limit: i64,
-    /// `strict_check_interval`: no immediate re-poll after receiving a job.
-    pub(crate) strict: bool,
     /// The engine's id for it, if it autoscales (`docker+machine` with a token).
     pub(crate) engine: Option<RunnerId>,
-    /// Jobs this runner is handling now (requested and not yet finished).
-    pub(crate) builds: i64,
     /// Jobs that only this runner may take, in submission order.
     pub(crate) queue: VecDeque<usize>,
 }
@@ -71,13 +66,8 @@ pub struct Simulation {
     /// Jobs any runner may take, in submission order.
     pub(crate) shared: VecDeque<usize>,
     pub(crate) workers: Vec<Worker>,
-    /// The indexes of the free workers.
-    pub(crate) free_workers: std::collections::BTreeSet<usize>,
-    /// Milliseconds the feeder sleeps after handing out a runner.
-    pub(crate) feed_interval: SimTime,
-    pub(crate) feed_next: usize,
-    /// The feeder waits for a free worker.
-    pub(crate) feeder_blocked: bool,
+    /// gitlab-runner's run loop: the job router, driven by `workers`.
+    pub(crate) routing: super::route::Routing,
     /// Machine names on the simulated provider's disk, in listing (lexicographic) order.
     pub(crate) disk: Store,
     /// Which runner (index into `runners`) each machine belongs to.
@@ -119,21 +109,24 @@ impl Simulation {
             };
             runners.push(SimRunner {
                 name: r.name.clone(),
-                limit: r.limit,
-                strict: r.strict_check_interval.unwrap_or(false),
                 engine,
-                builds: 0,
                 queue: VecDeque::new(),
             });
         }
-        let check_interval = config.check_interval_or_default().max(1) as SimTime * 1000;
-        let n = runners.len().max(1) as SimTime;
-        let concurrent = config.concurrent.max(1) as usize;
+        let mut router_config = engine::router_config(config);
+        // The workload stands for GitLab: a runner needs no real token to be simulated, and
+        // each entry keeps counters of its own.
+        for (i, r) in router_config.runners.iter_mut().enumerate() {
+            r.has_token = true;
+            r.key = format!("runner #{i}");
+        }
+        let concurrent = router_config.concurrent;
         let mut events = EventQueue::new();
         for (i, job) in jobs.iter().enumerate() {
             events.schedule(job.at, Ev::Arrival(i));
         }
         events.schedule(0, Ev::Feed);
+        let router = Router::new(router_config, 0);
         let mut trace = Trace::new(start, scenario.model.seed);
         trace.jobs = jobs
             .iter()
@@ -156,10 +149,7 @@ impl Simulation {
             jobs,
             shared: VecDeque::new(),
             workers: (0..concurrent).map(|_| Worker::default()).collect(),
-            free_workers: (0..concurrent).collect(),
-            feed_interval: (check_interval / n).max(1),
-            feed_next: 0,
-            feeder_blocked: false,
+            routing: super::route::Routing::new(router),
             disk: Store::default(),
             owner: HashMap::new(),
             ready_at: HashMap::new(),

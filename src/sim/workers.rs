@@ -1,26 +1,35 @@
-//! gitlab-runner's run loop in virtual time (spec `gitlab-api.md` §7): the feeder hands
-//! `[[runners]]` entries to `concurrent` workers every `check_interval / runners`; a worker
-//! checks the runner's `limit`, runs an Acquire pass on the engine, requests a job, and runs
-//! it synchronously (waiting for an on-demand machine if Acquire had none), then releases the
-//! machine. This is the only place Acquire passes happen, so it decides *when* the engine
-//! scales; *what* it does is the engine's.
+//! The simulator's driver of the job router ([`crate::engine::router`]): gitlab-runner's run
+//! loop (feeder, workers, `concurrent`, `limit`, `request_concurrency`, health, re-queue,
+//! Acquire before request, releases) is the router's, the same one `drover run` drives. This
+//! module only answers the router's commands in virtual time: an Acquire pass on the engine
+//! (connectivity checks always succeed), a job request from the workload's queues (answered at
+//! once), the job (the engine's `Use` session, then the job's duration) and releases.
 //!
 //! `Use` itself (find a machine, else create one on demand and wait, 3 attempts) is the
 //! engine's `Use` session; this module answers its steps. Simplifications, all documented in
-//! `docs/simulation.md`: job requests take no time (so `request_concurrency` never binds),
-//! connectivity checks and credential fetches always succeed, and runners never become
-//! unhealthy.
+//! `docs/simulation.md`: job requests take no time (so `request_concurrency` never binds and
+//! GitLab never pushes back), connectivity checks and credential fetches always succeed, and
+//! GitLab never refuses a runner (so runners stay healthy). A runner that does not autoscale is
+//! polled and answered "no job".
 
+use super::queue::SimTime;
+use super::route::{route, Routed, Routing};
 use super::run::{Ev, Simulation};
 use super::trace::RunEvent;
-use crate::engine::{AcquireResult, AcquireStep, RunnerId, UseId, UseStep};
+use crate::engine::router::{Acquired, Answer, Command as Route, Router, WorkerId};
+use crate::engine::{AcquireResult, RunnerId, UseId, UseStep};
 
-/// What a worker is doing.
+/// What a worker holds, beside what the router knows of it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) enum WorkerState {
-    /// Waiting for the feeder.
+    /// Nothing (free, or in the router's gates).
     #[default]
     Free,
+    /// The request received this job; the router's `RunJob` comes next.
+    Received {
+        /// The job.
+        job: usize,
+    },
     /// Holding a job while the engine's `Use` session finds or creates its machine.
     Using {
         /// Index into the run's runners.
@@ -29,19 +38,15 @@ pub(crate) enum WorkerState {
         job: usize,
         /// The session.
         session: UseId,
-        /// The machine Acquire returned, released after the job (upstream's deferred Release).
+        /// The machine Acquire returned.
         acquired: Option<String>,
     },
     /// Running a job on a machine.
     Running {
-        /// Index into the run's runners.
-        runner: usize,
         /// The job.
         job: usize,
         /// The machine `Use` returned.
         machine: String,
-        /// The machine Acquire returned, if it is another one.
-        acquired: Option<String>,
     },
 }
 
@@ -51,41 +56,92 @@ pub(crate) struct Worker {
     pub(crate) state: WorkerState,
 }
 
+impl Routed for Simulation {
+    fn routing(&mut self) -> &mut Routing {
+        &mut self.routing
+    }
+
+    fn answer(&mut self, command: Route) {
+        self.answer_route(command);
+    }
+
+    fn arm_feed(&mut self, at: SimTime) {
+        self.events.schedule(at.max(self.now()), Ev::Feed);
+    }
+}
+
 impl Simulation {
-    /// The free worker with the lowest index.
-    fn free_worker(&self) -> Option<usize> {
-        self.free_workers.first().copied()
-    }
-
-    /// The feeder wakes: hand the next runner to a free worker, or block until one frees.
+    /// The feeder's timer fired.
     pub(crate) fn feed(&mut self) {
-        if self.runners.is_empty() {
-            self.events.schedule_in(self.feed_interval, Ev::Feed);
-            return;
-        }
-        match self.free_worker() {
-            Some(w) => self.hand_out(w),
-            None => self.feeder_blocked = true,
-        }
+        self.routing.feed_at = None;
+        let now = self.router_now();
+        self.route(|r| {
+            r.handle_timeout(now);
+            Ok(())
+        });
     }
 
-    /// Gives the next runner in file order to worker `w`, then sleeps the feeder.
-    fn hand_out(&mut self, w: usize) {
-        let runner = self.feed_next % self.runners.len();
-        self.feed_next = (self.feed_next + 1) % self.runners.len();
-        self.process(w, runner);
-        self.events.schedule_in(self.feed_interval, Ev::Feed);
+    /// The router's clock: virtual milliseconds.
+    pub(crate) fn router_now(&self) -> u64 {
+        self.now()
     }
 
-    /// A worker has become free: unblock the feeder if it waits.
-    fn worker_freed(&mut self, w: usize) {
-        if let Some(worker) = self.workers.get_mut(w) {
-            worker.state = WorkerState::Free;
-            self.free_workers.insert(w);
-        }
-        if self.feeder_blocked {
-            self.feeder_blocked = false;
-            self.hand_out(w);
+    /// Gives the router an input and answers its commands (see [`super::route`]).
+    pub(crate) fn route(
+        &mut self,
+        input: impl FnOnce(&mut Router) -> Result<(), crate::engine::router::RouterError>,
+    ) {
+        route(self, input);
+    }
+
+    fn answer_route(&mut self, c: Route) {
+        let now = self.router_now();
+        match c {
+            Route::Acquire { worker, runner } => {
+                let result = match self.runners.get(runner).and_then(|r| r.engine) {
+                    Some(id) => self.acquire(id),
+                    None => Acquired::Refused,
+                };
+                self.route(|r| r.acquired(worker, result, now));
+            }
+            Route::Request { worker, runner } => {
+                let answer = match self.take_job(runner) {
+                    Some(job) => {
+                        if let Some(w) = self.workers.get_mut(worker) {
+                            w.state = WorkerState::Received { job };
+                        }
+                        if self.log_events {
+                            let name = self
+                                .runners
+                                .get(runner)
+                                .map(|r| r.name.clone())
+                                .unwrap_or_default();
+                            self.log(|| RunEvent::Pickup { job, runner: name });
+                        }
+                        Answer::Job
+                    }
+                    None => Answer::NoJob,
+                };
+                self.route(|r| r.answered(worker, answer, now));
+            }
+            Route::RunJob {
+                worker,
+                runner,
+                acquired,
+            } => self.begin_use(worker, runner, acquired),
+            Route::Release { runner, machine } => self.release(runner, &machine),
+            Route::WorkerFree { worker } => {
+                if let Some(w) = self.workers.get_mut(worker) {
+                    w.state = WorkerState::Free;
+                }
+            }
+            Route::Fed { .. }
+            | Route::FeedSkipped { .. }
+            | Route::Skipped { .. }
+            | Route::UnsupportedExecutor { .. }
+            | Route::RequestSlots { .. }
+            | Route::Unhealthy { .. }
+            | Route::ForcedCheck { .. } => {}
         }
     }
 
@@ -102,9 +158,12 @@ impl Simulation {
         }
     }
 
-    /// GitLab hands the runner its oldest pending job, if any.
+    /// GitLab hands the runner its oldest pending job, if any; a runner that does not
+    /// autoscale takes none.
     fn take_job(&mut self, runner: usize) -> Option<usize> {
-        let own = self.runners.get(runner)?.queue.front().copied();
+        let r = self.runners.get(runner)?;
+        r.engine?;
+        let own = r.queue.front().copied();
         let shared = self.shared.front().copied();
         match (own, shared) {
             (Some(o), Some(s)) if s < o => self.shared.pop_front(),
@@ -114,76 +173,13 @@ impl Simulation {
         }
     }
 
-    /// One worker iteration for `runner` (multi.go's processRunner), repeated at once while it
-    /// receives jobs and workers are free (the non-blocking re-queue).
-    fn process(&mut self, mut w: usize, runner: usize) {
-        loop {
-            let Some(r) = self.runners.get(runner) else {
-                return;
-            };
-            let Some(id) = r.engine else {
-                return; // not autoscaled: polled, but takes no jobs in the simulation
-            };
-            if r.limit > 0 && r.builds >= r.limit {
-                return;
-            }
-            let strict = r.strict;
-            let Some(result) = self.acquire(id) else {
-                return;
-            };
-            let acquired = match result {
-                AcquireResult::NoFreeMachines | AcquireResult::MissingMachineOptions => return,
-                AcquireResult::Machine(machine) => Some(machine),
-                AcquireResult::NoMachine => None,
-            };
-            let Some(job) = self.take_job(runner) else {
-                // An empty job request: release the machine Acquire reserved.
-                if let Some(machine) = acquired {
-                    let now = self.wall();
-                    let _ = self.engine.release(id, &machine, now);
-                    self.pump();
-                }
-                return;
-            };
-            self.claim(runner);
-            if self.log_events {
-                let name = self
-                    .runners
-                    .get(runner)
-                    .map(|r| r.name.clone())
-                    .unwrap_or_default();
-                self.log(|| RunEvent::Pickup { job, runner: name });
-            }
-            self.begin_use(w, runner, id, job, acquired);
-            if strict {
-                return;
-            }
-            match self.free_worker() {
-                Some(next) => w = next,
-                None => return,
-            }
-        }
-    }
-
-    fn claim(&mut self, runner: usize) {
-        if let Some(r) = self.runners.get_mut(runner) {
-            r.builds += 1;
-        }
-    }
-
     /// Runs one Acquire pass to its end; connectivity checks always succeed.
-    fn acquire(&mut self, id: RunnerId) -> Option<AcquireResult> {
+    fn acquire(&mut self, id: RunnerId) -> Acquired {
         let now = self.wall();
         // The engine keeps its copy of the store's listing (see `observe`), so the pass reads
         // its indexes instead of walking every machine.
-        let mut step = self.engine.begin_acquire_listed(id, now).ok()?;
-        let outcome = loop {
-            match step {
-                AcquireStep::CheckConnectivity { name } => {
-                    step = self.engine.connectivity_result(&name, true, now).ok()?;
-                }
-                AcquireStep::Done(outcome) => break outcome,
-            }
+        let Ok(outcome) = self.engine.run_acquire(id, None::<&[&str]>, now, |_| true) else {
+            return Acquired::Refused;
         };
         if self.log_events {
             // The pass's decisions in the order the engine took them: removals, then creations.
@@ -201,28 +197,36 @@ impl Simulation {
                 });
             }
         }
-        let result = outcome.result;
         self.pump();
-        Some(result)
+        match outcome.result {
+            AcquireResult::NoFreeMachines | AcquireResult::MissingMachineOptions => {
+                Acquired::Refused
+            }
+            AcquireResult::Machine(machine) => Acquired::Machine(machine),
+            AcquireResult::NoMachine => Acquired::NoMachine,
+        }
     }
 
-    /// Starts the engine's `Use` for a job (executor Prepare); the session's steps are
-    /// answered in [`Simulation::answer_use`].
-    fn begin_use(
-        &mut self,
-        w: usize,
-        runner: usize,
-        id: RunnerId,
-        job: usize,
-        acquired: Option<String>,
-    ) {
+    /// Starts the engine's `Use` for the job worker `w` received (executor Prepare); the
+    /// session's steps are answered in [`Simulation::answer_use`].
+    fn begin_use(&mut self, w: WorkerId, runner: usize, acquired: Option<String>) {
+        let Some(WorkerState::Received { job }) = self.workers.get(w).map(|x| x.state.clone())
+        else {
+            return;
+        };
         let now = self.wall();
-        let Ok(session) = self.engine.begin_use(id, acquired.as_deref(), now) else {
+        let session = self
+            .runners
+            .get(runner)
+            .and_then(|r| r.engine)
+            .and_then(|id| self.engine.begin_use(id, acquired.as_deref(), now).ok());
+        let Some(session) = session else {
+            // Not reachable: only autoscaled runners receive jobs here.
+            self.fail_job(w, job);
             return;
         };
         self.sessions.insert(session, w);
         if let Some(worker) = self.workers.get_mut(w) {
-            self.free_workers.remove(&w);
             worker.state = WorkerState::Using {
                 runner,
                 job,
@@ -251,25 +255,21 @@ impl Simulation {
                 let Some(w) = self.sessions.remove(&id) else {
                     return;
                 };
+                let Some(WorkerState::Using { job, acquired, .. }) =
+                    self.workers.get(w).map(|x| x.state.clone())
+                else {
+                    return;
+                };
                 match result {
-                    Ok(used) => self.start_job(w, used.name),
-                    Err(_) => self.fail_job(w),
+                    Ok(used) => self.start_job(w, job, acquired, used.name),
+                    Err(_) => self.fail_job(w, job),
                 }
             }
         }
     }
 
     /// The job on worker `w` starts on `machine`; it ends after its duration.
-    fn start_job(&mut self, w: usize, machine: String) {
-        let Some(WorkerState::Using {
-            runner,
-            job,
-            acquired,
-            ..
-        }) = self.workers.get(w).map(|x| x.state.clone())
-        else {
-            return;
-        };
+    fn start_job(&mut self, w: WorkerId, job: usize, acquired: Option<String>, machine: String) {
         let now = self.now();
         self.queued = self.queued.saturating_sub(1);
         let duration = self.jobs.get(job).map_or(0, |j| j.duration);
@@ -290,29 +290,14 @@ impl Simulation {
                 existing,
             });
         }
-        let acquired = acquired.filter(|a| *a != machine);
         if let Some(worker) = self.workers.get_mut(w) {
-            worker.state = WorkerState::Running {
-                runner,
-                job,
-                machine,
-                acquired,
-            };
+            worker.state = WorkerState::Running { job, machine };
         }
         self.events.schedule_in(duration, Ev::JobDone(w));
     }
 
     /// `Use` failed (every on-demand creation failed): the job fails with a system failure.
-    fn fail_job(&mut self, w: usize) {
-        let Some(WorkerState::Using {
-            runner,
-            job,
-            acquired,
-            ..
-        }) = self.workers.get(w).map(|x| x.state.clone())
-        else {
-            return;
-        };
+    fn fail_job(&mut self, w: WorkerId, job: usize) {
         self.queued = self.queued.saturating_sub(1);
         if let Some(outcome) = self.trace.jobs.get_mut(job) {
             outcome.failed = true;
@@ -323,14 +308,12 @@ impl Simulation {
             failed: true,
         });
         self.finished += 1;
-        self.end_build(runner);
-        self.release(runner, acquired.as_deref());
-        self.worker_freed(w);
+        let now = self.router_now();
+        self.route(|r| r.job_finished(w, None, now));
     }
 
-    fn release(&mut self, runner: usize, machine: Option<&str>) {
-        let (Some(id), Some(machine)) = (self.runners.get(runner).and_then(|r| r.engine), machine)
-        else {
+    fn release(&mut self, runner: usize, machine: &str) {
+        let Some(id) = self.runners.get(runner).and_then(|r| r.engine) else {
             return;
         };
         let now = self.wall();
@@ -338,14 +321,10 @@ impl Simulation {
         self.pump();
     }
 
-    /// The job on worker `w` ends: release its machine(s), free the slot.
-    pub(crate) fn job_done(&mut self, w: usize) {
-        let Some(WorkerState::Running {
-            runner,
-            job,
-            machine,
-            acquired,
-        }) = self.workers.get(w).map(|x| x.state.clone())
+    /// The job on worker `w` ends: the router releases its machine(s) and frees the worker.
+    pub(crate) fn job_done(&mut self, w: WorkerId) {
+        let Some(WorkerState::Running { job, machine }) =
+            self.workers.get(w).map(|x| x.state.clone())
         else {
             return;
         };
@@ -359,17 +338,7 @@ impl Simulation {
             failed: false,
         });
         self.finished += 1;
-        self.end_build(runner);
-        // The executor's cleanup releases the machine Use returned; then the runner's deferred
-        // Release releases the one Acquire returned, if it was another.
-        self.release(runner, Some(&machine));
-        self.release(runner, acquired.as_deref());
-        self.worker_freed(w);
-    }
-
-    fn end_build(&mut self, runner: usize) {
-        if let Some(r) = self.runners.get_mut(runner) {
-            r.builds -= 1;
-        }
+        let at = self.router_now();
+        self.route(|r| r.job_finished(w, Some(machine), at));
     }
 }
