@@ -124,12 +124,12 @@ impl MachineLog {
 fn since(t: DateTime<Utc>) -> u64 {
     (Utc::now() - t)
         .to_std()
-        .map(crate::cli::logging::duration_field)
+        .map(crate::upstream_log::format::duration_field)
         .unwrap_or(0)
 }
 
 fn now_field() -> i64 {
-    crate::cli::logging::time_field(Utc::now())
+    crate::upstream_log::format::time_field(Utc::now())
 }
 
 /// One of upstream's machine lines with the `machineDetails` fields of `$m`.
@@ -1000,7 +1000,7 @@ impl<P: Provider + 'static> PoolTask<P> {
                     let ok = match p.create(&params, &Call::new()).await {
                         Ok(()) => {
                             tracing::info!(
-                                duration = crate::cli::logging::duration_field(start.elapsed()),
+                                duration = crate::upstream_log::format::duration_field(start.elapsed()),
                                 name = %name,
                                 now = now_field(),
                                 retries = 0,
@@ -1012,7 +1012,7 @@ impl<P: Provider + 'static> PoolTask<P> {
                             tracing::error!(
                                 error = %e,
                                 name = %name,
-                                time = crate::cli::logging::duration_field(start.elapsed()),
+                                time = crate::upstream_log::format::duration_field(start.elapsed()),
                                 "Machine creation failed"
                             );
                             false

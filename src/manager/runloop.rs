@@ -256,7 +256,7 @@ fn log_unhealthy(r: &RunnerConfig, failures: u32) {
 /// Upstream's line when `unhealthy_interval` has passed and a request is forced.
 fn log_forced_check(r: &RunnerConfig, failures: u32) {
     tracing::warn!(
-        unhealthy_interval = crate::cli::logging::duration_field(unhealthy_interval(r)),
+        unhealthy_interval = crate::upstream_log::format::duration_field(unhealthy_interval(r)),
         unhealthy_requests = failures,
         unhealthy_requests_limit = unhealthy_requests_limit(r),
         "Runner {:?} is not healthy, but check for a new job will be forced!",
@@ -831,11 +831,11 @@ impl<S: JobSource> Manager<S> {
                             "Using existing docker-machine"
                         };
                         tracing::info!(
-                            created = crate::cli::logging::time_field(m.created),
+                            created = crate::upstream_log::format::time_field(m.created),
                             docker = m.endpoint.host.as_deref().unwrap_or_default(),
                             job = payload.id,
                             name = %m.used.name,
-                            now = crate::cli::logging::time_field(chrono::Utc::now()),
+                            now = crate::upstream_log::format::time_field(chrono::Utc::now()),
                             project = payload.job_info.project_id,
                             runner = %short,
                             runner_name = %r.name,
@@ -881,9 +881,9 @@ impl<S: JobSource> Manager<S> {
                 return;
             };
             if warn {
-                tracing::warn!(job = payload.id, name = %name, now = crate::cli::logging::time_field(chrono::Utc::now()), project = payload.job_info.project_id, runner = %short, runner_name = %r.name, "{msg}");
+                tracing::warn!(job = payload.id, name = %name, now = crate::upstream_log::format::time_field(chrono::Utc::now()), project = payload.job_info.project_id, runner = %short, runner_name = %r.name, "{msg}");
             } else {
-                tracing::info!(job = payload.id, name = %name, now = crate::cli::logging::time_field(chrono::Utc::now()), project = payload.job_info.project_id, runner = %short, runner_name = %r.name, "{msg}");
+                tracing::info!(job = payload.id, name = %name, now = crate::upstream_log::format::time_field(chrono::Utc::now()), project = payload.job_info.project_id, runner = %short, runner_name = %r.name, "{msg}");
             }
         };
         machine_line("Starting docker-machine build...", false);
