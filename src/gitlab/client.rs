@@ -15,6 +15,7 @@ use reqwest::{Method, Url};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use super::ca_chain::{RecordingVerifier, SeenChain};
 use super::error::GitlabError;
 use super::observer::normalized_path;
 use super::observer::{Endpoint, NoopObserver, RequestObserver};
@@ -218,6 +219,8 @@ impl Reply {
 /// retry wait.
 pub struct Client {
     transport: Mutex<Transport>,
+    /// The CA chain of the latest verified TLS handshake with GitLab.
+    seen_chain: SeenChain,
     settings: ClientSettings,
     max_age: Duration,
     base: Url,
@@ -274,25 +277,29 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, GitlabError> 
     Ok(certs)
 }
 
-fn tls_config(settings: &ClientSettings) -> Result<rustls::ClientConfig, GitlabError> {
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for cert in native.certs {
-        // A system root rustls cannot parse is skipped, as Go's x509 pool skips it.
-        let _ = roots.add(cert);
-    }
+fn tls_config(
+    settings: &ClientSettings,
+    seen: &SeenChain,
+) -> Result<rustls::ClientConfig, GitlabError> {
+    // A system root rustls cannot parse is skipped, as Go's x509 pool skips it.
+    let mut roots = rustls_native_certs::load_native_certs().certs;
     if let Some(ca) = &settings.tls_ca_file {
+        let mut check = rustls::RootCertStore::empty();
         for cert in read_certs(ca)? {
-            roots
-                .add(cert)
+            check
+                .add(cert.clone())
                 .map_err(|e| GitlabError::Client(format!("tls-ca-file {}: {e}", ca.display())))?;
+            roots.push(cert);
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = RecordingVerifier::new(roots, provider.clone(), seen.clone())
+        .map_err(GitlabError::Client)?;
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| GitlabError::Client(format!("TLS setup: {e}")))?
-        .with_root_certificates(roots);
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier));
     match (&settings.tls_cert_file, &settings.tls_key_file) {
         (Some(cert), Some(key)) => {
             let chain = read_certs(cert)?;
@@ -395,9 +402,9 @@ fn tls_stamps(settings: &ClientSettings) -> Vec<Option<std::time::SystemTime>> {
     .collect()
 }
 
-fn build_transport(settings: &ClientSettings) -> Result<Transport, GitlabError> {
+fn build_transport(settings: &ClientSettings, seen: &SeenChain) -> Result<Transport, GitlabError> {
     let tls_files = tls_stamps(settings);
-    let tls = tls_config(settings)?;
+    let tls = tls_config(settings, seen)?;
     let http = reqwest::Client::builder()
         .use_preconfigured_tls(tls)
         .connect_timeout(Duration::from_secs(30))
@@ -417,9 +424,11 @@ impl Client {
     /// Builds a client. Fails (upstream's "client error", −100) on a bad URL or TLS file.
     pub fn new(settings: &ClientSettings) -> Result<Client, GitlabError> {
         let base = api_base(&settings.url)?;
-        let transport = build_transport(settings)?;
+        let seen_chain = SeenChain::default();
+        let transport = build_transport(settings, &seen_chain)?;
         Ok(Client {
             transport: Mutex::new(transport),
+            seen_chain,
             settings: settings.clone(),
             max_age: settings.connection_max_age.unwrap_or(CONNECTION_MAX_AGE),
             base,
@@ -439,7 +448,7 @@ impl Client {
         let mut t = self.transport.lock().unwrap_or_else(|p| p.into_inner());
         let stale = t.built.elapsed() >= self.max_age;
         if stale || tls_stamps(&self.settings) != t.tls_files {
-            match build_transport(&self.settings) {
+            match build_transport(&self.settings, &self.seen_chain) {
                 Ok(fresh) => *t = fresh,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot renew the GitLab connection; keeping the current one");
@@ -455,6 +464,17 @@ impl Client {
     pub fn with_observer(mut self, observer: Arc<dyn RequestObserver>) -> Client {
         self.observer = observer;
         self
+    }
+
+    /// The CA chain the job gets when no CA file is configured, as upstream hands it over: the
+    /// verified path (GitLab's certificate, intermediates, trusted root; PEM) of the latest TLS
+    /// handshake with GitLab. `None` over plain HTTP or before the first handshake.
+    pub fn server_ca_chain(&self) -> Option<String> {
+        self.seen_chain
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|pem| !pem.is_empty())
     }
 
     /// The API base URL (`https://host/api/v4/`).
