@@ -558,19 +558,41 @@ fn build_tables(cases: &mut Vec<Case>) {
         });
     }
 
-    // GetInsteadOfs, the authenticated rows (FF_GIT_URLS_WITHOUT_TOKENS is not implemented:
-    // its two rows are not applicable).
-    let rewrite = |force_https: bool, port: &'static str| {
+    // GetInsteadOfs, with and without FF_GIT_URLS_WITHOUT_TOKENS.
+    let rewrite_as = |tokenless: bool, force_https: bool, port: &'static str| {
         GitAuth {
             credentials_url: "https://test.local",
             token: "job-token",
             force_https,
             ssh_host: "test.local",
             ssh_port: port,
+            tokenless,
             ..Default::default()
         }
         .instead_ofs()
     };
+    let rewrite = |force_https: bool, port: &'static str| rewrite_as(false, force_https, port);
+    check(
+        cases,
+        T,
+        "GetInsteadOfs/unauthenticated no rewrites without force HTTPS",
+        || eq("rewrites", rewrite_as(true, false, ""), vec![]),
+    );
+    check(
+        cases,
+        T,
+        "GetInsteadOfs/unauthenticated with force HTTPS",
+        || {
+            eq(
+                "rewrites",
+                rewrite_as(true, true, ""),
+                vec![
+                    ("https://test.local/".into(), "git@test.local:".into()),
+                    ("https://test.local".into(), "ssh://git@test.local".into()),
+                ],
+            )
+        },
+    );
     let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
         v.iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -1726,6 +1748,8 @@ struct SourcesJob<'a> {
     clean_git_config: Option<bool>,
     /// The builds dir; the project is `<root>/g/p`.
     root: &'a str,
+    /// The git credentials (default: the runner url `https://test.remote`, token `job-token`).
+    auth: Option<GitAuth<'a>>,
 }
 
 impl Default for SourcesJob<'_> {
@@ -1740,6 +1764,7 @@ impl Default for SourcesJob<'_> {
             post: None,
             clean_git_config: None,
             root: "/builds",
+            auth: None,
         }
     }
 }
@@ -1757,12 +1782,12 @@ impl SourcesJob<'_> {
             cache_dir: "/cache/g/p".into(),
         };
         let repo_url = self.git_info["repo_url"].as_str().unwrap_or_default();
-        let auth = GitAuth {
+        let auth = self.auth.unwrap_or(GitAuth {
             credentials_url: "https://test.remote",
             repo_url,
             token: "job-token",
             ..Default::default()
-        };
+        });
         drover::executor::script::sources::get_sources(
             &p,
             &drover::executor::script::sources::SourcesInputs {
@@ -3362,16 +3387,30 @@ fn cleanup_script_tables(cases: &mut Vec<Case>) {
 fn remote_and_flag_tables(cases: &mut Vec<Case>) {
     const T: &str = "common/build_test.go";
     let repo = "http://gitlab-ci-token:job-token@test.remote/my/project.git";
-    for (name, clone_url, want) in [
+    for (name, clone_url, tokenless, want) in [
         (
             "authenticated with CloneURL",
             "https://test.local/",
+            false,
             "https://gitlab-ci-token:job-token@test.local/my/project.git",
+        ),
+        (
+            "unauthenticated with CloneURL",
+            "https://test.local/",
+            true,
+            "https://test.local/my/project.git",
         ),
         (
             "authenticated falls back to RepoURL preserving credentials",
             "",
+            false,
             repo,
+        ),
+        (
+            "unauthenticated falls back to RepoURL stripping credentials",
+            "",
+            true,
+            "http://test.remote/my/project.git",
         ),
     ] {
         check(cases, T, format!("GetRemoteURL/{name}"), || {
@@ -3380,6 +3419,7 @@ fn remote_and_flag_tables(cases: &mut Vec<Case>) {
                 repo_url: repo,
                 token: "job-token",
                 project_path: "my/project",
+                tokenless,
                 ..Default::default()
             };
             eq("remote", auth.remote_url(), want.to_string())
@@ -3426,6 +3466,337 @@ fn remote_and_flag_tables(cases: &mut Vec<Case>) {
     }
 }
 
+/// The lines of `body` that write the config file `file` (`rm -f`, `git config -f`), run in bash
+/// with `file` at `at`; then `git config --list` of it.
+fn config_written(body: &str, file: &str, at: &std::path::Path) -> Result<Vec<String>, String> {
+    let q = quote(file);
+    let lines: Vec<String> = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            l.starts_with(&format!("git config -f {q} "))
+                || l.starts_with(&format!("git config --file {q} "))
+        })
+        .map(|l| l.replace(&q, &quote(&at.display().to_string())))
+        .collect();
+    let dir = at.parent().ok_or("no parent dir")?;
+    let (code, out) = run_bash(
+        &format!(
+            "set -e\n{}\ngit config -f {} --list",
+            lines.join("\n"),
+            quote(&at.display().to_string())
+        ),
+        dir,
+    )?;
+    eq("exit", code, Some(0))?;
+    Ok(out.lines().map(str::to_string).collect())
+}
+
+/// `FF_GIT_URLS_WITHOUT_TOKENS`: the external git config (`SetupExternalConfigFile`, both flag
+/// values), the `GIT_CONFIG_GLOBAL` seed and its export in every stage.
+fn tokenless_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    type Rewrites = &'static [(&'static str, &'static str)];
+    // The job-token rewrites the rows share.
+    const CLONE_REMOTE: (&str, &str) = (
+        "https://gitlab-ci-token:some-token@some.clone.url/project/repo.git",
+        "https://some.clone.url/project/repo.git",
+    );
+    const CLONE_BASE: (&str, &str) = (
+        "https://gitlab-ci-token:some-token@some.clone.url",
+        "https://some.clone.url",
+    );
+    const GITLAB_COM: (&str, &str) = (
+        "https://gitlab-ci-token:some-token@some.gitlab.com",
+        "https://some.gitlab.com",
+    );
+    const CLONE_SCP: (&str, &str) = (
+        "https://gitlab-ci-token:some-token@some.clone.url/",
+        "git@some.server.host:",
+    );
+    const CLONE_SSH: (&str, &str) = (
+        "https://gitlab-ci-token:some-token@some.clone.url",
+        "ssh://git@some.server.host",
+    );
+
+    struct Row {
+        name: &'static str,
+        clone_url: &'static str,
+        credentials_url: &'static str,
+        repo_url: &'static str,
+        force_https: bool,
+        server_host: &'static str,
+        ssh_host: &'static str,
+        ssh_port: &'static str,
+        remote: &'static str,
+        with_tokens: Rewrites,
+        without_tokens: Rewrites,
+    }
+    let base = Row {
+        name: "",
+        clone_url: "",
+        credentials_url: "",
+        repo_url: "",
+        force_https: false,
+        server_host: "",
+        ssh_host: "",
+        ssh_port: "",
+        remote: "",
+        with_tokens: &[],
+        without_tokens: &[],
+    };
+    let rows = [
+        Row {
+            name: "default",
+            repo_url: "https://some.gitlab.url/project/repo.git",
+            remote: "https://some.gitlab.url/project/repo.git",
+            ..base
+        },
+        Row {
+            name: "with clone URL",
+            repo_url: "https://some.gitlab.com/project/repo",
+            clone_url: "https://some.clone.url",
+            remote: "https://some.clone.url/project/repo.git",
+            with_tokens: &[CLONE_REMOTE, CLONE_BASE, GITLAB_COM],
+            ..base
+        },
+        Row {
+            name: "with cred URL",
+            repo_url: "https://some.gitlab.url/project/repo.git",
+            credentials_url: "https://some.cred.url",
+            force_https: true,
+            server_host: "some.server.host",
+            remote: "https://some.gitlab.url/project/repo.git",
+            with_tokens: &[
+                (
+                    "https://gitlab-ci-token:some-token@some.cred.url",
+                    "https://some.cred.url",
+                ),
+                (
+                    "https://gitlab-ci-token:some-token@some.cred.url/",
+                    "git@some.server.host:",
+                ),
+                (
+                    "https://gitlab-ci-token:some-token@some.cred.url",
+                    "ssh://git@some.server.host",
+                ),
+                (
+                    "https://gitlab-ci-token:some-token@some.gitlab.url",
+                    "https://some.gitlab.url",
+                ),
+            ],
+            without_tokens: &[
+                ("https://some.cred.url/", "git@some.server.host:"),
+                ("https://some.cred.url", "ssh://git@some.server.host"),
+            ],
+            ..base
+        },
+        Row {
+            name: "with clone URL and force HTTPS",
+            repo_url: "https://some.gitlab.com/project/repo",
+            clone_url: "https://some.clone.url",
+            force_https: true,
+            server_host: "some.server.host",
+            remote: "https://some.clone.url/project/repo.git",
+            with_tokens: &[CLONE_REMOTE, CLONE_BASE, CLONE_SCP, CLONE_SSH, GITLAB_COM],
+            without_tokens: &[
+                ("https://some.clone.url/", "git@some.server.host:"),
+                ("https://some.clone.url", "ssh://git@some.server.host"),
+            ],
+            ..base
+        },
+        Row {
+            name: "with clone URL, force HTTPS, and ssh host&port",
+            repo_url: "https://some.gitlab.com/project/repo",
+            clone_url: "https://some.clone.url",
+            force_https: true,
+            ssh_host: "some.ssh.server",
+            ssh_port: "4444",
+            remote: "https://some.clone.url/project/repo.git",
+            with_tokens: &[
+                CLONE_REMOTE,
+                CLONE_BASE,
+                (
+                    "https://gitlab-ci-token:some-token@some.clone.url",
+                    "ssh://git@some.ssh.server:4444",
+                ),
+                GITLAB_COM,
+            ],
+            without_tokens: &[("https://some.clone.url", "ssh://git@some.ssh.server:4444")],
+            ..base
+        },
+    ];
+    let helper = r#"!f(){ if [ "$1" = "get" ] ; then echo "password=${CI_JOB_TOKEN}" ; fi ; } ; f"#;
+    for tokenless in [true, false] {
+        for row in &rows {
+            let name = format!(
+                "SetupExternalConfigFile/FF_GIT_URLS_WITHOUT_TOKENS:{tokenless}/{}",
+                row.name
+            );
+            check(cases, T, name, || {
+                let project_path = row
+                    .repo_url
+                    .splitn(4, '/')
+                    .nth(3)
+                    .map(|p| format!("/{}", p.trim_end_matches(".git")))
+                    .unwrap_or_default();
+                let project_path = project_path.trim_start_matches('/');
+                let auth = GitAuth {
+                    clone_url: row.clone_url,
+                    credentials_url: row.credentials_url,
+                    repo_url: row.repo_url,
+                    token: "some-token",
+                    force_https: row.force_https,
+                    ssh_host: if row.ssh_host.is_empty() {
+                        row.server_host
+                    } else {
+                        row.ssh_host
+                    },
+                    ssh_port: row.ssh_port,
+                    project_path,
+                    tokenless,
+                };
+                eq(
+                    "remote",
+                    drover::executor::paths::url_without_credentials(&auth.remote_url()),
+                    row.remote.to_string(),
+                )?;
+                let job = SourcesJob {
+                    vars: vec![var("GIT_STRATEGY", "fetch")],
+                    git_info: json!({"repo_url": row.repo_url, "sha": "0123456789abcdef",
+                                     "ref": "main"}),
+                    auth: Some(auth),
+                    ..Default::default()
+                };
+                let dir = temp_dir()?;
+                // git groups a key's values in the file; upstream may also set
+                // `transfer.bundleURI` (FF_USE_GIT_BUNDLE_URIS).
+                let mut got: Vec<String> = config_written(
+                    &job.body(),
+                    "/builds/g/p.tmp/.gitlab-runner.ext.conf",
+                    &dir.path().join("ext.conf"),
+                )?
+                .into_iter()
+                .filter(|l| l != "transfer.bundleuri=true")
+                .collect();
+                got.sort();
+                let rewrites = if tokenless {
+                    row.without_tokens
+                } else {
+                    row.with_tokens
+                };
+                let mut want: Vec<String> = rewrites
+                    .iter()
+                    .map(|(with, plain)| format!("url.{with}.insteadof={plain}"))
+                    .collect();
+                if tokenless {
+                    let host = drover::executor::paths::url_base(row.remote).ok_or("host")?;
+                    want.push(format!("credential.{host}.helper="));
+                    want.push(format!("credential.{host}.helper={helper}"));
+                    want.push(format!("credential.{host}.username=gitlab-ci-token"));
+                }
+                want.sort();
+                eq("external git config", got, want)
+            });
+        }
+    }
+    check(cases, T, "SetupGlobalGitConfigSeed", || {
+        let job = SourcesJob {
+            vars: vec![
+                var("GIT_STRATEGY", "fetch"),
+                var("FF_GIT_URLS_WITHOUT_TOKENS", "true"),
+            ],
+            auth: Some(GitAuth {
+                credentials_url: "https://test.remote",
+                repo_url: "https://test.remote/g/p.git",
+                token: "job-token",
+                tokenless: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let body = job.body();
+        let dir = temp_dir()?;
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(home.join(".config/git")).map_err(|e| e.to_string())?;
+        let seed = dir.path().join("seed");
+        // An earlier seed is replaced, not added to.
+        std::fs::write(&seed, "[include]\n\tpath = stale\n").map_err(|e| e.to_string())?;
+        let q = quote("/builds/g/p.tmp/.glr.gconf");
+        let lines: Vec<String> = body
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.contains(&q))
+            .map(|l| l.replace(&q, &quote(&seed.display().to_string())))
+            .collect();
+        let run = |readable: bool| -> Result<Vec<String>, String> {
+            for f in [".gitconfig", ".config/git/config"] {
+                let p = home.join(f);
+                if readable {
+                    std::fs::write(&p, "").map_err(|e| e.to_string())?;
+                } else {
+                    let _ = std::fs::remove_file(&p);
+                }
+            }
+            let (code, out) = run_bash(
+                &format!(
+                    "export HOME={}\n{}\ngit config -f {} --get-all include.path",
+                    quote(&home.display().to_string()),
+                    lines.join("\n"),
+                    quote(&seed.display().to_string())
+                ),
+                dir.path(),
+            )?;
+            eq("exit", code, Some(0))?;
+            Ok(out.lines().map(str::to_string).collect())
+        };
+        let h = home.display().to_string();
+        eq(
+            "includes",
+            run(true)?,
+            vec![
+                format!("{h}/.gitconfig"),
+                format!("{h}/.config/git/config"),
+                "/builds/g/p.tmp/.gitlab-runner.ext.conf".to_string(),
+            ],
+        )?;
+        eq(
+            "includes without user configs",
+            run(false)?,
+            vec!["/builds/g/p.tmp/.gitlab-runner.ext.conf".to_string()],
+        )
+    });
+    for on in [true, false] {
+        check(
+            cases,
+            T,
+            format!("writeExports_GitConfigGlobal/FF_GIT_URLS_WITHOUT_TOKENS={on}"),
+            || {
+                let vars = list(
+                    vec![var("FF_GIT_URLS_WITHOUT_TOKENS", &on.to_string())],
+                    "/builds/g/p.tmp",
+                );
+                let mut b = ScriptBody::new();
+                drover::executor::script::user::write_exports(&mut b, &vars, true);
+                let lines: Vec<&str> = b.as_str().lines().collect();
+                let export = lines
+                    .iter()
+                    .position(|l| *l == "export GIT_CONFIG_GLOBAL=/builds/g/p.tmp/.glr.gconf");
+                let dotenv = lines.iter().position(|l| l.contains("< \"$GITLAB_ENV\""));
+                match (on, export, dotenv) {
+                    (true, Some(e), Some(d)) => eq("exported after the dotenv lines", e > d, true),
+                    (false, None, _) => eq(
+                        "no GIT_CONFIG_GLOBAL",
+                        b.as_str().contains("GIT_CONFIG_GLOBAL"),
+                        false,
+                    ),
+                    _ => Err(format!("GIT_CONFIG_GLOBAL export wrong:\n{}", b.as_str())),
+                }
+            },
+        );
+    }
+}
+
 #[test]
 fn env_conformance() {
     let mut cases = Vec::new();
@@ -3446,6 +3817,7 @@ fn env_conformance() {
     variables_list_tables(&mut cases);
     cleanup_script_tables(&mut cases);
     remote_and_flag_tables(&mut cases);
+    tokenless_tables(&mut cases);
     let mut agree = 0;
     let mut deliberate = 0;
     let mut failures = Vec::new();

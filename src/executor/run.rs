@@ -260,6 +260,7 @@ impl<'r> JobRun<'r> {
                 },
                 ssh_port: &ssh_port,
                 project_path: &project_path,
+                tokenless: p.vars.flag("FF_GIT_URLS_WITHOUT_TOKENS"),
             };
             let body = get_sources(
                 self.req.payload,

@@ -36,6 +36,17 @@ pub fn write_exports(b: &mut ScriptBody, vars: &VarList, write_files: bool) {
     b.line(
         "while IFS= read -r __drover_env_line || [ -n \"$__drover_env_line\" ]; do if [ -n \"$__drover_env_line\" ]; then export \"$__drover_env_line\"; fi; done < \"$GITLAB_ENV\"",
     );
+    // After the dotenv lines, so a job cannot point git elsewhere.
+    if vars.flag("FF_GIT_URLS_WITHOUT_TOKENS") {
+        b.line(format!(
+            "export GIT_CONFIG_GLOBAL={}",
+            quote(&format!(
+                "{}/{}",
+                vars.tmp_dir,
+                super::sources::GLOBAL_GIT_CONFIG_SEED
+            ))
+        ));
+    }
 }
 
 /// The exit code of `prepare_script` when a deferred permission fix failed. Nothing else in
@@ -143,6 +154,7 @@ pub fn cleanup_file_variables(
         format!("{tmp}/gitlab_runner_env"),
         format!("{tmp}/masking.db"),
         format!("{tmp}/.gitlab-runner.ext.conf"),
+        format!("{tmp}/{}", super::sources::GLOBAL_GIT_CONFIG_SEED),
     ];
     files.extend(
         vars.unique()
