@@ -1750,6 +1750,8 @@ struct SourcesJob<'a> {
     root: &'a str,
     /// The git credentials (default: the runner url `https://test.remote`, token `job-token`).
     auth: Option<GitAuth<'a>>,
+    /// The correlation ID of the job request.
+    correlation: &'a str,
 }
 
 impl Default for SourcesJob<'_> {
@@ -1765,13 +1767,15 @@ impl Default for SourcesJob<'_> {
             clean_git_config: None,
             root: "/builds",
             auth: None,
+            correlation: "",
         }
     }
 }
 
 impl SourcesJob<'_> {
     fn body(&self) -> String {
-        let p = payload(json!({"git_info": self.git_info, "hooks": self.hooks}));
+        let mut p = payload(json!({"git_info": self.git_info, "hooks": self.hooks}));
+        p.request_correlation_id = self.correlation.into();
         let root = self.root;
         let vars = list(self.vars.clone(), &format!("{root}/g/p.tmp")).expanded();
         let (settings, _) = BuildSettings::from_variables(&vars, true);
@@ -3699,6 +3703,63 @@ fn tokenless_tables(cases: &mut Vec<Case>) {
                 eq("external git config", got, want)
             });
         }
+    }
+    for (name, on, id, want) in [
+        (
+            "FF on (default) + corrID set forwards",
+            true,
+            "abc-corr-id",
+            Some("abc-corr-id"),
+        ),
+        ("FF off + corrID set drops", false, "abc-corr-id", None),
+        ("FF on + empty corrID stays empty", true, "", None),
+    ] {
+        check(
+            cases,
+            "common/build_step_dispatch_test.go",
+            format!("GitalyCorrelationID_GatedOnFeatureFlag/{name}"),
+            || {
+                let mut vars = vec![var("GIT_STRATEGY", "fetch")];
+                if !on {
+                    vars.push(var("FF_USE_GITALY_CORRELATION_ID", "false"));
+                }
+                let body = SourcesJob {
+                    vars,
+                    correlation: id,
+                    ..Default::default()
+                }
+                .body();
+                let dir = temp_dir()?;
+                let headers: Vec<String> = config_written(
+                    &body,
+                    "/builds/g/p.tmp/.gitlab-runner.ext.conf",
+                    &dir.path().join("ext.conf"),
+                )?
+                .into_iter()
+                .filter(|l| l.starts_with("http.extraheader="))
+                .collect();
+                let notice =
+                    |id: &str| Step::Notice(&format!("Gitaly correlation ID: {id}")).render();
+                match want {
+                    Some(id) => {
+                        eq(
+                            "headers",
+                            headers,
+                            vec![format!("http.extraheader=X-Gitaly-Correlation-ID: {id}")],
+                        )?;
+                        // Said before fetching, as upstream.
+                        in_order(
+                            &body,
+                            &[Step::Line(&notice(id)), Step::Notice("Fetching changes...")],
+                        )
+                    }
+                    None => {
+                        eq("headers", headers, vec![])?;
+                        eq("notice", body.contains("Gitaly correlation ID"), false)
+                    }
+                }
+            },
+        );
     }
     check(cases, T, "SetupGlobalGitConfigSeed", || {
         let job = SourcesJob {

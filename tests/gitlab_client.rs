@@ -124,6 +124,12 @@ async fn job_request_sends_identity_features_and_echoes_last_update() {
                 .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
     );
     assert_ne!(Some(rid), reqs[1].header("x-request-id"));
+    // GitLab (the simulator) answers without X-Request-Id: the job's correlation ID is the one
+    // drover sent with the request that fetched it.
+    assert_eq!(
+        Some(job.request_correlation_id.as_str()),
+        reqs[1].header("x-request-id")
+    );
     let features = body["info"]["features"].as_object().unwrap();
     assert_eq!(features.len(), 31);
     for key in [

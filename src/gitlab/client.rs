@@ -142,6 +142,8 @@ pub(crate) struct Reply {
     pub body: Bytes,
     /// The server pushed back: at least one attempt got a retried status (429/5xx/408).
     pub pushed_back: bool,
+    /// The `X-Request-Id` drover sent on the attempt that got this reply.
+    pub request_id: String,
 }
 
 impl Reply {
@@ -155,6 +157,14 @@ impl Reply {
         self.header("content-type")
             .and_then(|ct| ct.split(';').next())
             .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+    }
+
+    /// The request's correlation ID as upstream takes it: GitLab's `X-Request-Id` answer, else
+    /// the one drover sent.
+    pub fn correlation_id(&self) -> &str {
+        self.header("x-request-id")
+            .filter(|id| !id.is_empty())
+            .unwrap_or(&self.request_id)
     }
 
     /// Decodes the JSON body, requiring a JSON content type as upstream does.
@@ -525,11 +535,12 @@ impl Client {
     ) -> Result<Reply, GitlabError> {
         let mut pushed_back = false;
         loop {
+            let sent_id = request_id();
             let mut req = self
                 .http()
                 .request(call.method.clone(), url.clone())
                 .header(USER_AGENT, version::user_agent())
-                .header("X-Request-Id", request_id());
+                .header("X-Request-Id", &sent_id);
             for (name, value) in &call.headers {
                 req = req.header(*name, value);
             }
@@ -601,6 +612,7 @@ impl Client {
                 headers,
                 body,
                 pushed_back,
+                request_id: sent_id,
             });
         }
     }
@@ -677,6 +689,26 @@ mod tests {
         );
         assert_eq!(api_base("ftp://h").unwrap_err().status(), -100);
         assert_eq!(api_base("not a url").unwrap_err().status(), -100);
+    }
+
+    #[test]
+    fn correlation_id_is_gitlabs_answer_else_the_one_sent() {
+        let reply = |answer: Option<&str>| {
+            let mut headers = HeaderMap::new();
+            if let Some(a) = answer {
+                headers.insert("x-request-id", HeaderValue::from_str(a).unwrap());
+            }
+            Reply {
+                status: 201,
+                headers,
+                body: Bytes::new(),
+                pushed_back: false,
+                request_id: "sent-id".into(),
+            }
+        };
+        assert_eq!(reply(Some("01HGITLAB")).correlation_id(), "01HGITLAB");
+        assert_eq!(reply(None).correlation_id(), "sent-id");
+        assert_eq!(reply(Some("")).correlation_id(), "sent-id");
     }
 
     #[test]

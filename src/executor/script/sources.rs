@@ -418,6 +418,15 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
     // c. External config: credentials only through insteadOf, never in .git/config.
     b.line(format!("rm -f {eq}"));
     b.line(format!("touch {eq}"));
+    // Gitaly ties git's requests to the job request (GitLab's correlation ID for it).
+    let correlation = &payload.request_correlation_id;
+    if i.vars.flag("FF_USE_GITALY_CORRELATION_ID") && !correlation.is_empty() {
+        b.line(format!(
+            "git config -f {eq} http.extraHeader {}",
+            quote(&format!("X-Gitaly-Correlation-ID: {correlation}"))
+        ));
+        b.notice(&format!("Gitaly correlation ID: {correlation}"));
+    }
     if i.vars.flag("FF_USE_GIT_BUNDLE_URIS") {
         b.line(format!("git config -f {eq} transfer.bundleURI true"));
     }
