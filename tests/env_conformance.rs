@@ -3470,6 +3470,132 @@ fn remote_and_flag_tables(cases: &mut Vec<Case>) {
     }
 }
 
+/// `writeUserScript` and the user-script rows of `SkipBuildStage`: which steps run, and what a
+/// step's stage shows and runs (pre_build_script, the step's lines, post_build_script).
+fn user_script_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    use drover::executor::script::user;
+    let paths = drover::executor::paths::JobPaths {
+        root_dir: "/builds".into(),
+        build_dir: "/builds/g/p".into(),
+        tmp_dir: "/builds/g/p.tmp".into(),
+        cache_dir: "/cache/g/p".into(),
+    };
+    let vars = VarList::default();
+    // The body of the stage `step_<stage>`, or None when no step makes that stage.
+    let stage_body = |steps: Value, stage: &str, pre: Option<&str>, post: Option<&str>| {
+        let p = payload(json!({ "steps": steps }));
+        let step = user::script_steps(&p)
+            .into_iter()
+            .find(|s| s.name == stage)
+            .cloned()?;
+        Some(
+            user::step_script(
+                &vars,
+                &paths,
+                pre,
+                &user::step_lines(&vars, &step),
+                post,
+                false,
+            )
+            .as_str()
+            .to_string(),
+        )
+    };
+    check(
+        cases,
+        T,
+        "WriteUserScript/no build steps, after script",
+        || {
+            let p = payload(json!({ "steps": [] }));
+            eq(
+                "after_script runs",
+                user::after_script_lines(&p).is_some(),
+                false,
+            )?;
+            eq("script stages", user::script_steps(&p).len(), 0)
+        },
+    );
+    check(cases, T, "WriteUserScript/single script step", || {
+        let body = stage_body(
+            json!([{"name": "script", "script": ["echo hello"]}]),
+            "script",
+            None,
+            None,
+        )
+        .ok_or("no step_script stage")?;
+        in_order(
+            &body,
+            &[Step::Notice("$ echo hello"), Step::Line("echo hello")],
+        )?;
+        eq("lines shown", body.matches("$ echo").count(), 1)
+    });
+    check(
+        cases,
+        T,
+        "WriteUserScript/prebuild, multiple steps postBuild",
+        || {
+            let steps = json!([
+                {"name": "script", "script": ["echo script"]},
+                {"name": "release", "script": ["echo release"]},
+                {"name": "a11y", "script": ["echo a11y"]},
+            ]);
+            let body = stage_body(
+                steps,
+                "release",
+                Some("echo prebuild"),
+                Some("echo postbuild"),
+            )
+            .ok_or("no step_release stage")?;
+            in_order(
+                &body,
+                &[
+                    Step::Notice("$ echo prebuild"),
+                    Step::Line("echo prebuild"),
+                    Step::Notice("$ echo release"),
+                    Step::Line("echo release"),
+                    Step::Notice("$ echo postbuild"),
+                    Step::Line("echo postbuild"),
+                ],
+            )?;
+            eq(
+                "other steps",
+                body.contains("echo script") || body.contains("a11y"),
+                false,
+            )
+        },
+    );
+    check(
+        cases,
+        T,
+        "SkipBuildStage/step_script/don't skip if user script is defined",
+        || {
+            let p =
+                payload(json!({"steps": [{"name": "script", "script": ["echo 'hello world'"]}]}));
+            let names: Vec<&str> = user::script_steps(&p)
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect();
+            eq("stages", names, vec!["script"])
+        },
+    );
+    check(
+        cases,
+        T,
+        "SkipBuildStage/after_script/don't skip if an after script is defined and has content",
+        || {
+            let p = payload(
+                json!({"steps": [{"name": "after_script", "script": ["echo 'hello world'"]}]}),
+            );
+            eq(
+                "after_script lines",
+                user::after_script_lines(&p).map(<[String]>::to_vec),
+                Some(vec!["echo 'hello world'".to_string()]),
+            )
+        },
+    );
+}
+
 /// The lines of `body` that write the config file `file` (`rm -f`, `git config -f`), run in bash
 /// with `file` at `at`; then `git config --list` of it.
 fn config_written(body: &str, file: &str, at: &std::path::Path) -> Result<Vec<String>, String> {
@@ -3879,6 +4005,7 @@ fn env_conformance() {
     cleanup_script_tables(&mut cases);
     remote_and_flag_tables(&mut cases);
     tokenless_tables(&mut cases);
+    user_script_tables(&mut cases);
     let mut agree = 0;
     let mut deliberate = 0;
     let mut failures = Vec::new();
