@@ -3470,6 +3470,203 @@ fn remote_and_flag_tables(cases: &mut Vec<Case>) {
     }
 }
 
+/// The variables only GitLab sets (upstream's `TestPredefinedServerVariables` list).
+const SERVER_ONLY_VARIABLES: &[&str] = &[
+    "CHAT_CHANNEL",
+    "CHAT_INPUT",
+    "CI",
+    "CI_API_V4_URL",
+    "CI_COMMIT_BEFORE_SHA",
+    "CI_COMMIT_DESCRIPTION",
+    "CI_COMMIT_MESSAGE",
+    "CI_COMMIT_REF_NAME",
+    "CI_COMMIT_REF_PROTECTED",
+    "CI_COMMIT_REF_SLUG",
+    "CI_COMMIT_SHA",
+    "CI_COMMIT_SHORT_SHA",
+    "CI_COMMIT_BRANCH",
+    "CI_COMMIT_TAG",
+    "CI_COMMIT_TITLE",
+    "CI_COMMIT_TIMESTAMP",
+    "CI_CONFIG_PATH",
+    "CI_DEBUG_TRACE",
+    "CI_DEFAULT_BRANCH",
+    "CI_DEPLOY_FREEZE",
+    "CI_DEPLOY_PASSWORD",
+    "CI_DEPLOY_USER",
+    "CI_ENVIRONMENT_NAME",
+    "CI_ENVIRONMENT_SLUG",
+    "CI_ENVIRONMENT_URL",
+    "CI_EXTERNAL_PULL_REQUEST_IID",
+    "CI_EXTERNAL_PULL_REQUEST_SOURCE_REPOSITORY",
+    "CI_EXTERNAL_PULL_REQUEST_TARGET_REPOSITORY",
+    "CI_EXTERNAL_PULL_REQUEST_SOURCE_BRANCH_NAME",
+    "CI_EXTERNAL_PULL_REQUEST_SOURCE_BRANCH_SHA",
+    "CI_EXTERNAL_PULL_REQUEST_TARGET_BRANCH_NAME",
+    "CI_EXTERNAL_PULL_REQUEST_TARGET_BRANCH_SHA",
+    "CI_HAS_OPEN_REQUIREMENTS",
+    "CI_JOB_ID",
+    "CI_JOB_IMAGE",
+    "CI_JOB_MANUAL",
+    "CI_JOB_NAME",
+    "CI_JOB_STAGE",
+    "CI_JOB_TOKEN",
+    "CI_JOB_JWT",
+    "CI_JOB_URL",
+    "CI_KUBERNETES_ACTIVE",
+    "CI_MERGE_REQUEST_ASSIGNEES",
+    "CI_MERGE_REQUEST_ID",
+    "CI_MERGE_REQUEST_IID",
+    "CI_MERGE_REQUEST_LABELS",
+    "CI_MERGE_REQUEST_MILESTONE",
+    "CI_MERGE_REQUEST_PROJECT_ID",
+    "CI_MERGE_REQUEST_PROJECT_PATH",
+    "CI_MERGE_REQUEST_PROJECT_URL",
+    "CI_MERGE_REQUEST_REF_PATH",
+    "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME",
+    "CI_MERGE_REQUEST_SOURCE_BRANCH_SHA",
+    "CI_MERGE_REQUEST_SOURCE_PROJECT_ID",
+    "CI_MERGE_REQUEST_SOURCE_PROJECT_PATH",
+    "CI_MERGE_REQUEST_SOURCE_PROJECT_URL",
+    "CI_MERGE_REQUEST_TARGET_BRANCH_NAME",
+    "CI_MERGE_REQUEST_TARGET_BRANCH_SHA",
+    "CI_MERGE_REQUEST_TITLE",
+    "CI_MERGE_REQUEST_EVENT_TYPE",
+    "CI_NODE_INDEX",
+    "CI_NODE_TOTAL",
+    "CI_PAGES_DOMAIN",
+    "CI_PAGES_URL",
+    "CI_PIPELINE_ID",
+    "CI_PIPELINE_IID",
+    "CI_PIPELINE_SOURCE",
+    "CI_PIPELINE_TRIGGERED",
+    "CI_PIPELINE_URL",
+    "CI_PROJECT_ID",
+    "CI_PROJECT_NAME",
+    "CI_PROJECT_NAMESPACE",
+    "CI_PROJECT_ROOT_NAMESPACE",
+    "CI_PROJECT_PATH",
+    "CI_PROJECT_PATH_SLUG",
+    "CI_PROJECT_REPOSITORY_LANGUAGES",
+    "CI_PROJECT_TITLE",
+    "CI_PROJECT_URL",
+    "CI_PROJECT_VISIBILITY",
+    "CI_REGISTRY",
+    "CI_REGISTRY_IMAGE",
+    "CI_REGISTRY_PASSWORD",
+    "CI_REGISTRY_USER",
+    "CI_REPOSITORY_URL",
+    "CI_RUNNER_DESCRIPTION",
+    "CI_RUNNER_ID",
+    "CI_RUNNER_SHORT_TOKEN",
+    "CI_RUNNER_TAGS",
+    "CI_SERVER_URL",
+    "CI_SERVER_HOST",
+    "CI_SERVER_PORT",
+    "CI_SERVER_PROTOCOL",
+    "CI_SERVER_NAME",
+    "CI_SERVER_REVISION",
+    "CI_SERVER_VERSION",
+    "CI_SERVER_VERSION_MAJOR",
+    "CI_SERVER_VERSION_MINOR",
+];
+
+/// What the runner itself adds to every job (`DefaultEnvVariables`, `SharedEnvVariables`,
+/// `PredefinedServerVariables`) and how service variables expand against the job's
+/// (`VariablesExpansionWithSource`).
+fn runner_variable_tables(cases: &mut Vec<Case>) {
+    use drover::executor::script::variables::{job_variables, VarInputs};
+    let runner_vars = |build_dir: &str| {
+        let paths = drover::executor::paths::JobPaths {
+            root_dir: "/builds".into(),
+            build_dir: build_dir.into(),
+            tmp_dir: format!("{build_dir}.tmp"),
+            cache_dir: "/cache".into(),
+        };
+        let p = payload(json!({"git_info": {}, "token": ""}));
+        let extra = VarInputs {
+            job_image: None,
+            short_token: "",
+            network_name: None,
+            slot: Slot::default(),
+        };
+        job_variables(&p, &runner(), &paths, &extra).expanded()
+    };
+    let has = |l: &VarList, entry: &str| -> Result<(), String> {
+        let (k, v) = entry.split_once('=').ok_or("entry")?;
+        eq(entry, l.value(k), Some(v.to_string()))
+    };
+    const B: &str = "common/build_test.go";
+    for (name, dir) in [
+        ("UNIX-style BuildDir", "/tmp/test-build/dir"),
+        (
+            "Windows-style BuildDir in MSYS bash executor and drive letter)",
+            "/c/tmp/test-build/dir",
+        ),
+    ] {
+        check(cases, B, format!("DefaultEnvVariables/{name}"), || {
+            let l = runner_vars(dir);
+            has(&l, &format!("CI_PROJECT_DIR={dir}"))?;
+            has(&l, "CI_SERVER=yes")
+        });
+    }
+    // The docker executor is not a shared environment.
+    check(cases, B, "SharedEnvVariables/Value:false", || {
+        let l = runner_vars("/builds/g/p");
+        has(&l, "CI_DISPOSABLE_ENVIRONMENT=true")?;
+        eq(
+            "CI_SHARED_ENVIRONMENT",
+            l.value("CI_SHARED_ENVIRONMENT"),
+            None,
+        )
+    });
+    // Upstream's case builds without a runner; a runner adds CI_RUNNER_SHORT_TOKEN (upstream's
+    // runner config does too), so only that name is left out here.
+    check(cases, B, "PredefinedServerVariables", || {
+        let l = runner_vars("/builds/g/p");
+        let set: Vec<&str> = SERVER_ONLY_VARIABLES
+            .iter()
+            .copied()
+            .filter(|k| *k != "CI_RUNNER_SHORT_TOKEN" && l.get(k).is_some())
+            .collect();
+        eq("server-only variables the runner set", set, vec![])
+    });
+    check(
+        cases,
+        "common/spec/variables_test.go",
+        "VariablesExpansionWithSource",
+        || {
+            let p = payload(json!({
+                "variables": [
+                    {"key": "public", "value": "public_value", "public": true},
+                    {"key": "private", "value": "private_value", "public": false},
+                ],
+                "services": [{"name": "postgres:16", "variables": [
+                    {"key": "a", "value": "$public"},
+                    {"key": "b", "value": "${private}"},
+                    {"key": "c", "value": "$undefined"},
+                    {"key": "d", "value": "$private", "raw": true},
+                ]}],
+            }));
+            let vars = planned(&p, &runner())?;
+            let defs = services::definitions(&ServiceSettings::default(), &p.services, &vars)
+                .map_err(|e| e.message)?;
+            let def = defs.first().ok_or("no service")?;
+            let env = services::service_env(&vars, def);
+            let own: Vec<&str> = env
+                .iter()
+                .map(String::as_str)
+                .filter(|e| ["a=", "b=", "c=", "d="].iter().any(|k| e.starts_with(k)))
+                .collect();
+            eq(
+                "service variables",
+                own,
+                vec!["a=public_value", "b=private_value", "c=", "d=$private"],
+            )
+        },
+    );
+}
+
 /// `writeUserScript` and the user-script rows of `SkipBuildStage`: which steps run, and what a
 /// step's stage shows and runs (pre_build_script, the step's lines, post_build_script).
 fn user_script_tables(cases: &mut Vec<Case>) {
@@ -4006,6 +4203,7 @@ fn env_conformance() {
     remote_and_flag_tables(&mut cases);
     tokenless_tables(&mut cases);
     user_script_tables(&mut cases);
+    runner_variable_tables(&mut cases);
     let mut agree = 0;
     let mut deliberate = 0;
     let mut failures = Vec::new();
