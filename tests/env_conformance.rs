@@ -3762,6 +3762,94 @@ fn user_script_tables(cases: &mut Vec<Case>) {
             )
         },
     );
+    // ScriptSections: multi-line commands become collapsed sections showing the whole command
+    // only with FF_SCRIPT_SECTIONS and GitLab's trace_sections; single lines are always shown
+    // as `$ <line>`.
+    let multi = [
+        "Multi line\n\t\t\t\t\tscript 1",
+        "Multi line\n\t\t\t\t\tscript 2",
+        "Multi line\n\t\t\t\t\tscript 3",
+    ];
+    let single = ["script 1", "script 2", "script 3"];
+    for (ff, sections, lines) in [
+        (true, true, &multi),
+        (true, true, &single),
+        (false, false, &single),
+        (true, false, &single),
+        (false, true, &single),
+    ] {
+        let name = format!(
+            "ScriptSections/feature flag {ff}, trace sections {sections}{}",
+            if lines[0].contains('\n') {
+                ", multi-line"
+            } else {
+                ""
+            }
+        );
+        check(cases, T, name, || {
+            let p = payload(json!({
+                "steps": [{"name": "script", "script": lines}],
+                "features": {"trace_sections": sections},
+            }));
+            let vars = list(
+                vec![var("FF_SCRIPT_SECTIONS", &ff.to_string())],
+                "/builds/g/p.tmp",
+            );
+            let on = user::script_sections(&p, &vars);
+            let step = user::script_steps(&p)
+                .first()
+                .copied()
+                .cloned()
+                .ok_or("no step")?;
+            let body = user::step_script(
+                &vars,
+                &paths,
+                Some("echo prebuild"),
+                &user::step_lines(&vars, &step),
+                Some("echo postbuild"),
+                on,
+            );
+            let body = body.as_str();
+            let mut steps = vec![Step::Notice("$ echo prebuild"), Step::Line("echo prebuild")];
+            let shown: Vec<String> = lines.iter().map(|l| format!("$ {l}")).collect();
+            let sectioned: Vec<String> = shown
+                .iter()
+                .map(|s| quote(&format!("\x1b[32;1m{s}\x1b[0;m")))
+                .collect();
+            for (i, l) in lines.iter().enumerate() {
+                if l.contains('\n') {
+                    // A collapsed section whose header is the whole command, then the command.
+                    let start = body
+                        .lines()
+                        .find(|b| {
+                            b.starts_with("printf ")
+                                && b.contains(&format!(
+                                    ":section_script_step_{i}[hide_duration=true,collapsed=true]"
+                                ))
+                        })
+                        .ok_or(format!("no section for command {i}:\n{body}"))?;
+                    eq("section header", start.ends_with(&sectioned[i]), true)?;
+                    eq(
+                        "section ended",
+                        body.contains(&format!(":section_script_step_{i}\r")),
+                        true,
+                    )?;
+                    eq("command run", body.contains(&format!("\n{l}\n")), true)?;
+                } else {
+                    steps.push(Step::Notice(&shown[i]));
+                    steps.push(Step::Line(l));
+                }
+            }
+            steps.push(Step::Notice("$ echo postbuild"));
+            steps.push(Step::Line("echo postbuild"));
+            in_order(body, &steps)?;
+            eq(
+                "collapsed notices",
+                body.contains("collapsed multi-line command"),
+                false,
+            )
+        });
+    }
     check(
         cases,
         T,

@@ -632,7 +632,7 @@ impl<'r> JobRun<'r> {
     /// Whether multi-line user commands get their own collapsed sections
     /// (`FF_SCRIPT_SECTIONS` with `features.trace_sections`, as upstream).
     fn script_sections(&self, vars: &VarList) -> bool {
-        self.req.payload.features.trace_sections && vars.bool("FF_SCRIPT_SECTIONS").unwrap_or(false)
+        user::script_sections(self.req.payload, vars)
     }
 
     fn mark(&self, what: &str) {

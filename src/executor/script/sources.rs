@@ -307,9 +307,7 @@ fn write_tokenless_git_config(b: &mut ScriptBody, i: &SourcesInputs<'_>) {
 
 /// Builds the `get_sources` body.
 pub fn get_sources(payload: &JobPayload, i: &SourcesInputs<'_>) -> ScriptBody {
-    let mut b = ScriptBody::with_script_sections(
-        payload.features.trace_sections && i.vars.bool("FF_SCRIPT_SECTIONS").unwrap_or(false),
-    );
+    let mut b = ScriptBody::with_script_sections(super::user::script_sections(payload, i.vars));
     let s = i.settings;
     let dir = quote(&i.paths.build_dir);
     write_exports(&mut b, i.vars, true);

@@ -6,6 +6,12 @@ use super::{quote, ScriptBody};
 use crate::executor::paths::JobPaths;
 use crate::job::{JobPayload, Step};
 
+/// Whether multi-line commands are shown as collapsed sections with their whole text:
+/// `FF_SCRIPT_SECTIONS` on and GitLab's `trace_sections` feature, as upstream.
+pub fn script_sections(payload: &JobPayload, vars: &VarList) -> bool {
+    payload.features.trace_sections && vars.bool("FF_SCRIPT_SECTIONS").unwrap_or(false)
+}
+
 /// The steps that run as `step_<name>` stages, in order: every named step but after_script
 /// (normally just `script`; GitLab renders `release:` as a `release` step).
 pub fn script_steps(payload: &JobPayload) -> Vec<&Step> {
