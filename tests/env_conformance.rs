@@ -808,6 +808,87 @@ fn build_tables(cases: &mut Vec<Case>) {
             other => Err(format!("want the within-builds_dir error, got {other:?}")),
         },
     );
+    // The other StartBuild rows, with upstream's repository (`test-namespace/test-repo`).
+    let dirs = |builds_dir: &str, enabled: Option<bool>, clone_path: &str| {
+        let mut r = runner();
+        r.builds_dir = Some(builds_dir.into());
+        r.cache_dir = Some("/cache".into());
+        r.custom_build_dir_enabled = enabled;
+        let vars: Vec<(&str, &str)> = if clone_path.is_empty() {
+            vec![]
+        } else {
+            vec![("GIT_CLONE_PATH", clone_path)]
+        };
+        let p = payload(json!({
+            "variables": job_vars(&vars),
+            "git_info": {"repo_url": "https://gitlab.com/test-namespace/test-repo.git",
+                         "sha": "0123456789abcdef", "ref": "main"},
+        }));
+        plan_job(&p, &r, Slot::default())
+            .map(|plan| (plan.paths.build_dir, plan.paths.cache_dir))
+            .map_err(|e| e.message)
+    };
+    check(
+        cases,
+        T,
+        "StartBuild/no job specific build dir with no shared dir",
+        || {
+            eq(
+                "dirs",
+                dirs("/build", Some(true), ""),
+                Ok((
+                    "/build/test-namespace/test-repo".into(),
+                    "/cache/test-namespace/test-repo".into(),
+                )),
+            )
+        },
+    );
+    check(
+        cases,
+        T,
+        "StartBuild/valid GIT_CLONE_PATH using CI_BUILDS_DIR was specified",
+        || {
+            eq(
+                "dirs",
+                dirs(
+                    "/builds",
+                    Some(true),
+                    "$CI_BUILDS_DIR/go/src/gitlab.com/test-namespace/test-repo",
+                ),
+                Ok((
+                    "/builds/go/src/gitlab.com/test-namespace/test-repo".into(),
+                    "/cache/test-namespace/test-repo".into(),
+                )),
+            )
+        },
+    );
+    check(cases, T, "StartBuild/safeDirectoryCheckout enabled", || {
+        eq(
+            "dirs",
+            dirs("/builds", Some(false), ""),
+            Ok((
+                "/builds/test-namespace/test-repo".into(),
+                "/cache/test-namespace/test-repo".into(),
+            )),
+        )?;
+        // The docker executor always checks out with the project dir a safe directory.
+        let body = SourcesJob {
+            vars: vec![var("GIT_STRATEGY", "fetch")],
+            ..Default::default()
+        }
+        .body();
+        in_order(
+            &body,
+            &[Step::Cmd(words(&[
+                "git",
+                "config",
+                "--global",
+                "--add",
+                "safe.directory",
+                "/builds/g/p",
+            ]))],
+        )
+    });
     check(
         cases,
         T,
@@ -4169,6 +4250,97 @@ fn tokenless_tables(cases: &mut Vec<Case>) {
                         eq("notice", body.contains("Gitaly correlation ID"), false)
                     }
                 }
+            },
+        );
+    }
+    // handleGetSourcesStrategy, the clone without native clone, with and without tokens in URLs:
+    // runner url unset, so the only rewrite is the remote's (none without tokens, where the
+    // credential helper of the repository host answers).
+    for tokenless in [true, false] {
+        check(
+            cases,
+            T,
+            format!("handleGetSourcesStrategy/clone strategy without native/FF_GIT_URLS_WITHOUT_TOKENS:{tokenless}"),
+            || {
+                let repo = "https://gitlab-ci-token:pass@example.com/project/repo.git";
+                let clean = "https://example.com/project/repo.git";
+                let body = SourcesJob {
+                    vars: vec![
+                        var("GIT_STRATEGY", "clone"),
+                        var("FF_GIT_URLS_WITHOUT_TOKENS", &tokenless.to_string()),
+                    ],
+                    git_info: json!({"repo_url": repo, "sha": "0123456789abcdef", "ref": "main"}),
+                    auth: Some(GitAuth {
+                        repo_url: repo,
+                        token: "pass",
+                        tokenless,
+                        ..Default::default()
+                    }),
+                    correlation: "foobar",
+                    ..Default::default()
+                }
+                .body();
+                let dir = temp_dir()?;
+                let mut got: Vec<String> = config_written(
+                    &body,
+                    "/builds/g/p.tmp/.gitlab-runner.ext.conf",
+                    &dir.path().join("ext.conf"),
+                )?
+                .into_iter()
+                .filter(|l| {
+                    l != "transfer.bundleuri=true"
+                        && l != "http.extraheader=X-Gitaly-Correlation-ID: foobar"
+                })
+                .collect();
+                got.sort();
+                let want = if tokenless {
+                    let h = "credential.https://example.com";
+                    vec![
+                        format!("{h}.helper="),
+                        format!("{h}.helper={}", r#"!f(){ if [ "$1" = "get" ] ; then echo "password=${CI_JOB_TOKEN}" ; fi ; } ; f"#),
+                        format!("{h}.username=gitlab-ci-token"),
+                    ]
+                } else {
+                    vec![format!("url.{repo}.insteadof={clean}")]
+                };
+                eq("external git config", got, want)?;
+                let rm = Step::Cmd(words(&["rm", "-rf", "/builds/g/p"])).render();
+                let init = body.find("\ngit init ").ok_or("no git init")?;
+                eq("the old clone goes first", body[..init].lines().any(|l| l == rm), true)?;
+                let ua = format!("http.userAgent={}", upstream_git_user_agent());
+                let fetch = Step::Cmd(words(&[
+                    "git",
+                    "-c",
+                    &ua,
+                    "fetch",
+                    "origin",
+                    "--no-recurse-submodules",
+                    "--prune",
+                    "--quiet",
+                ]))
+                .render();
+                in_order(
+                    &body,
+                    &[
+                        Step::Notice("Fetching changes..."),
+                        Step::Cmd(words(&[
+                            "git",
+                            "init",
+                            "/builds/g/p",
+                            "--template",
+                            "/builds/g/p.tmp/git-template",
+                        ])),
+                        Step::Cmd(words(&["cd", "/builds/g/p"])),
+                        Step::Line(&format!(
+                            "if git remote add origin {} >/dev/null 2>&1; then",
+                            quote(clean)
+                        )),
+                        Step::Line(&format!("git remote set-url origin {}", quote(clean))),
+                        Step::Line(&format!(
+                            "if [ -f .git/shallow ]; then {fetch} --unshallow; else {fetch}; fi"
+                        )),
+                    ],
+                )
             },
         );
     }
