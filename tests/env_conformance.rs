@@ -1901,6 +1901,20 @@ enum Step<'a> {
     Line(&'a str),
 }
 
+/// `git init` of the project dir with the template dir, then `cd` into it.
+fn init_steps() -> [Step<'static>; 2] {
+    [
+        Step::Cmd(words(&[
+            "git",
+            "init",
+            "/builds/g/p",
+            "--template",
+            "/builds/g/p.tmp/git-template",
+        ])),
+        Step::Cmd(words(&["cd", "/builds/g/p"])),
+    ]
+}
+
 fn words(w: &[&str]) -> Vec<String> {
     w.iter().map(|s| s.to_string()).collect()
 }
@@ -2508,14 +2522,7 @@ fn sources_tables(cases: &mut Vec<Case>) {
                             true,
                         )?;
                     }
-                    want.push(Step::Cmd(words(&[
-                        "git",
-                        "init",
-                        "/builds/g/p",
-                        "--template",
-                        "/builds/g/p.tmp/git-template",
-                    ])));
-                    want.push(Step::Cmd(words(&["cd", "/builds/g/p"])));
+                    want.extend(init_steps());
                     want.push(Step::Notice("Skipping Git checkout"));
                     want.push(Step::Notice("Skipping Git submodules setup"));
                     want.extend(hook("job payload"));
@@ -4319,18 +4326,13 @@ fn tokenless_tables(cases: &mut Vec<Case>) {
                     "--quiet",
                 ]))
                 .render();
+                let [init, cd] = init_steps();
                 in_order(
                     &body,
                     &[
                         Step::Notice("Fetching changes..."),
-                        Step::Cmd(words(&[
-                            "git",
-                            "init",
-                            "/builds/g/p",
-                            "--template",
-                            "/builds/g/p.tmp/git-template",
-                        ])),
-                        Step::Cmd(words(&["cd", "/builds/g/p"])),
+                        init,
+                        cd,
                         Step::Line(&format!(
                             "if git remote add origin {} >/dev/null 2>&1; then",
                             quote(clean)
