@@ -3133,41 +3133,79 @@ fn artifact_tables(cases: &mut Vec<Case>) {
             .concat(),
         ))
     };
-    let upload_agrees =
-        |job: Value, url: &str, succeeded: bool, want: Vec<Step<'_>>| -> Result<(), String> {
-            let p = payload(job);
-            let vars = VarList::default();
-            let paths = drover::executor::paths::JobPaths {
-                root_dir: "/builds".into(),
-                build_dir: "/builds/g/p".into(),
-                tmp_dir: "/builds/g/p.tmp".into(),
-                cache_dir: "/cache/g/p".into(),
-            };
-            let s = drover::executor::script::artifacts::upload(
-                &drover::executor::script::artifacts::ArtifactInputs {
-                    payload: &p,
-                    vars: &vars,
-                    paths: &paths,
-                    url,
-                },
-                succeeded,
-            )
-            .ok_or("no upload stage")?
-            .as_str()
-            .to_string();
-            let calls = s
-                .lines()
-                .filter(|l| l.contains(" artifacts-uploader "))
-                .count();
-            eq("uploader calls", calls, want.len())?;
-            for w in &want {
-                let line = w.render();
-                if !s.lines().any(|l| l.trim() == line) {
-                    return Err(format!("{line:?} missing in:\n{s}"));
-                }
-            }
-            Ok(())
+    let upload_agrees_with = |vars: VarList,
+                              job: Value,
+                              url: &str,
+                              succeeded: bool,
+                              want: Vec<Step<'_>>|
+     -> Result<(), String> {
+        let p = payload(job);
+        let paths = drover::executor::paths::JobPaths {
+            root_dir: "/builds".into(),
+            build_dir: "/builds/g/p".into(),
+            tmp_dir: "/builds/g/p.tmp".into(),
+            cache_dir: "/cache/g/p".into(),
         };
+        let s = drover::executor::script::artifacts::upload(
+            &drover::executor::script::artifacts::ArtifactInputs {
+                payload: &p,
+                vars: &vars,
+                paths: &paths,
+                url,
+            },
+            succeeded,
+        )
+        .ok_or("no upload stage")?
+        .as_str()
+        .to_string();
+        let calls = s
+            .lines()
+            .filter(|l| l.contains(" artifacts-uploader "))
+            .count();
+        eq("uploader calls", calls, want.len())?;
+        for w in &want {
+            let line = w.render();
+            if !s.lines().any(|l| l.trim() == line) {
+                return Err(format!("{line:?} missing in:\n{s}"));
+            }
+        }
+        Ok(())
+    };
+    let upload_agrees = |job: Value, url: &str, succeeded: bool, want: Vec<Step<'_>>| {
+        upload_agrees_with(VarList::default(), job, url, succeeded, want)
+    };
+    // WriteUploadArtifactIncludesGenerateArtifactsMetadataArgs: with metadata asked for, the
+    // formats other than zip (whose SLSA metadata drover does not make) upload as usual.
+    for (format, tail) in [
+        (
+            "gzip",
+            &["--path", "testpath", "--artifact-format", "gzip"][..],
+        ),
+        (
+            "raw",
+            &["--path", "testpath", "--artifact-format", "raw"][..],
+        ),
+        ("", &["--path", "testpath"][..]),
+    ] {
+        check(
+            cases,
+            T,
+            format!("WriteUploadArtifactIncludesGenerateArtifactsMetadataArgs/{format}"),
+            || {
+                upload_agrees_with(
+                    list(
+                        vec![var("RUNNER_GENERATE_ARTIFACTS_METADATA", "true")],
+                        "/builds/g/p.tmp",
+                    ),
+                    json!({"id": 1000, "token": "token",
+                           "artifacts": [{"paths": ["testpath"], "artifact_format": format}]}),
+                    "testurl",
+                    true,
+                    vec![uploader("testurl", "1000", tail)],
+                )
+            },
+        );
+    }
     let url = "https://example.com:3443";
     check(cases, T, "WriteWritingArtifactsOnSuccess", || {
         upload_agrees(
