@@ -4384,6 +4384,107 @@ fn tokenless_tables(cases: &mut Vec<Case>) {
             },
         );
     }
+    // FF_USE_GIT_PROACTIVE_AUTH: `-c http.<host>.proactiveAuth=basic` on the fetch and the
+    // checkout, unscoped with a warning when the host cannot be told.
+    let proactive = |on: bool, repo: &str| {
+        SourcesJob {
+            vars: vec![
+                var("GIT_STRATEGY", "fetch"),
+                var("FF_USE_GIT_PROACTIVE_AUTH", &on.to_string()),
+            ],
+            git_info: json!({"repo_url": repo, "sha": "01234567abcdef", "ref": "main"}),
+            auth: Some(GitAuth {
+                repo_url: repo,
+                token: "job-token",
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+        .body()
+    };
+    let ua = format!("http.userAgent={}", upstream_git_user_agent());
+    for (name, on, repo, arg, warning) in [
+        (
+            "disabled returns nil",
+            false,
+            "https://gitlab.com/my/repo.git",
+            None,
+            None,
+        ),
+        (
+            "enabled with valid URL returns scoped config",
+            true,
+            "https://gitlab.com/my/repo.git",
+            Some("http.https://gitlab.com.proactiveAuth=basic"),
+            None,
+        ),
+        (
+            "enabled with URL including port returns scoped config",
+            true,
+            "https://gitlab.example.com:8443/my/repo.git",
+            Some("http.https://gitlab.example.com:8443.proactiveAuth=basic"),
+            None,
+        ),
+        (
+            "enabled with invalid URL falls back to unscoped config and warns",
+            true,
+            "https://gitlab.com/%ZZ",
+            Some("http.proactiveAuth=basic"),
+            Some("proactive auth: can't get repository host, using unscoped config. "),
+        ),
+        (
+            "enabled with empty URL falls back to unscoped config and warns",
+            true,
+            "",
+            Some("http.proactiveAuth=basic"),
+            Some("proactive auth: repository host is empty, using unscoped config"),
+        ),
+    ] {
+        check(cases, T, format!("ProactiveAuthArgs/{name}"), || {
+            let body = proactive(on, repo);
+            let fetch = format!(
+                "git -c {} {}fetch origin --no-recurse-submodules ",
+                quote(&ua),
+                arg.map(|a| format!("-c {} ", quote(a))).unwrap_or_default()
+            );
+            if !body.contains(&fetch) {
+                return Err(format!("{fetch:?} missing in:\n{body}"));
+            }
+            if !on {
+                eq("proactiveAuth", body.contains("proactiveAuth"), false)?;
+            }
+            match warning {
+                Some(w) => {
+                    // The warning line up to the end of the (fixed) message.
+                    let shown = Step::Warning(w).render();
+                    let prefix = shown.strip_suffix("\\x1b[0;m'").unwrap_or(&shown);
+                    eq("warned", body.lines().any(|l| l.starts_with(prefix)), true)
+                }
+                None => eq("warned", body.contains("proactive auth:"), false),
+            }
+        });
+    }
+    for (name, on) in [
+        ("proactive auth enabled on checkout", true),
+        ("proactive auth disabled on checkout", false),
+    ] {
+        check(cases, T, format!("GitProactiveAuthCheckout/{name}"), || {
+            let body = proactive(on, "https://gitlab.com/my/repo.git");
+            let mut args = vec!["git", "-c", "submodule.recurse=false"];
+            if on {
+                args.extend(["-c", "http.https://gitlab.com.proactiveAuth=basic"]);
+            }
+            args.extend(["checkout", "-f", "-q", "01234567abcdef"]);
+            in_order(
+                &body,
+                &[
+                    Step::Notice("Checking out 01234567 as detached HEAD (ref is main)..."),
+                    Step::Cmd(words(&args)),
+                    Step::Cmd(words(&["git", "clean", "-ffdx"])),
+                ],
+            )
+        });
+    }
     check(cases, T, "SetupGlobalGitConfigSeed", || {
         let job = SourcesJob {
             vars: vec![

@@ -466,8 +466,11 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
         "if git remote add origin {remote} >/dev/null 2>&1; then\n  echo {}\nelse\n  git remote set-url origin {remote}\n  git config include.path {eq}\nfi",
         quote(&format!("{}Created fresh repository.", crate::executor::trace::ansi::RESET))
     ));
+    let auth = proactive_auth(b, i)
+        .map(|a| format!(" -c {}", quote(&a)))
+        .unwrap_or_default();
     let mut fetch = format!(
-        "git -c {} fetch origin --no-recurse-submodules",
+        "git -c {}{auth} fetch origin --no-recurse-submodules",
         quote(&format!("http.userAgent={}", i.user_agent))
     );
     // GitLab's refspecs as sent (none: git's configured ones, as upstream).
@@ -488,6 +491,42 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
         ));
     } else {
         b.line(fetch);
+    }
+}
+
+/// The first percent sign of `url` that does not start an escape (`%ZZ`), as Go's URL parser
+/// refuses it.
+fn invalid_escape(url: &str) -> Option<&str> {
+    let bytes = url.as_bytes();
+    bytes.iter().enumerate().find_map(|(at, b)| {
+        let hex = |k: usize| bytes.get(at + k).is_some_and(u8::is_ascii_hexdigit);
+        (*b == b'%' && !(hex(1) && hex(2)))
+            .then(|| url.get(at..(at + 3).min(url.len())).unwrap_or("%"))
+    })
+}
+
+/// `FF_USE_GIT_PROACTIVE_AUTH`: git sends the job's credentials with its first request (so
+/// Gitaly learns the user on public projects), scoped to the remote's host so bundle-URI fetches
+/// from other hosts are not affected; unscoped, with a warning, when the host cannot be told.
+/// `None` with the flag off.
+fn proactive_auth(b: &mut ScriptBody, i: &SourcesInputs<'_>) -> Option<String> {
+    if !i.vars.flag("FF_USE_GIT_PROACTIVE_AUTH") {
+        return None;
+    }
+    let unscoped = "http.proactiveAuth=basic".to_string();
+    let remote = i.auth.remote_url();
+    if let Some(bad) = invalid_escape(&remote) {
+        b.warning(&format!(
+            "proactive auth: can't get repository host, using unscoped config. invalid URL escape {bad:?}"
+        ));
+        return Some(unscoped);
+    }
+    match url_base(&remote) {
+        Some(host) => Some(format!("http.{host}.proactiveAuth=basic")),
+        None => {
+            b.warning("proactive auth: repository host is empty, using unscoped config");
+            Some(unscoped)
+        }
     }
 }
 
@@ -536,8 +575,11 @@ fn write_checkout(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_
         "Checking out {short} as detached HEAD (ref is {})...",
         git.r#ref
     ));
+    let auth = proactive_auth(b, i)
+        .map(|a| format!(" -c {}", quote(&a)))
+        .unwrap_or_default();
     b.line(format!(
-        "git -c submodule.recurse=false checkout -f -q {}",
+        "git -c submodule.recurse=false{auth} checkout -f -q {}",
         quote(&git.sha)
     ));
     if !s.git_clean_flags.is_empty() {
