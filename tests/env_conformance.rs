@@ -22,7 +22,20 @@ use serde_json::{json, Value};
 
 /// Upstream cases drover handles differently on purpose: (table, case, reason). Each reason
 /// is in README.md "What differs" and CHANGELOG.md.
-const DELIBERATE: &[(&str, &str, &str)] = &[];
+const DELIBERATE: &[(&str, &str, &str)] = &[
+    (
+        "shells/abstract_test.go",
+        "SetupExternalConfigFile/FF_GIT_URLS_WITHOUT_TOKENS:false/default",
+        "without a runner url (only `drover exec-job` without a config) the repository's host \
+         still gets the job-token rewrite, so a private submodule on it authenticates",
+    ),
+    (
+        "shells/abstract_test.go",
+        "handleGetSourcesStrategy/clone strategy without native/FF_GIT_URLS_WITHOUT_TOKENS:false",
+        "without a runner url (only `drover exec-job` without a config) the repository's host \
+         still gets the job-token rewrite, so a private submodule on it authenticates",
+    ),
+];
 
 /// One case: which upstream table, which row, and whether drover agrees (`Err`: how not).
 struct Case {

@@ -162,7 +162,11 @@ impl GitAuth<'_> {
             let authed = self.with_token(scheme, host, path);
             out.push((authed.clone(), format!("{scheme}://{host}{path}")));
             out.extend(self.ssh_rewrites(&authed));
-            // Only with an HTTP(S) GitLab base, as upstream.
+        }
+        // The repository's host: with an HTTP(S) GitLab base, as upstream, and also without any
+        // (`drover exec-job` without a config has no runner url), so a private submodule on the
+        // same host still authenticates there.
+        if base.is_none_or(|(s, _, _)| is_http(s)) {
             if let Some((scheme, host, _)) = split_url(self.repo_url).filter(|(s, _, _)| is_http(s))
             {
                 out.push((
