@@ -93,6 +93,11 @@ lenient! {
         pub dependencies: Vec<Dependency>,
         /// Features GitLab supports for this job.
         pub features: Features,
+        /// The correlation ID of the request that fetched the job (GitLab's `X-Request-Id`
+        /// answer, else the runner's own), for git's `X-Gitaly-Correlation-ID` header. Set by the
+        /// API client, never read from the payload.
+        #[serde(skip)]
+        pub request_correlation_id: String,
     }
 }
 
@@ -397,6 +402,13 @@ impl JobPayload {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_request_correlation_id_never_comes_from_the_payload() {
+        let p = JobPayload::from_json(r#"{"id": 5, "request_correlation_id": "from-gitlab-json"}"#)
+            .unwrap();
+        assert_eq!(p.request_correlation_id, "");
+    }
 
     #[test]
     fn nulls_and_unknown_fields_are_tolerated() {

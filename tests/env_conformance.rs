@@ -22,7 +22,20 @@ use serde_json::{json, Value};
 
 /// Upstream cases drover handles differently on purpose: (table, case, reason). Each reason
 /// is in README.md "What differs" and CHANGELOG.md.
-const DELIBERATE: &[(&str, &str, &str)] = &[];
+const DELIBERATE: &[(&str, &str, &str)] = &[
+    (
+        "shells/abstract_test.go",
+        "SetupExternalConfigFile/FF_GIT_URLS_WITHOUT_TOKENS:false/default",
+        "without a runner url (only `drover exec-job` without a config) the repository's host \
+         still gets the job-token rewrite, so a private submodule on it authenticates",
+    ),
+    (
+        "shells/abstract_test.go",
+        "handleGetSourcesStrategy/clone strategy without native/FF_GIT_URLS_WITHOUT_TOKENS:false",
+        "without a runner url (only `drover exec-job` without a config) the repository's host \
+         still gets the job-token rewrite, so a private submodule on it authenticates",
+    ),
+];
 
 /// One case: which upstream table, which row, and whether drover agrees (`Err`: how not).
 struct Case {
@@ -558,19 +571,41 @@ fn build_tables(cases: &mut Vec<Case>) {
         });
     }
 
-    // GetInsteadOfs, the authenticated rows (FF_GIT_URLS_WITHOUT_TOKENS is not implemented:
-    // its two rows are not applicable).
-    let rewrite = |force_https: bool, port: &'static str| {
+    // GetInsteadOfs, with and without FF_GIT_URLS_WITHOUT_TOKENS.
+    let rewrite_as = |tokenless: bool, force_https: bool, port: &'static str| {
         GitAuth {
             credentials_url: "https://test.local",
             token: "job-token",
             force_https,
             ssh_host: "test.local",
             ssh_port: port,
+            tokenless,
             ..Default::default()
         }
         .instead_ofs()
     };
+    let rewrite = |force_https: bool, port: &'static str| rewrite_as(false, force_https, port);
+    check(
+        cases,
+        T,
+        "GetInsteadOfs/unauthenticated no rewrites without force HTTPS",
+        || eq("rewrites", rewrite_as(true, false, ""), vec![]),
+    );
+    check(
+        cases,
+        T,
+        "GetInsteadOfs/unauthenticated with force HTTPS",
+        || {
+            eq(
+                "rewrites",
+                rewrite_as(true, true, ""),
+                vec![
+                    ("https://test.local/".into(), "git@test.local:".into()),
+                    ("https://test.local".into(), "ssh://git@test.local".into()),
+                ],
+            )
+        },
+    );
     let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
         v.iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -786,6 +821,87 @@ fn build_tables(cases: &mut Vec<Case>) {
             other => Err(format!("want the within-builds_dir error, got {other:?}")),
         },
     );
+    // The other StartBuild rows, with upstream's repository (`test-namespace/test-repo`).
+    let dirs = |builds_dir: &str, enabled: Option<bool>, clone_path: &str| {
+        let mut r = runner();
+        r.builds_dir = Some(builds_dir.into());
+        r.cache_dir = Some("/cache".into());
+        r.custom_build_dir_enabled = enabled;
+        let vars: Vec<(&str, &str)> = if clone_path.is_empty() {
+            vec![]
+        } else {
+            vec![("GIT_CLONE_PATH", clone_path)]
+        };
+        let p = payload(json!({
+            "variables": job_vars(&vars),
+            "git_info": {"repo_url": "https://gitlab.com/test-namespace/test-repo.git",
+                         "sha": "0123456789abcdef", "ref": "main"},
+        }));
+        plan_job(&p, &r, Slot::default())
+            .map(|plan| (plan.paths.build_dir, plan.paths.cache_dir))
+            .map_err(|e| e.message)
+    };
+    check(
+        cases,
+        T,
+        "StartBuild/no job specific build dir with no shared dir",
+        || {
+            eq(
+                "dirs",
+                dirs("/build", Some(true), ""),
+                Ok((
+                    "/build/test-namespace/test-repo".into(),
+                    "/cache/test-namespace/test-repo".into(),
+                )),
+            )
+        },
+    );
+    check(
+        cases,
+        T,
+        "StartBuild/valid GIT_CLONE_PATH using CI_BUILDS_DIR was specified",
+        || {
+            eq(
+                "dirs",
+                dirs(
+                    "/builds",
+                    Some(true),
+                    "$CI_BUILDS_DIR/go/src/gitlab.com/test-namespace/test-repo",
+                ),
+                Ok((
+                    "/builds/go/src/gitlab.com/test-namespace/test-repo".into(),
+                    "/cache/test-namespace/test-repo".into(),
+                )),
+            )
+        },
+    );
+    check(cases, T, "StartBuild/safeDirectoryCheckout enabled", || {
+        eq(
+            "dirs",
+            dirs("/builds", Some(false), ""),
+            Ok((
+                "/builds/test-namespace/test-repo".into(),
+                "/cache/test-namespace/test-repo".into(),
+            )),
+        )?;
+        // The docker executor always checks out with the project dir a safe directory.
+        let body = SourcesJob {
+            vars: vec![var("GIT_STRATEGY", "fetch")],
+            ..Default::default()
+        }
+        .body();
+        in_order(
+            &body,
+            &[Step::Cmd(words(&[
+                "git",
+                "config",
+                "--global",
+                "--add",
+                "safe.directory",
+                "/builds/g/p",
+            ]))],
+        )
+    });
     check(
         cases,
         T,
@@ -1726,6 +1842,10 @@ struct SourcesJob<'a> {
     clean_git_config: Option<bool>,
     /// The builds dir; the project is `<root>/g/p`.
     root: &'a str,
+    /// The git credentials (default: the runner url `https://test.remote`, token `job-token`).
+    auth: Option<GitAuth<'a>>,
+    /// The correlation ID of the job request.
+    correlation: &'a str,
 }
 
 impl Default for SourcesJob<'_> {
@@ -1740,13 +1860,16 @@ impl Default for SourcesJob<'_> {
             post: None,
             clean_git_config: None,
             root: "/builds",
+            auth: None,
+            correlation: "",
         }
     }
 }
 
 impl SourcesJob<'_> {
     fn body(&self) -> String {
-        let p = payload(json!({"git_info": self.git_info, "hooks": self.hooks}));
+        let mut p = payload(json!({"git_info": self.git_info, "hooks": self.hooks}));
+        p.request_correlation_id = self.correlation.into();
         let root = self.root;
         let vars = list(self.vars.clone(), &format!("{root}/g/p.tmp")).expanded();
         let (settings, _) = BuildSettings::from_variables(&vars, true);
@@ -1757,12 +1880,12 @@ impl SourcesJob<'_> {
             cache_dir: "/cache/g/p".into(),
         };
         let repo_url = self.git_info["repo_url"].as_str().unwrap_or_default();
-        let auth = GitAuth {
+        let auth = self.auth.unwrap_or(GitAuth {
             credentials_url: "https://test.remote",
             repo_url,
             token: "job-token",
             ..Default::default()
-        };
+        });
         drover::executor::script::sources::get_sources(
             &p,
             &drover::executor::script::sources::SourcesInputs {
@@ -1789,6 +1912,20 @@ enum Step<'a> {
     Cmd(Vec<String>),
     /// A user's command line, as written.
     Line(&'a str),
+}
+
+/// `git init` of the project dir with the template dir, then `cd` into it.
+fn init_steps() -> [Step<'static>; 2] {
+    [
+        Step::Cmd(words(&[
+            "git",
+            "init",
+            "/builds/g/p",
+            "--template",
+            "/builds/g/p.tmp/git-template",
+        ])),
+        Step::Cmd(words(&["cd", "/builds/g/p"])),
+    ]
 }
 
 fn words(w: &[&str]) -> Vec<String> {
@@ -2398,14 +2535,7 @@ fn sources_tables(cases: &mut Vec<Case>) {
                             true,
                         )?;
                     }
-                    want.push(Step::Cmd(words(&[
-                        "git",
-                        "init",
-                        "/builds/g/p",
-                        "--template",
-                        "/builds/g/p.tmp/git-template",
-                    ])));
-                    want.push(Step::Cmd(words(&["cd", "/builds/g/p"])));
+                    want.extend(init_steps());
                     want.push(Step::Notice("Skipping Git checkout"));
                     want.push(Step::Notice("Skipping Git submodules setup"));
                     want.extend(hook("job payload"));
@@ -3016,41 +3146,79 @@ fn artifact_tables(cases: &mut Vec<Case>) {
             .concat(),
         ))
     };
-    let upload_agrees =
-        |job: Value, url: &str, succeeded: bool, want: Vec<Step<'_>>| -> Result<(), String> {
-            let p = payload(job);
-            let vars = VarList::default();
-            let paths = drover::executor::paths::JobPaths {
-                root_dir: "/builds".into(),
-                build_dir: "/builds/g/p".into(),
-                tmp_dir: "/builds/g/p.tmp".into(),
-                cache_dir: "/cache/g/p".into(),
-            };
-            let s = drover::executor::script::artifacts::upload(
-                &drover::executor::script::artifacts::ArtifactInputs {
-                    payload: &p,
-                    vars: &vars,
-                    paths: &paths,
-                    url,
-                },
-                succeeded,
-            )
-            .ok_or("no upload stage")?
-            .as_str()
-            .to_string();
-            let calls = s
-                .lines()
-                .filter(|l| l.contains(" artifacts-uploader "))
-                .count();
-            eq("uploader calls", calls, want.len())?;
-            for w in &want {
-                let line = w.render();
-                if !s.lines().any(|l| l.trim() == line) {
-                    return Err(format!("{line:?} missing in:\n{s}"));
-                }
-            }
-            Ok(())
+    let upload_agrees_with = |vars: VarList,
+                              job: Value,
+                              url: &str,
+                              succeeded: bool,
+                              want: Vec<Step<'_>>|
+     -> Result<(), String> {
+        let p = payload(job);
+        let paths = drover::executor::paths::JobPaths {
+            root_dir: "/builds".into(),
+            build_dir: "/builds/g/p".into(),
+            tmp_dir: "/builds/g/p.tmp".into(),
+            cache_dir: "/cache/g/p".into(),
         };
+        let s = drover::executor::script::artifacts::upload(
+            &drover::executor::script::artifacts::ArtifactInputs {
+                payload: &p,
+                vars: &vars,
+                paths: &paths,
+                url,
+            },
+            succeeded,
+        )
+        .ok_or("no upload stage")?
+        .as_str()
+        .to_string();
+        let calls = s
+            .lines()
+            .filter(|l| l.contains(" artifacts-uploader "))
+            .count();
+        eq("uploader calls", calls, want.len())?;
+        for w in &want {
+            let line = w.render();
+            if !s.lines().any(|l| l.trim() == line) {
+                return Err(format!("{line:?} missing in:\n{s}"));
+            }
+        }
+        Ok(())
+    };
+    let upload_agrees = |job: Value, url: &str, succeeded: bool, want: Vec<Step<'_>>| {
+        upload_agrees_with(VarList::default(), job, url, succeeded, want)
+    };
+    // WriteUploadArtifactIncludesGenerateArtifactsMetadataArgs: with metadata asked for, the
+    // formats other than zip (whose SLSA metadata drover does not make) upload as usual.
+    for (format, tail) in [
+        (
+            "gzip",
+            &["--path", "testpath", "--artifact-format", "gzip"][..],
+        ),
+        (
+            "raw",
+            &["--path", "testpath", "--artifact-format", "raw"][..],
+        ),
+        ("", &["--path", "testpath"][..]),
+    ] {
+        check(
+            cases,
+            T,
+            format!("WriteUploadArtifactIncludesGenerateArtifactsMetadataArgs/{format}"),
+            || {
+                upload_agrees_with(
+                    list(
+                        vec![var("RUNNER_GENERATE_ARTIFACTS_METADATA", "true")],
+                        "/builds/g/p.tmp",
+                    ),
+                    json!({"id": 1000, "token": "token",
+                           "artifacts": [{"paths": ["testpath"], "artifact_format": format}]}),
+                    "testurl",
+                    true,
+                    vec![uploader("testurl", "1000", tail)],
+                )
+            },
+        );
+    }
     let url = "https://example.com:3443";
     check(cases, T, "WriteWritingArtifactsOnSuccess", || {
         upload_agrees(
@@ -3362,16 +3530,30 @@ fn cleanup_script_tables(cases: &mut Vec<Case>) {
 fn remote_and_flag_tables(cases: &mut Vec<Case>) {
     const T: &str = "common/build_test.go";
     let repo = "http://gitlab-ci-token:job-token@test.remote/my/project.git";
-    for (name, clone_url, want) in [
+    for (name, clone_url, tokenless, want) in [
         (
             "authenticated with CloneURL",
             "https://test.local/",
+            false,
             "https://gitlab-ci-token:job-token@test.local/my/project.git",
+        ),
+        (
+            "unauthenticated with CloneURL",
+            "https://test.local/",
+            true,
+            "https://test.local/my/project.git",
         ),
         (
             "authenticated falls back to RepoURL preserving credentials",
             "",
+            false,
             repo,
+        ),
+        (
+            "unauthenticated falls back to RepoURL stripping credentials",
+            "",
+            true,
+            "http://test.remote/my/project.git",
         ),
     ] {
         check(cases, T, format!("GetRemoteURL/{name}"), || {
@@ -3380,6 +3562,7 @@ fn remote_and_flag_tables(cases: &mut Vec<Case>) {
                 repo_url: repo,
                 token: "job-token",
                 project_path: "my/project",
+                tokenless,
                 ..Default::default()
             };
             eq("remote", auth.remote_url(), want.to_string())
@@ -3426,6 +3609,992 @@ fn remote_and_flag_tables(cases: &mut Vec<Case>) {
     }
 }
 
+/// The variables only GitLab sets (upstream's `TestPredefinedServerVariables` list).
+const SERVER_ONLY_VARIABLES: &[&str] = &[
+    "CHAT_CHANNEL",
+    "CHAT_INPUT",
+    "CI",
+    "CI_API_V4_URL",
+    "CI_COMMIT_BEFORE_SHA",
+    "CI_COMMIT_DESCRIPTION",
+    "CI_COMMIT_MESSAGE",
+    "CI_COMMIT_REF_NAME",
+    "CI_COMMIT_REF_PROTECTED",
+    "CI_COMMIT_REF_SLUG",
+    "CI_COMMIT_SHA",
+    "CI_COMMIT_SHORT_SHA",
+    "CI_COMMIT_BRANCH",
+    "CI_COMMIT_TAG",
+    "CI_COMMIT_TITLE",
+    "CI_COMMIT_TIMESTAMP",
+    "CI_CONFIG_PATH",
+    "CI_DEBUG_TRACE",
+    "CI_DEFAULT_BRANCH",
+    "CI_DEPLOY_FREEZE",
+    "CI_DEPLOY_PASSWORD",
+    "CI_DEPLOY_USER",
+    "CI_ENVIRONMENT_NAME",
+    "CI_ENVIRONMENT_SLUG",
+    "CI_ENVIRONMENT_URL",
+    "CI_EXTERNAL_PULL_REQUEST_IID",
+    "CI_EXTERNAL_PULL_REQUEST_SOURCE_REPOSITORY",
+    "CI_EXTERNAL_PULL_REQUEST_TARGET_REPOSITORY",
+    "CI_EXTERNAL_PULL_REQUEST_SOURCE_BRANCH_NAME",
+    "CI_EXTERNAL_PULL_REQUEST_SOURCE_BRANCH_SHA",
+    "CI_EXTERNAL_PULL_REQUEST_TARGET_BRANCH_NAME",
+    "CI_EXTERNAL_PULL_REQUEST_TARGET_BRANCH_SHA",
+    "CI_HAS_OPEN_REQUIREMENTS",
+    "CI_JOB_ID",
+    "CI_JOB_IMAGE",
+    "CI_JOB_MANUAL",
+    "CI_JOB_NAME",
+    "CI_JOB_STAGE",
+    "CI_JOB_TOKEN",
+    "CI_JOB_JWT",
+    "CI_JOB_URL",
+    "CI_KUBERNETES_ACTIVE",
+    "CI_MERGE_REQUEST_ASSIGNEES",
+    "CI_MERGE_REQUEST_ID",
+    "CI_MERGE_REQUEST_IID",
+    "CI_MERGE_REQUEST_LABELS",
+    "CI_MERGE_REQUEST_MILESTONE",
+    "CI_MERGE_REQUEST_PROJECT_ID",
+    "CI_MERGE_REQUEST_PROJECT_PATH",
+    "CI_MERGE_REQUEST_PROJECT_URL",
+    "CI_MERGE_REQUEST_REF_PATH",
+    "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME",
+    "CI_MERGE_REQUEST_SOURCE_BRANCH_SHA",
+    "CI_MERGE_REQUEST_SOURCE_PROJECT_ID",
+    "CI_MERGE_REQUEST_SOURCE_PROJECT_PATH",
+    "CI_MERGE_REQUEST_SOURCE_PROJECT_URL",
+    "CI_MERGE_REQUEST_TARGET_BRANCH_NAME",
+    "CI_MERGE_REQUEST_TARGET_BRANCH_SHA",
+    "CI_MERGE_REQUEST_TITLE",
+    "CI_MERGE_REQUEST_EVENT_TYPE",
+    "CI_NODE_INDEX",
+    "CI_NODE_TOTAL",
+    "CI_PAGES_DOMAIN",
+    "CI_PAGES_URL",
+    "CI_PIPELINE_ID",
+    "CI_PIPELINE_IID",
+    "CI_PIPELINE_SOURCE",
+    "CI_PIPELINE_TRIGGERED",
+    "CI_PIPELINE_URL",
+    "CI_PROJECT_ID",
+    "CI_PROJECT_NAME",
+    "CI_PROJECT_NAMESPACE",
+    "CI_PROJECT_ROOT_NAMESPACE",
+    "CI_PROJECT_PATH",
+    "CI_PROJECT_PATH_SLUG",
+    "CI_PROJECT_REPOSITORY_LANGUAGES",
+    "CI_PROJECT_TITLE",
+    "CI_PROJECT_URL",
+    "CI_PROJECT_VISIBILITY",
+    "CI_REGISTRY",
+    "CI_REGISTRY_IMAGE",
+    "CI_REGISTRY_PASSWORD",
+    "CI_REGISTRY_USER",
+    "CI_REPOSITORY_URL",
+    "CI_RUNNER_DESCRIPTION",
+    "CI_RUNNER_ID",
+    "CI_RUNNER_SHORT_TOKEN",
+    "CI_RUNNER_TAGS",
+    "CI_SERVER_URL",
+    "CI_SERVER_HOST",
+    "CI_SERVER_PORT",
+    "CI_SERVER_PROTOCOL",
+    "CI_SERVER_NAME",
+    "CI_SERVER_REVISION",
+    "CI_SERVER_VERSION",
+    "CI_SERVER_VERSION_MAJOR",
+    "CI_SERVER_VERSION_MINOR",
+];
+
+/// What the runner itself adds to every job (`DefaultEnvVariables`, `SharedEnvVariables`,
+/// `PredefinedServerVariables`) and how service variables expand against the job's
+/// (`VariablesExpansionWithSource`).
+fn runner_variable_tables(cases: &mut Vec<Case>) {
+    use drover::executor::script::variables::{job_variables, VarInputs};
+    let runner_vars = |build_dir: &str| {
+        let paths = drover::executor::paths::JobPaths {
+            root_dir: "/builds".into(),
+            build_dir: build_dir.into(),
+            tmp_dir: format!("{build_dir}.tmp"),
+            cache_dir: "/cache".into(),
+        };
+        let p = payload(json!({"git_info": {}, "token": ""}));
+        let extra = VarInputs {
+            job_image: None,
+            short_token: "",
+            network_name: None,
+            slot: Slot::default(),
+        };
+        job_variables(&p, &runner(), &paths, &extra).expanded()
+    };
+    let has = |l: &VarList, entry: &str| -> Result<(), String> {
+        let (k, v) = entry.split_once('=').ok_or("entry")?;
+        eq(entry, l.value(k), Some(v.to_string()))
+    };
+    const B: &str = "common/build_test.go";
+    for (name, dir) in [
+        ("UNIX-style BuildDir", "/tmp/test-build/dir"),
+        (
+            "Windows-style BuildDir in MSYS bash executor and drive letter)",
+            "/c/tmp/test-build/dir",
+        ),
+    ] {
+        check(cases, B, format!("DefaultEnvVariables/{name}"), || {
+            let l = runner_vars(dir);
+            has(&l, &format!("CI_PROJECT_DIR={dir}"))?;
+            has(&l, "CI_SERVER=yes")
+        });
+    }
+    // The docker executor is not a shared environment.
+    check(cases, B, "SharedEnvVariables/Value:false", || {
+        let l = runner_vars("/builds/g/p");
+        has(&l, "CI_DISPOSABLE_ENVIRONMENT=true")?;
+        eq(
+            "CI_SHARED_ENVIRONMENT",
+            l.value("CI_SHARED_ENVIRONMENT"),
+            None,
+        )
+    });
+    // Upstream's case builds without a runner; a runner adds CI_RUNNER_SHORT_TOKEN (upstream's
+    // runner config does too), so only that name is left out here.
+    check(cases, B, "PredefinedServerVariables", || {
+        let l = runner_vars("/builds/g/p");
+        let set: Vec<&str> = SERVER_ONLY_VARIABLES
+            .iter()
+            .copied()
+            .filter(|k| *k != "CI_RUNNER_SHORT_TOKEN" && l.get(k).is_some())
+            .collect();
+        eq("server-only variables the runner set", set, vec![])
+    });
+    check(
+        cases,
+        "common/spec/variables_test.go",
+        "VariablesExpansionWithSource",
+        || {
+            let p = payload(json!({
+                "variables": [
+                    {"key": "public", "value": "public_value", "public": true},
+                    {"key": "private", "value": "private_value", "public": false},
+                ],
+                "services": [{"name": "postgres:16", "variables": [
+                    {"key": "a", "value": "$public"},
+                    {"key": "b", "value": "${private}"},
+                    {"key": "c", "value": "$undefined"},
+                    {"key": "d", "value": "$private", "raw": true},
+                ]}],
+            }));
+            let vars = planned(&p, &runner())?;
+            let defs = services::definitions(&ServiceSettings::default(), &p.services, &vars)
+                .map_err(|e| e.message)?;
+            let def = defs.first().ok_or("no service")?;
+            let env = services::service_env(&vars, def);
+            let own: Vec<&str> = env
+                .iter()
+                .map(String::as_str)
+                .filter(|e| ["a=", "b=", "c=", "d="].iter().any(|k| e.starts_with(k)))
+                .collect();
+            eq(
+                "service variables",
+                own,
+                vec!["a=public_value", "b=private_value", "c=", "d=$private"],
+            )
+        },
+    );
+}
+
+/// `writeUserScript` and the user-script rows of `SkipBuildStage`: which steps run, and what a
+/// step's stage shows and runs (pre_build_script, the step's lines, post_build_script).
+fn user_script_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    use drover::executor::script::user;
+    let paths = drover::executor::paths::JobPaths {
+        root_dir: "/builds".into(),
+        build_dir: "/builds/g/p".into(),
+        tmp_dir: "/builds/g/p.tmp".into(),
+        cache_dir: "/cache/g/p".into(),
+    };
+    let vars = VarList::default();
+    // The body of the stage `step_<stage>`, or None when no step makes that stage.
+    let stage_body = |steps: Value, stage: &str, pre: Option<&str>, post: Option<&str>| {
+        let p = payload(json!({ "steps": steps }));
+        let step = user::script_steps(&p)
+            .into_iter()
+            .find(|s| s.name == stage)
+            .cloned()?;
+        Some(
+            user::step_script(
+                &vars,
+                &paths,
+                pre,
+                &user::step_lines(&vars, &step),
+                post,
+                false,
+            )
+            .as_str()
+            .to_string(),
+        )
+    };
+    check(
+        cases,
+        T,
+        "WriteUserScript/no build steps, after script",
+        || {
+            let p = payload(json!({ "steps": [] }));
+            eq(
+                "after_script runs",
+                user::after_script_lines(&p).is_some(),
+                false,
+            )?;
+            eq("script stages", user::script_steps(&p).len(), 0)
+        },
+    );
+    check(cases, T, "WriteUserScript/single script step", || {
+        let body = stage_body(
+            json!([{"name": "script", "script": ["echo hello"]}]),
+            "script",
+            None,
+            None,
+        )
+        .ok_or("no step_script stage")?;
+        in_order(
+            &body,
+            &[Step::Notice("$ echo hello"), Step::Line("echo hello")],
+        )?;
+        eq("lines shown", body.matches("$ echo").count(), 1)
+    });
+    check(
+        cases,
+        T,
+        "WriteUserScript/prebuild, multiple steps postBuild",
+        || {
+            let steps = json!([
+                {"name": "script", "script": ["echo script"]},
+                {"name": "release", "script": ["echo release"]},
+                {"name": "a11y", "script": ["echo a11y"]},
+            ]);
+            let body = stage_body(
+                steps,
+                "release",
+                Some("echo prebuild"),
+                Some("echo postbuild"),
+            )
+            .ok_or("no step_release stage")?;
+            in_order(
+                &body,
+                &[
+                    Step::Notice("$ echo prebuild"),
+                    Step::Line("echo prebuild"),
+                    Step::Notice("$ echo release"),
+                    Step::Line("echo release"),
+                    Step::Notice("$ echo postbuild"),
+                    Step::Line("echo postbuild"),
+                ],
+            )?;
+            eq(
+                "other steps",
+                body.contains("echo script") || body.contains("a11y"),
+                false,
+            )
+        },
+    );
+    // ScriptSections: multi-line commands become collapsed sections showing the whole command
+    // only with FF_SCRIPT_SECTIONS and GitLab's trace_sections; single lines are always shown
+    // as `$ <line>`.
+    let multi = [
+        "Multi line\n\t\t\t\t\tscript 1",
+        "Multi line\n\t\t\t\t\tscript 2",
+        "Multi line\n\t\t\t\t\tscript 3",
+    ];
+    let single = ["script 1", "script 2", "script 3"];
+    for (ff, sections, lines) in [
+        (true, true, &multi),
+        (true, true, &single),
+        (false, false, &single),
+        (true, false, &single),
+        (false, true, &single),
+    ] {
+        let name = format!(
+            "ScriptSections/feature flag {ff}, trace sections {sections}{}",
+            if lines[0].contains('\n') {
+                ", multi-line"
+            } else {
+                ""
+            }
+        );
+        check(cases, T, name, || {
+            let p = payload(json!({
+                "steps": [{"name": "script", "script": lines}],
+                "features": {"trace_sections": sections},
+            }));
+            let vars = list(
+                vec![var("FF_SCRIPT_SECTIONS", &ff.to_string())],
+                "/builds/g/p.tmp",
+            );
+            let on = user::script_sections(&p, &vars);
+            let step = user::script_steps(&p)
+                .first()
+                .copied()
+                .cloned()
+                .ok_or("no step")?;
+            let body = user::step_script(
+                &vars,
+                &paths,
+                Some("echo prebuild"),
+                &user::step_lines(&vars, &step),
+                Some("echo postbuild"),
+                on,
+            );
+            let body = body.as_str();
+            let mut steps = vec![Step::Notice("$ echo prebuild"), Step::Line("echo prebuild")];
+            let shown: Vec<String> = lines.iter().map(|l| format!("$ {l}")).collect();
+            let sectioned: Vec<String> = shown
+                .iter()
+                .map(|s| quote(&format!("\x1b[32;1m{s}\x1b[0;m")))
+                .collect();
+            for (i, l) in lines.iter().enumerate() {
+                if l.contains('\n') {
+                    // A collapsed section whose header is the whole command, then the command.
+                    let start = body
+                        .lines()
+                        .find(|b| {
+                            b.starts_with("printf ")
+                                && b.contains(&format!(
+                                    ":section_script_step_{i}[hide_duration=true,collapsed=true]"
+                                ))
+                        })
+                        .ok_or(format!("no section for command {i}:\n{body}"))?;
+                    eq("section header", start.ends_with(&sectioned[i]), true)?;
+                    eq(
+                        "section ended",
+                        body.contains(&format!(":section_script_step_{i}\r")),
+                        true,
+                    )?;
+                    eq("command run", body.contains(&format!("\n{l}\n")), true)?;
+                } else {
+                    steps.push(Step::Notice(&shown[i]));
+                    steps.push(Step::Line(l));
+                }
+            }
+            steps.push(Step::Notice("$ echo postbuild"));
+            steps.push(Step::Line("echo postbuild"));
+            in_order(body, &steps)?;
+            eq(
+                "collapsed notices",
+                body.contains("collapsed multi-line command"),
+                false,
+            )
+        });
+    }
+    check(
+        cases,
+        T,
+        "SkipBuildStage/step_script/don't skip if user script is defined",
+        || {
+            let p =
+                payload(json!({"steps": [{"name": "script", "script": ["echo 'hello world'"]}]}));
+            let names: Vec<&str> = user::script_steps(&p)
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect();
+            eq("stages", names, vec!["script"])
+        },
+    );
+    check(
+        cases,
+        T,
+        "SkipBuildStage/after_script/don't skip if an after script is defined and has content",
+        || {
+            let p = payload(
+                json!({"steps": [{"name": "after_script", "script": ["echo 'hello world'"]}]}),
+            );
+            eq(
+                "after_script lines",
+                user::after_script_lines(&p).map(<[String]>::to_vec),
+                Some(vec!["echo 'hello world'".to_string()]),
+            )
+        },
+    );
+}
+
+/// The lines of `body` that write the config file `file` (`rm -f`, `git config -f`), run in bash
+/// with `file` at `at`; then `git config --list` of it.
+fn config_written(body: &str, file: &str, at: &std::path::Path) -> Result<Vec<String>, String> {
+    let q = quote(file);
+    let lines: Vec<String> = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            l.starts_with(&format!("git config -f {q} "))
+                || l.starts_with(&format!("git config --file {q} "))
+        })
+        .map(|l| l.replace(&q, &quote(&at.display().to_string())))
+        .collect();
+    let dir = at.parent().ok_or("no parent dir")?;
+    let (code, out) = run_bash(
+        &format!(
+            "set -e\n{}\ngit config -f {} --list",
+            lines.join("\n"),
+            quote(&at.display().to_string())
+        ),
+        dir,
+    )?;
+    eq("exit", code, Some(0))?;
+    Ok(out.lines().map(str::to_string).collect())
+}
+
+/// `FF_GIT_URLS_WITHOUT_TOKENS`: the external git config (`SetupExternalConfigFile`, both flag
+/// values), the `GIT_CONFIG_GLOBAL` seed and its export in every stage.
+fn tokenless_tables(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    type Rewrites = &'static [(&'static str, &'static str)];
+    // The job-token rewrites the rows share.
+    const CLONE_REMOTE: (&str, &str) = (
+        "https://gitlab-ci-token:some-token@some.clone.url/project/repo.git",
+        "https://some.clone.url/project/repo.git",
+    );
+    const CLONE_BASE: (&str, &str) = (
+        "https://gitlab-ci-token:some-token@some.clone.url",
+        "https://some.clone.url",
+    );
+    const GITLAB_COM: (&str, &str) = (
+        "https://gitlab-ci-token:some-token@some.gitlab.com",
+        "https://some.gitlab.com",
+    );
+    const CLONE_SCP: (&str, &str) = (
+        "https://gitlab-ci-token:some-token@some.clone.url/",
+        "git@some.server.host:",
+    );
+    const CLONE_SSH: (&str, &str) = (
+        "https://gitlab-ci-token:some-token@some.clone.url",
+        "ssh://git@some.server.host",
+    );
+
+    struct Row {
+        name: &'static str,
+        clone_url: &'static str,
+        credentials_url: &'static str,
+        repo_url: &'static str,
+        force_https: bool,
+        server_host: &'static str,
+        ssh_host: &'static str,
+        ssh_port: &'static str,
+        remote: &'static str,
+        with_tokens: Rewrites,
+        without_tokens: Rewrites,
+    }
+    let base = Row {
+        name: "",
+        clone_url: "",
+        credentials_url: "",
+        repo_url: "",
+        force_https: false,
+        server_host: "",
+        ssh_host: "",
+        ssh_port: "",
+        remote: "",
+        with_tokens: &[],
+        without_tokens: &[],
+    };
+    let rows = [
+        Row {
+            name: "default",
+            repo_url: "https://some.gitlab.url/project/repo.git",
+            remote: "https://some.gitlab.url/project/repo.git",
+            ..base
+        },
+        Row {
+            name: "with clone URL",
+            repo_url: "https://some.gitlab.com/project/repo",
+            clone_url: "https://some.clone.url",
+            remote: "https://some.clone.url/project/repo.git",
+            with_tokens: &[CLONE_REMOTE, CLONE_BASE, GITLAB_COM],
+            ..base
+        },
+        Row {
+            name: "with cred URL",
+            repo_url: "https://some.gitlab.url/project/repo.git",
+            credentials_url: "https://some.cred.url",
+            force_https: true,
+            server_host: "some.server.host",
+            remote: "https://some.gitlab.url/project/repo.git",
+            with_tokens: &[
+                (
+                    "https://gitlab-ci-token:some-token@some.cred.url",
+                    "https://some.cred.url",
+                ),
+                (
+                    "https://gitlab-ci-token:some-token@some.cred.url/",
+                    "git@some.server.host:",
+                ),
+                (
+                    "https://gitlab-ci-token:some-token@some.cred.url",
+                    "ssh://git@some.server.host",
+                ),
+                (
+                    "https://gitlab-ci-token:some-token@some.gitlab.url",
+                    "https://some.gitlab.url",
+                ),
+            ],
+            without_tokens: &[
+                ("https://some.cred.url/", "git@some.server.host:"),
+                ("https://some.cred.url", "ssh://git@some.server.host"),
+            ],
+            ..base
+        },
+        Row {
+            name: "with clone URL and force HTTPS",
+            repo_url: "https://some.gitlab.com/project/repo",
+            clone_url: "https://some.clone.url",
+            force_https: true,
+            server_host: "some.server.host",
+            remote: "https://some.clone.url/project/repo.git",
+            with_tokens: &[CLONE_REMOTE, CLONE_BASE, CLONE_SCP, CLONE_SSH, GITLAB_COM],
+            without_tokens: &[
+                ("https://some.clone.url/", "git@some.server.host:"),
+                ("https://some.clone.url", "ssh://git@some.server.host"),
+            ],
+            ..base
+        },
+        Row {
+            name: "with clone URL, force HTTPS, and ssh host&port",
+            repo_url: "https://some.gitlab.com/project/repo",
+            clone_url: "https://some.clone.url",
+            force_https: true,
+            ssh_host: "some.ssh.server",
+            ssh_port: "4444",
+            remote: "https://some.clone.url/project/repo.git",
+            with_tokens: &[
+                CLONE_REMOTE,
+                CLONE_BASE,
+                (
+                    "https://gitlab-ci-token:some-token@some.clone.url",
+                    "ssh://git@some.ssh.server:4444",
+                ),
+                GITLAB_COM,
+            ],
+            without_tokens: &[("https://some.clone.url", "ssh://git@some.ssh.server:4444")],
+            ..base
+        },
+    ];
+    let helper = r#"!f(){ if [ "$1" = "get" ] ; then echo "password=${CI_JOB_TOKEN}" ; fi ; } ; f"#;
+    for tokenless in [true, false] {
+        for row in &rows {
+            let name = format!(
+                "SetupExternalConfigFile/FF_GIT_URLS_WITHOUT_TOKENS:{tokenless}/{}",
+                row.name
+            );
+            check(cases, T, name, || {
+                let project_path = row
+                    .repo_url
+                    .splitn(4, '/')
+                    .nth(3)
+                    .map(|p| format!("/{}", p.trim_end_matches(".git")))
+                    .unwrap_or_default();
+                let project_path = project_path.trim_start_matches('/');
+                let auth = GitAuth {
+                    clone_url: row.clone_url,
+                    credentials_url: row.credentials_url,
+                    repo_url: row.repo_url,
+                    token: "some-token",
+                    force_https: row.force_https,
+                    ssh_host: if row.ssh_host.is_empty() {
+                        row.server_host
+                    } else {
+                        row.ssh_host
+                    },
+                    ssh_port: row.ssh_port,
+                    project_path,
+                    tokenless,
+                };
+                eq(
+                    "remote",
+                    drover::executor::paths::url_without_credentials(&auth.remote_url()),
+                    row.remote.to_string(),
+                )?;
+                let job = SourcesJob {
+                    vars: vec![var("GIT_STRATEGY", "fetch")],
+                    git_info: json!({"repo_url": row.repo_url, "sha": "0123456789abcdef",
+                                     "ref": "main"}),
+                    auth: Some(auth),
+                    ..Default::default()
+                };
+                let dir = temp_dir()?;
+                // git groups a key's values in the file; upstream may also set
+                // `transfer.bundleURI` (FF_USE_GIT_BUNDLE_URIS).
+                let mut got: Vec<String> = config_written(
+                    &job.body(),
+                    "/builds/g/p.tmp/.gitlab-runner.ext.conf",
+                    &dir.path().join("ext.conf"),
+                )?
+                .into_iter()
+                .filter(|l| l != "transfer.bundleuri=true")
+                .collect();
+                got.sort();
+                let rewrites = if tokenless {
+                    row.without_tokens
+                } else {
+                    row.with_tokens
+                };
+                let mut want: Vec<String> = rewrites
+                    .iter()
+                    .map(|(with, plain)| format!("url.{with}.insteadof={plain}"))
+                    .collect();
+                if tokenless {
+                    let host = drover::executor::paths::url_base(row.remote).ok_or("host")?;
+                    want.push(format!("credential.{host}.helper="));
+                    want.push(format!("credential.{host}.helper={helper}"));
+                    want.push(format!("credential.{host}.username=gitlab-ci-token"));
+                }
+                want.sort();
+                eq("external git config", got, want)
+            });
+        }
+    }
+    for (name, on, id, want) in [
+        (
+            "FF on (default) + corrID set forwards",
+            true,
+            "abc-corr-id",
+            Some("abc-corr-id"),
+        ),
+        ("FF off + corrID set drops", false, "abc-corr-id", None),
+        ("FF on + empty corrID stays empty", true, "", None),
+    ] {
+        check(
+            cases,
+            "common/build_step_dispatch_test.go",
+            format!("GitalyCorrelationID_GatedOnFeatureFlag/{name}"),
+            || {
+                let mut vars = vec![var("GIT_STRATEGY", "fetch")];
+                if !on {
+                    vars.push(var("FF_USE_GITALY_CORRELATION_ID", "false"));
+                }
+                let body = SourcesJob {
+                    vars,
+                    correlation: id,
+                    ..Default::default()
+                }
+                .body();
+                let dir = temp_dir()?;
+                let headers: Vec<String> = config_written(
+                    &body,
+                    "/builds/g/p.tmp/.gitlab-runner.ext.conf",
+                    &dir.path().join("ext.conf"),
+                )?
+                .into_iter()
+                .filter(|l| l.starts_with("http.extraheader="))
+                .collect();
+                let notice =
+                    |id: &str| Step::Notice(&format!("Gitaly correlation ID: {id}")).render();
+                match want {
+                    Some(id) => {
+                        eq(
+                            "headers",
+                            headers,
+                            vec![format!("http.extraheader=X-Gitaly-Correlation-ID: {id}")],
+                        )?;
+                        // Said before fetching, as upstream.
+                        in_order(
+                            &body,
+                            &[Step::Line(&notice(id)), Step::Notice("Fetching changes...")],
+                        )
+                    }
+                    None => {
+                        eq("headers", headers, vec![])?;
+                        eq("notice", body.contains("Gitaly correlation ID"), false)
+                    }
+                }
+            },
+        );
+    }
+    // handleGetSourcesStrategy, the clone without native clone, with and without tokens in URLs:
+    // runner url unset, so the only rewrite is the remote's (none without tokens, where the
+    // credential helper of the repository host answers).
+    for tokenless in [true, false] {
+        check(
+            cases,
+            T,
+            format!("handleGetSourcesStrategy/clone strategy without native/FF_GIT_URLS_WITHOUT_TOKENS:{tokenless}"),
+            || {
+                let repo = "https://gitlab-ci-token:pass@example.com/project/repo.git";
+                let clean = "https://example.com/project/repo.git";
+                let body = SourcesJob {
+                    vars: vec![
+                        var("GIT_STRATEGY", "clone"),
+                        var("FF_GIT_URLS_WITHOUT_TOKENS", &tokenless.to_string()),
+                    ],
+                    git_info: json!({"repo_url": repo, "sha": "0123456789abcdef", "ref": "main"}),
+                    auth: Some(GitAuth {
+                        repo_url: repo,
+                        token: "pass",
+                        tokenless,
+                        ..Default::default()
+                    }),
+                    correlation: "foobar",
+                    ..Default::default()
+                }
+                .body();
+                let dir = temp_dir()?;
+                let mut got: Vec<String> = config_written(
+                    &body,
+                    "/builds/g/p.tmp/.gitlab-runner.ext.conf",
+                    &dir.path().join("ext.conf"),
+                )?
+                .into_iter()
+                .filter(|l| {
+                    l != "transfer.bundleuri=true"
+                        && l != "http.extraheader=X-Gitaly-Correlation-ID: foobar"
+                })
+                .collect();
+                got.sort();
+                let want = if tokenless {
+                    let h = "credential.https://example.com";
+                    vec![
+                        format!("{h}.helper="),
+                        format!("{h}.helper={}", r#"!f(){ if [ "$1" = "get" ] ; then echo "password=${CI_JOB_TOKEN}" ; fi ; } ; f"#),
+                        format!("{h}.username=gitlab-ci-token"),
+                    ]
+                } else {
+                    vec![format!("url.{repo}.insteadof={clean}")]
+                };
+                eq("external git config", got, want)?;
+                let rm = Step::Cmd(words(&["rm", "-rf", "/builds/g/p"])).render();
+                let init = body.find("\ngit init ").ok_or("no git init")?;
+                eq("the old clone goes first", body[..init].lines().any(|l| l == rm), true)?;
+                let ua = format!("http.userAgent={}", upstream_git_user_agent());
+                let fetch = Step::Cmd(words(&[
+                    "git",
+                    "-c",
+                    &ua,
+                    "fetch",
+                    "origin",
+                    "--no-recurse-submodules",
+                    "--prune",
+                    "--quiet",
+                ]))
+                .render();
+                let [init, cd] = init_steps();
+                in_order(
+                    &body,
+                    &[
+                        Step::Notice("Fetching changes..."),
+                        init,
+                        cd,
+                        Step::Line(&format!(
+                            "if git remote add origin {} >/dev/null 2>&1; then",
+                            quote(clean)
+                        )),
+                        Step::Line(&format!("git remote set-url origin {}", quote(clean))),
+                        Step::Line(&format!(
+                            "if [ -f .git/shallow ]; then {fetch} --unshallow; else {fetch}; fi"
+                        )),
+                    ],
+                )
+            },
+        );
+    }
+    // FF_USE_GIT_PROACTIVE_AUTH: `-c http.<host>.proactiveAuth=basic` on the fetch and the
+    // checkout, unscoped with a warning when the host cannot be told.
+    let proactive = |on: bool, repo: &str| {
+        SourcesJob {
+            vars: vec![
+                var("GIT_STRATEGY", "fetch"),
+                var("FF_USE_GIT_PROACTIVE_AUTH", &on.to_string()),
+            ],
+            git_info: json!({"repo_url": repo, "sha": "01234567abcdef", "ref": "main"}),
+            auth: Some(GitAuth {
+                repo_url: repo,
+                token: "job-token",
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+        .body()
+    };
+    let ua = format!("http.userAgent={}", upstream_git_user_agent());
+    for (name, on, repo, arg, warning) in [
+        (
+            "disabled returns nil",
+            false,
+            "https://gitlab.com/my/repo.git",
+            None,
+            None,
+        ),
+        (
+            "enabled with valid URL returns scoped config",
+            true,
+            "https://gitlab.com/my/repo.git",
+            Some("http.https://gitlab.com.proactiveAuth=basic"),
+            None,
+        ),
+        (
+            "enabled with URL including port returns scoped config",
+            true,
+            "https://gitlab.example.com:8443/my/repo.git",
+            Some("http.https://gitlab.example.com:8443.proactiveAuth=basic"),
+            None,
+        ),
+        (
+            "enabled with invalid URL falls back to unscoped config and warns",
+            true,
+            "https://gitlab.com/%ZZ",
+            Some("http.proactiveAuth=basic"),
+            Some("proactive auth: can't get repository host, using unscoped config. "),
+        ),
+        (
+            "enabled with empty URL falls back to unscoped config and warns",
+            true,
+            "",
+            Some("http.proactiveAuth=basic"),
+            Some("proactive auth: repository host is empty, using unscoped config"),
+        ),
+    ] {
+        check(cases, T, format!("ProactiveAuthArgs/{name}"), || {
+            let body = proactive(on, repo);
+            let fetch = format!(
+                "git -c {} {}fetch origin --no-recurse-submodules ",
+                quote(&ua),
+                arg.map(|a| format!("-c {} ", quote(a))).unwrap_or_default()
+            );
+            if !body.contains(&fetch) {
+                return Err(format!("{fetch:?} missing in:\n{body}"));
+            }
+            if !on {
+                eq("proactiveAuth", body.contains("proactiveAuth"), false)?;
+            }
+            match warning {
+                Some(w) => {
+                    // The warning line up to the end of the (fixed) message.
+                    let shown = Step::Warning(w).render();
+                    let prefix = shown.strip_suffix("\\x1b[0;m'").unwrap_or(&shown);
+                    eq("warned", body.lines().any(|l| l.starts_with(prefix)), true)
+                }
+                None => eq("warned", body.contains("proactive auth:"), false),
+            }
+        });
+    }
+    for (name, on) in [
+        ("proactive auth enabled on checkout", true),
+        ("proactive auth disabled on checkout", false),
+    ] {
+        check(cases, T, format!("GitProactiveAuthCheckout/{name}"), || {
+            let body = proactive(on, "https://gitlab.com/my/repo.git");
+            let mut args = vec!["git", "-c", "submodule.recurse=false"];
+            if on {
+                args.extend(["-c", "http.https://gitlab.com.proactiveAuth=basic"]);
+            }
+            args.extend(["checkout", "-f", "-q", "01234567abcdef"]);
+            in_order(
+                &body,
+                &[
+                    Step::Notice("Checking out 01234567 as detached HEAD (ref is main)..."),
+                    Step::Cmd(words(&args)),
+                    Step::Cmd(words(&["git", "clean", "-ffdx"])),
+                ],
+            )
+        });
+    }
+    check(cases, T, "SetupGlobalGitConfigSeed", || {
+        let job = SourcesJob {
+            vars: vec![
+                var("GIT_STRATEGY", "fetch"),
+                var("FF_GIT_URLS_WITHOUT_TOKENS", "true"),
+            ],
+            auth: Some(GitAuth {
+                credentials_url: "https://test.remote",
+                repo_url: "https://test.remote/g/p.git",
+                token: "job-token",
+                tokenless: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let body = job.body();
+        let dir = temp_dir()?;
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(home.join(".config/git")).map_err(|e| e.to_string())?;
+        let seed = dir.path().join("seed");
+        // An earlier seed is replaced, not added to.
+        std::fs::write(&seed, "[include]\n\tpath = stale\n").map_err(|e| e.to_string())?;
+        let q = quote("/builds/g/p.tmp/.glr.gconf");
+        let lines: Vec<String> = body
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.contains(&q))
+            .map(|l| l.replace(&q, &quote(&seed.display().to_string())))
+            .collect();
+        let run = |readable: bool| -> Result<Vec<String>, String> {
+            for f in [".gitconfig", ".config/git/config"] {
+                let p = home.join(f);
+                if readable {
+                    std::fs::write(&p, "").map_err(|e| e.to_string())?;
+                } else {
+                    let _ = std::fs::remove_file(&p);
+                }
+            }
+            let (code, out) = run_bash(
+                &format!(
+                    "export HOME={}\n{}\ngit config -f {} --get-all include.path",
+                    quote(&home.display().to_string()),
+                    lines.join("\n"),
+                    quote(&seed.display().to_string())
+                ),
+                dir.path(),
+            )?;
+            eq("exit", code, Some(0))?;
+            Ok(out.lines().map(str::to_string).collect())
+        };
+        let h = home.display().to_string();
+        eq(
+            "includes",
+            run(true)?,
+            vec![
+                format!("{h}/.gitconfig"),
+                format!("{h}/.config/git/config"),
+                "/builds/g/p.tmp/.gitlab-runner.ext.conf".to_string(),
+            ],
+        )?;
+        eq(
+            "includes without user configs",
+            run(false)?,
+            vec!["/builds/g/p.tmp/.gitlab-runner.ext.conf".to_string()],
+        )
+    });
+    for on in [true, false] {
+        check(
+            cases,
+            T,
+            format!("writeExports_GitConfigGlobal/FF_GIT_URLS_WITHOUT_TOKENS={on}"),
+            || {
+                let vars = list(
+                    vec![var("FF_GIT_URLS_WITHOUT_TOKENS", &on.to_string())],
+                    "/builds/g/p.tmp",
+                );
+                let mut b = ScriptBody::new();
+                drover::executor::script::user::write_exports(&mut b, &vars, true);
+                let lines: Vec<&str> = b.as_str().lines().collect();
+                let export = lines
+                    .iter()
+                    .position(|l| *l == "export GIT_CONFIG_GLOBAL=/builds/g/p.tmp/.glr.gconf");
+                let dotenv = lines.iter().position(|l| l.contains("< \"$GITLAB_ENV\""));
+                match (on, export, dotenv) {
+                    (true, Some(e), Some(d)) => eq("exported after the dotenv lines", e > d, true),
+                    (false, None, _) => eq(
+                        "no GIT_CONFIG_GLOBAL",
+                        b.as_str().contains("GIT_CONFIG_GLOBAL"),
+                        false,
+                    ),
+                    _ => Err(format!("GIT_CONFIG_GLOBAL export wrong:\n{}", b.as_str())),
+                }
+            },
+        );
+    }
+}
+
 #[test]
 fn env_conformance() {
     let mut cases = Vec::new();
@@ -3446,6 +4615,9 @@ fn env_conformance() {
     variables_list_tables(&mut cases);
     cleanup_script_tables(&mut cases);
     remote_and_flag_tables(&mut cases);
+    tokenless_tables(&mut cases);
+    user_script_tables(&mut cases);
+    runner_variable_tables(&mut cases);
     let mut agree = 0;
     let mut deliberate = 0;
     let mut failures = Vec::new();

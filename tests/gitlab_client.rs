@@ -124,6 +124,12 @@ async fn job_request_sends_identity_features_and_echoes_last_update() {
                 .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
     );
     assert_ne!(Some(rid), reqs[1].header("x-request-id"));
+    // GitLab (the simulator) answers without X-Request-Id: the job's correlation ID is the one
+    // drover sent with the request that fetched it.
+    assert_eq!(
+        Some(job.request_correlation_id.as_str()),
+        reqs[1].header("x-request-id")
+    );
     let features = body["info"]["features"].as_object().unwrap();
     assert_eq!(features.len(), 31);
     for key in [
@@ -852,10 +858,29 @@ async fn tls_ca_file_is_trusted_and_required() {
         ..settings(sim.url())
     })
     .unwrap();
+    assert_eq!(trusted.server_ca_chain(), None, "no handshake yet");
     trusted
         .verify_runner(TOKEN, &info, SYSTEM_ID)
         .await
         .expect("verify over TLS");
+    // The chain a job gets without a configured CA file: the verified path, GitLab's
+    // certificate then the root it was verified with (a refused handshake records none).
+    assert_eq!(untrusted.server_ca_chain(), None);
+    let chain = trusted.server_ca_chain().expect("the verified chain");
+    let ders = |pem: &[u8]| -> Vec<Vec<u8>> {
+        rustls_pemfile::certs(&mut &pem[..])
+            .map(|c| c.expect("PEM").to_vec())
+            .collect()
+    };
+    let expected: Vec<Vec<u8>> = ["server.pem", "ca.pem"]
+        .iter()
+        .flat_map(|f| ders(&std::fs::read(dir.path().join(f)).unwrap()))
+        .collect();
+    assert!(
+        ders(chain.as_bytes()) == expected,
+        "not GitLab's certificate then the root:\n{chain}"
+    );
+    assert!(chain.ends_with("-----END CERTIFICATE-----"), "{chain}");
 
     // A CA file that changes is read again for the next call, as upstream rebuilds its TLS
     // configuration when the file's mtime changes: replaced by another CA, the server is no

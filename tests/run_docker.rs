@@ -6,6 +6,7 @@
 mod docker_engine;
 mod executor_common;
 mod run_support;
+mod test_certs;
 
 use std::time::Duration;
 
@@ -693,4 +694,50 @@ async fn concurrent_jobs_of_one_project_get_their_own_slot_and_builds_volume() {
         .filter_map(|v| v.split("-cache-").next())
         .collect();
     assert_eq!(owners.len(), 2, "{ours:?}");
+}
+
+/// GitLab behind a private CA that the runner host trusts (`SSL_CERT_FILE`) but the job images
+/// do not, and no CA file configured: the job gets the chain drover verified GitLab's
+/// certificate with (`CI_SERVER_TLS_CA_FILE`: GitLab's certificate and the private root), git's
+/// `sslCAInfo` points at it, and the clone over HTTPS succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_ca_gitlab_is_cloned_with_the_chain_the_runner_verified() {
+    let token = "glrt-drovertestrunprivca1";
+    if !executor_common::engine_available() {
+        return;
+    }
+    let _g = executor_common::ENGINE_LOCK.lock().await;
+    executor_common::ensure_images();
+    let certs = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = test_certs::localhost_server(certs.path());
+    let sim = Sim::start_tls(gitlab_sim::TlsFiles { cert, key })
+        .await
+        .expect("simulator");
+    sim.add_runner(token);
+    sim.create_repo("privca", &[("README.md", "behind a private CA\n")])
+        .expect("repository");
+    let mut spec = JobSpec::script([
+        "cat README.md",
+        "echo \"chain-certs=$(grep -c 'BEGIN CERTIFICATE' \"$CI_SERVER_TLS_CA_FILE\")\"",
+    ])
+    .repo("privca")
+    .variable("GIT_STRATEGY", "clone")
+    .image(Some(executor_common::BUILD_IMAGE))
+    .pull_policy(&["if-not-present"]);
+    // Dumb HTTP without refs/pipelines/<id>: the default refspecs, full depth.
+    spec.refspecs = false;
+    spec.depth = 0;
+    let id = sim.enqueue(spec);
+    let ca = certs.path().join("ca.pem").display().to_string();
+    let mut drover = Drover::start(
+        &docker_config(&sim, token, 1, ""),
+        &[("SSL_CERT_FILE".to_string(), ca)],
+    );
+    let v = finished(&sim, &drover, id, Duration::from_secs(120)).await;
+    let t = text(&v.trace);
+    assert_eq!(v.state, JobState::Success, "{t}\n{}", drover.log());
+    assert!(t.contains("\nbehind a private CA\n"), "{t}");
+    assert!(t.contains("\nchain-certs=2\n"), "{t}");
+    drover.signal(libc::SIGQUIT);
+    assert_eq!(exit_code(drover.wait_exit(Duration::from_secs(60))), 0);
 }

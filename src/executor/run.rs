@@ -262,6 +262,7 @@ impl<'r> JobRun<'r> {
                 },
                 ssh_port: &ssh_port,
                 project_path: &project_path,
+                tokenless: p.vars.flag("FF_GIT_URLS_WITHOUT_TOKENS"),
             };
             let body = get_sources(
                 self.req.payload,
@@ -353,12 +354,8 @@ impl<'r> JobRun<'r> {
             // One `step_<name>` stage per step except after_script (normally just `script`),
             // all bounded together by RUNNER_SCRIPT_TIMEOUT.
             let script_deadline = p.settings.script_timeout.map(deadline_in);
-            let steps: Vec<_> = self
-                .req
-                .payload
-                .steps
-                .iter()
-                .filter(|s| s.name != "after_script" && !s.name.is_empty())
+            let steps: Vec<_> = user::script_steps(self.req.payload)
+                .into_iter()
                 .cloned()
                 .collect();
             for step in steps {
@@ -366,7 +363,7 @@ impl<'r> JobRun<'r> {
                     &p.vars,
                     &p.paths,
                     self.req.runner.pre_build_script.as_deref(),
-                    &step.script,
+                    &user::step_lines(&p.vars, &step),
                     self.req.runner.post_build_script.as_deref(),
                     self.script_sections(&p.vars),
                 );
@@ -499,25 +496,10 @@ impl<'r> JobRun<'r> {
         p: &Prepared,
         result: &mut Result<(), JobError>,
     ) -> Result<(), JobError> {
-        let Some(step) = self
-            .req
-            .payload
-            .steps
-            .iter()
-            .find(|s| s.name == "after_script")
-        else {
+        let Some(lines) = user::after_script_lines(self.req.payload) else {
             return Ok(());
         };
-        // Skipped only without lines, as upstream (blank lines still run the stage).
-        if step.script.is_empty() {
-            return Ok(());
-        }
-        let body = user::after_script(
-            &p.vars,
-            &p.paths,
-            &step.script,
-            self.script_sections(&p.vars),
-        );
+        let body = user::after_script(&p.vars, &p.paths, lines, self.script_sections(&p.vars));
         let outcome = self
             .stage(
                 trace,
@@ -652,7 +634,7 @@ impl<'r> JobRun<'r> {
     /// Whether multi-line user commands get their own collapsed sections
     /// (`FF_SCRIPT_SECTIONS` with `features.trace_sections`, as upstream).
     fn script_sections(&self, vars: &VarList) -> bool {
-        self.req.payload.features.trace_sections && vars.bool("FF_SCRIPT_SECTIONS").unwrap_or(false)
+        user::script_sections(self.req.payload, vars)
     }
 
     fn mark(&self, what: &str) {

@@ -15,6 +15,7 @@ use reqwest::{Method, Url};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use super::ca_chain::{RecordingVerifier, SeenChain};
 use super::error::GitlabError;
 use super::observer::normalized_path;
 use super::observer::{Endpoint, NoopObserver, RequestObserver};
@@ -141,6 +142,8 @@ pub(crate) struct Reply {
     pub body: Bytes,
     /// The server pushed back: at least one attempt got a retried status (429/5xx/408).
     pub pushed_back: bool,
+    /// The `X-Request-Id` drover sent on the attempt that got this reply.
+    pub request_id: String,
 }
 
 impl Reply {
@@ -154,6 +157,14 @@ impl Reply {
         self.header("content-type")
             .and_then(|ct| ct.split(';').next())
             .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+    }
+
+    /// The request's correlation ID as upstream takes it: GitLab's `X-Request-Id` answer, else
+    /// the one drover sent.
+    pub fn correlation_id(&self) -> &str {
+        self.header("x-request-id")
+            .filter(|id| !id.is_empty())
+            .unwrap_or(&self.request_id)
     }
 
     /// Decodes the JSON body, requiring a JSON content type as upstream does.
@@ -218,6 +229,8 @@ impl Reply {
 /// retry wait.
 pub struct Client {
     transport: Mutex<Transport>,
+    /// The CA chain of the latest verified TLS handshake with GitLab.
+    seen_chain: SeenChain,
     settings: ClientSettings,
     max_age: Duration,
     base: Url,
@@ -274,25 +287,29 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, GitlabError> 
     Ok(certs)
 }
 
-fn tls_config(settings: &ClientSettings) -> Result<rustls::ClientConfig, GitlabError> {
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for cert in native.certs {
-        // A system root rustls cannot parse is skipped, as Go's x509 pool skips it.
-        let _ = roots.add(cert);
-    }
+fn tls_config(
+    settings: &ClientSettings,
+    seen: &SeenChain,
+) -> Result<rustls::ClientConfig, GitlabError> {
+    // A system root rustls cannot parse is skipped, as Go's x509 pool skips it.
+    let mut roots = rustls_native_certs::load_native_certs().certs;
     if let Some(ca) = &settings.tls_ca_file {
+        let mut check = rustls::RootCertStore::empty();
         for cert in read_certs(ca)? {
-            roots
-                .add(cert)
+            check
+                .add(cert.clone())
                 .map_err(|e| GitlabError::Client(format!("tls-ca-file {}: {e}", ca.display())))?;
+            roots.push(cert);
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = RecordingVerifier::new(roots, provider.clone(), seen.clone())
+        .map_err(GitlabError::Client)?;
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| GitlabError::Client(format!("TLS setup: {e}")))?
-        .with_root_certificates(roots);
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier));
     match (&settings.tls_cert_file, &settings.tls_key_file) {
         (Some(cert), Some(key)) => {
             let chain = read_certs(cert)?;
@@ -395,9 +412,9 @@ fn tls_stamps(settings: &ClientSettings) -> Vec<Option<std::time::SystemTime>> {
     .collect()
 }
 
-fn build_transport(settings: &ClientSettings) -> Result<Transport, GitlabError> {
+fn build_transport(settings: &ClientSettings, seen: &SeenChain) -> Result<Transport, GitlabError> {
     let tls_files = tls_stamps(settings);
-    let tls = tls_config(settings)?;
+    let tls = tls_config(settings, seen)?;
     let http = reqwest::Client::builder()
         .use_preconfigured_tls(tls)
         .connect_timeout(Duration::from_secs(30))
@@ -417,9 +434,11 @@ impl Client {
     /// Builds a client. Fails (upstream's "client error", −100) on a bad URL or TLS file.
     pub fn new(settings: &ClientSettings) -> Result<Client, GitlabError> {
         let base = api_base(&settings.url)?;
-        let transport = build_transport(settings)?;
+        let seen_chain = SeenChain::default();
+        let transport = build_transport(settings, &seen_chain)?;
         Ok(Client {
             transport: Mutex::new(transport),
+            seen_chain,
             settings: settings.clone(),
             max_age: settings.connection_max_age.unwrap_or(CONNECTION_MAX_AGE),
             base,
@@ -439,7 +458,7 @@ impl Client {
         let mut t = self.transport.lock().unwrap_or_else(|p| p.into_inner());
         let stale = t.built.elapsed() >= self.max_age;
         if stale || tls_stamps(&self.settings) != t.tls_files {
-            match build_transport(&self.settings) {
+            match build_transport(&self.settings, &self.seen_chain) {
                 Ok(fresh) => *t = fresh,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot renew the GitLab connection; keeping the current one");
@@ -455,6 +474,17 @@ impl Client {
     pub fn with_observer(mut self, observer: Arc<dyn RequestObserver>) -> Client {
         self.observer = observer;
         self
+    }
+
+    /// The CA chain the job gets when no CA file is configured, as upstream hands it over: the
+    /// verified path (GitLab's certificate, intermediates, trusted root; PEM) of the latest TLS
+    /// handshake with GitLab. `None` over plain HTTP or before the first handshake.
+    pub fn server_ca_chain(&self) -> Option<String> {
+        self.seen_chain
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|pem| !pem.is_empty())
     }
 
     /// The API base URL (`https://host/api/v4/`).
@@ -505,11 +535,12 @@ impl Client {
     ) -> Result<Reply, GitlabError> {
         let mut pushed_back = false;
         loop {
+            let sent_id = request_id();
             let mut req = self
                 .http()
                 .request(call.method.clone(), url.clone())
                 .header(USER_AGENT, version::user_agent())
-                .header("X-Request-Id", request_id());
+                .header("X-Request-Id", &sent_id);
             for (name, value) in &call.headers {
                 req = req.header(*name, value);
             }
@@ -581,6 +612,7 @@ impl Client {
                 headers,
                 body,
                 pushed_back,
+                request_id: sent_id,
             });
         }
     }
@@ -657,6 +689,26 @@ mod tests {
         );
         assert_eq!(api_base("ftp://h").unwrap_err().status(), -100);
         assert_eq!(api_base("not a url").unwrap_err().status(), -100);
+    }
+
+    #[test]
+    fn correlation_id_is_gitlabs_answer_else_the_one_sent() {
+        let reply = |answer: Option<&str>| {
+            let mut headers = HeaderMap::new();
+            if let Some(a) = answer {
+                headers.insert("x-request-id", HeaderValue::from_str(a).unwrap());
+            }
+            Reply {
+                status: 201,
+                headers,
+                body: Bytes::new(),
+                pushed_back: false,
+                request_id: "sent-id".into(),
+            }
+        };
+        assert_eq!(reply(Some("01HGITLAB")).correlation_id(), "01HGITLAB");
+        assert_eq!(reply(None).correlation_id(), "sent-id");
+        assert_eq!(reply(Some("")).correlation_id(), "sent-id");
     }
 
     #[test]

@@ -314,7 +314,8 @@ impl Client {
                         .map_err(|e| e.to_string())
                         .and_then(|t| JobPayload::from_json(t).map_err(|e| e.to_string()))
                     {
-                        Ok(job) => {
+                        Ok(mut job) => {
+                            job.request_correlation_id = reply.correlation_id().to_owned();
                             tracing::info!(correlation_id = reply.header("x-request-id"), job = job.id, repo_url = %crate::executor::paths::url_without_credentials(&job.git_info.repo_url), runner = %runner, runner_name = req.runner_name, "Checking for jobs... received");
                             JobRequestOutcome::Job(Box::new(job))
                         }

@@ -31,6 +31,7 @@
 
 pub use crate::job;
 
+pub mod ca_chain;
 pub mod client;
 pub mod error;
 pub mod failure;

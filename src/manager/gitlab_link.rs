@@ -115,16 +115,17 @@ impl JobSource for Gitlab {
         match result.outcome {
             JobRequestOutcome::Job(payload) => {
                 let opts = TraceOptions::for_job(runner, &payload);
+                let tls = tls_data(
+                    &ClientSettings::for_runner(runner, self.certs_dir.as_deref()),
+                    client.server_ca_chain(),
+                );
                 let link = GitlabJob {
                     client,
                     info,
                     opts,
                     payload: payload.clone(),
                     trace: None,
-                    tls: tls_data(&ClientSettings::for_runner(
-                        runner,
-                        self.certs_dir.as_deref(),
-                    )),
+                    tls,
                 };
                 Requested::Job(payload, link)
             }
@@ -153,7 +154,12 @@ const MAX_TLS_FILE: u64 = 1024 * 1024;
 
 /// The contents of the runner's TLS files for the job (`CI_SERVER_TLS_*`); a file that cannot
 /// be read is left out with a warning (the connection to GitLab would have failed first).
-fn tls_data(settings: &ClientSettings) -> crate::executor::settings::TlsData {
+/// Without a CA file, the job gets the chain GitLab's certificate was verified with
+/// (`seen_chain`), as upstream.
+fn tls_data(
+    settings: &ClientSettings,
+    seen_chain: Option<String>,
+) -> crate::executor::settings::TlsData {
     let read = |p: &Option<std::path::PathBuf>| -> String {
         let Some(path) = p else {
             return String::new();
@@ -169,7 +175,10 @@ fn tls_data(settings: &ClientSettings) -> crate::executor::settings::TlsData {
         })
     };
     crate::executor::settings::TlsData {
-        ca_chain: read(&settings.tls_ca_file),
+        ca_chain: match &settings.tls_ca_file {
+            Some(_) => read(&settings.tls_ca_file),
+            None => seen_chain.unwrap_or_default(),
+        },
         auth_cert: read(&settings.tls_cert_file),
         auth_key: read(&settings.tls_key_file),
     }

@@ -52,6 +52,9 @@ pub struct GitAuth<'a> {
     pub ssh_port: &'a str,
     /// `CI_PROJECT_PATH` (for `clone_url`).
     pub project_path: &'a str,
+    /// `FF_GIT_URLS_WITHOUT_TOKENS`: no URL carries the token; git gets it from a credential
+    /// helper reading `CI_JOB_TOKEN` (only the ssh forms are still rewritten, to plain HTTPS).
+    pub tokenless: bool,
 }
 
 /// `scheme`, the authority without user info, and the rest (path, query) of a URL.
@@ -83,7 +86,11 @@ fn userinfo_escape(s: &str) -> String {
 }
 
 impl GitAuth<'_> {
+    /// The URL with the job token as its user info (without, when [`Self::tokenless`]).
     fn with_token(&self, scheme: &str, host: &str, path: &str) -> String {
+        if self.tokenless {
+            return format!("{scheme}://{host}{path}");
+        }
         format!(
             "{scheme}://gitlab-ci-token:{}@{host}{path}",
             userinfo_escape(self.token)
@@ -106,6 +113,7 @@ impl GitAuth<'_> {
                 );
                 self.with_token(scheme, host, &path)
             }
+            None if self.tokenless => url_without_credentials(self.repo_url),
             None => self.repo_url.to_string(),
         }
     }
@@ -126,9 +134,21 @@ impl GitAuth<'_> {
 
     /// The `insteadOf` rewrites as `(with token, plain)`, de-duplicated, in upstream's order:
     /// the remote URL; the GitLab base (`clone_url` or the runner `url`); its ssh forms
-    /// (`GIT_SUBMODULE_FORCE_HTTPS`); the repository's host.
+    /// (`GIT_SUBMODULE_FORCE_HTTPS`); the repository's host. Token-less: only the ssh forms, to
+    /// the plain base.
     pub fn instead_ofs(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
+        if self.tokenless {
+            let base = self
+                .clone_base()
+                .or_else(|| split_url(self.credentials_url));
+            if let Some((scheme, host, path)) = base.filter(|(s, _, _)| is_http(s)) {
+                out.extend(
+                    self.ssh_rewrites(&format!("{scheme}://{host}{}", path.trim_end_matches('/'))),
+                );
+            }
+            return out;
+        }
         let remote = self.remote_url();
         let plain = crate::executor::paths::url_without_credentials(&remote);
         if remote != plain {
@@ -143,11 +163,17 @@ impl GitAuth<'_> {
             out.push((authed.clone(), format!("{scheme}://{host}{path}")));
             out.extend(self.ssh_rewrites(&authed));
         }
-        if let Some((scheme, host, _)) = split_url(self.repo_url).filter(|(s, _, _)| is_http(s)) {
-            out.push((
-                self.with_token(scheme, host, ""),
-                format!("{scheme}://{host}"),
-            ));
+        // The repository's host: with an HTTP(S) GitLab base, as upstream, and also without any
+        // (`drover exec-job` without a config has no runner url), so a private submodule on the
+        // same host still authenticates there.
+        if base.is_none_or(|(s, _, _)| is_http(s)) {
+            if let Some((scheme, host, _)) = split_url(self.repo_url).filter(|(s, _, _)| is_http(s))
+            {
+                out.push((
+                    self.with_token(scheme, host, ""),
+                    format!("{scheme}://{host}"),
+                ));
+            }
         }
         let mut seen = std::collections::HashSet::new();
         out.retain(|r| seen.insert(r.clone()));
@@ -229,16 +255,71 @@ fn hook<'a>(payload: &'a JobPayload, name: &str) -> &'a [String] {
         .unwrap_or_default()
 }
 
+/// The credential helper of token-less git URLs: it answers `get` with the job token.
+const CREDENTIAL_HELPER: &str =
+    r#"!f(){ if [ "$1" = "get" ] ; then echo "password=${CI_JOB_TOKEN}" ; fi ; } ; f"#;
+
+/// The file `GIT_CONFIG_GLOBAL` names with `FF_GIT_URLS_WITHOUT_TOKENS`, under the temporary dir.
+pub const GLOBAL_GIT_CONFIG_SEED: &str = ".glr.gconf";
+
+/// The external git config (insteadOf rewrites, credential helper), under the temporary dir.
+const EXTERNAL_GIT_CONFIG: &str = ".gitlab-runner.ext.conf";
+
+/// Points git at the job token for the remote's host through [`CREDENTIAL_HELPER`] (user
+/// `gitlab-ci-token`), in the config file `file`.
+fn write_credential_helper(b: &mut ScriptBody, file: &str, remote: &str) {
+    let Some(host) = url_base(remote) else {
+        return;
+    };
+    let f = quote(file);
+    let helper = quote(&format!("credential.{host}.helper"));
+    b.line(format!(
+        "git config -f {f} --replace-all {helper} \"\" && git config -f {f} --add {helper} {} && git config -f {f} {} gitlab-ci-token",
+        quote(CREDENTIAL_HELPER),
+        quote(&format!("credential.{host}.username")),
+    ));
+}
+
+/// `FF_GIT_URLS_WITHOUT_TOKENS`: the seed of `GIT_CONFIG_GLOBAL` includes the user's global
+/// configs (when readable) and the external config, so the credential helper reaches every git
+/// command of the job; with `GIT_STRATEGY` none or empty (no fetch writes the external config)
+/// the external config gets the credential helper alone.
+fn write_tokenless_git_config(b: &mut ScriptBody, i: &SourcesInputs<'_>) {
+    let tmp = &i.paths.tmp_dir;
+    let seed = format!("{tmp}/{GLOBAL_GIT_CONFIG_SEED}");
+    let ext = format!("{tmp}/{EXTERNAL_GIT_CONFIG}");
+    let sq = quote(&seed);
+    b.line(format!("rm -f {sq}"));
+    // `$HOME` is the container's, read when the line runs.
+    for user in ["$HOME/.gitconfig", "$HOME/.config/git/config"] {
+        b.line(format!(
+            "if [ -r \"{user}\" ]; then git config --file {sq} --add include.path \"{user}\"; fi"
+        ));
+    }
+    b.line(format!(
+        "git config --file {sq} --add include.path {}",
+        quote(&ext)
+    ));
+    if matches!(
+        i.settings.git_strategy,
+        GitStrategy::None | GitStrategy::Empty
+    ) {
+        b.line(format!("rm -f {}", quote(&ext)));
+        write_credential_helper(b, &ext, &i.auth.remote_url());
+    }
+}
+
 /// Builds the `get_sources` body.
 pub fn get_sources(payload: &JobPayload, i: &SourcesInputs<'_>) -> ScriptBody {
-    let mut b = ScriptBody::with_script_sections(
-        payload.features.trace_sections && i.vars.bool("FF_SCRIPT_SECTIONS").unwrap_or(false),
-    );
+    let mut b = ScriptBody::with_script_sections(super::user::script_sections(payload, i.vars));
     let s = i.settings;
     let dir = quote(&i.paths.build_dir);
     write_exports(&mut b, i.vars, true);
     b.line("export GIT_TERMINAL_PROMPT=0");
     b.line("export GCM_INTERACTIVE=Never");
+    if i.auth.tokenless {
+        write_tokenless_git_config(&mut b, i);
+    }
     write_git_ssl_config(&mut b, i);
     let fetches = matches!(s.git_strategy, GitStrategy::Clone | GitStrategy::Fetch);
     if fetches {
@@ -320,7 +401,7 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
     let template = format!("{}/git-template", i.paths.tmp_dir);
     let tq = quote(&template);
     let tconf = quote(&format!("{template}/config"));
-    let ext = format!("{}/.gitlab-runner.ext.conf", i.paths.tmp_dir);
+    let ext = format!("{}/{EXTERNAL_GIT_CONFIG}", i.paths.tmp_dir);
     let eq = quote(&ext);
     // a. Clean-up of stale locks and (clean_git_config) of the old configs and hooks.
     GitCleanup::new(s, i.clean_git_config).write(b, i.paths);
@@ -339,6 +420,15 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
     // c. External config: credentials only through insteadOf, never in .git/config.
     b.line(format!("rm -f {eq}"));
     b.line(format!("touch {eq}"));
+    // Gitaly ties git's requests to the job request (GitLab's correlation ID for it).
+    let correlation = &payload.request_correlation_id;
+    if i.vars.flag("FF_USE_GITALY_CORRELATION_ID") && !correlation.is_empty() {
+        b.line(format!(
+            "git config -f {eq} http.extraHeader {}",
+            quote(&format!("X-Gitaly-Correlation-ID: {correlation}"))
+        ));
+        b.notice(&format!("Gitaly correlation ID: {correlation}"));
+    }
     if i.vars.flag("FF_USE_GIT_BUNDLE_URIS") {
         b.line(format!("git config -f {eq} transfer.bundleURI true"));
     }
@@ -349,6 +439,9 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
             quote(&plain),
             quote(&format!("^{}$", regex_quote(&plain)))
         ));
+    }
+    if i.auth.tokenless {
+        write_credential_helper(b, &ext, &i.auth.remote_url());
     }
     let without = url_without_credentials(&i.auth.remote_url());
     b.line(format!("git config -f {tconf} include.path {eq}"));
@@ -377,8 +470,11 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
         "if git remote add origin {remote} >/dev/null 2>&1; then\n  echo {}\nelse\n  git remote set-url origin {remote}\n  git config include.path {eq}\nfi",
         quote(&format!("{}Created fresh repository.", crate::executor::trace::ansi::RESET))
     ));
+    let auth = proactive_auth(b, i)
+        .map(|a| format!(" -c {}", quote(&a)))
+        .unwrap_or_default();
     let mut fetch = format!(
-        "git -c {} fetch origin --no-recurse-submodules",
+        "git -c {}{auth} fetch origin --no-recurse-submodules",
         quote(&format!("http.userAgent={}", i.user_agent))
     );
     // GitLab's refspecs as sent (none: git's configured ones, as upstream).
@@ -399,6 +495,42 @@ fn write_fetch(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_>) 
         ));
     } else {
         b.line(fetch);
+    }
+}
+
+/// The first percent sign of `url` that does not start an escape (`%ZZ`), as Go's URL parser
+/// refuses it.
+fn invalid_escape(url: &str) -> Option<&str> {
+    let bytes = url.as_bytes();
+    bytes.iter().enumerate().find_map(|(at, b)| {
+        let hex = |k: usize| bytes.get(at + k).is_some_and(u8::is_ascii_hexdigit);
+        (*b == b'%' && !(hex(1) && hex(2)))
+            .then(|| url.get(at..(at + 3).min(url.len())).unwrap_or("%"))
+    })
+}
+
+/// `FF_USE_GIT_PROACTIVE_AUTH`: git sends the job's credentials with its first request (so
+/// Gitaly learns the user on public projects), scoped to the remote's host so bundle-URI fetches
+/// from other hosts are not affected; unscoped, with a warning, when the host cannot be told.
+/// `None` with the flag off.
+fn proactive_auth(b: &mut ScriptBody, i: &SourcesInputs<'_>) -> Option<String> {
+    if !i.vars.flag("FF_USE_GIT_PROACTIVE_AUTH") {
+        return None;
+    }
+    let unscoped = "http.proactiveAuth=basic".to_string();
+    let remote = i.auth.remote_url();
+    if let Some(bad) = invalid_escape(&remote) {
+        b.warning(&format!(
+            "proactive auth: can't get repository host, using unscoped config. invalid URL escape {bad:?}"
+        ));
+        return Some(unscoped);
+    }
+    match url_base(&remote) {
+        Some(host) => Some(format!("http.{host}.proactiveAuth=basic")),
+        None => {
+            b.warning("proactive auth: repository host is empty, using unscoped config");
+            Some(unscoped)
+        }
     }
 }
 
@@ -447,8 +579,11 @@ fn write_checkout(b: &mut ScriptBody, payload: &JobPayload, i: &SourcesInputs<'_
         "Checking out {short} as detached HEAD (ref is {})...",
         git.r#ref
     ));
+    let auth = proactive_auth(b, i)
+        .map(|a| format!(" -c {}", quote(&a)))
+        .unwrap_or_default();
     b.line(format!(
-        "git -c submodule.recurse=false checkout -f -q {}",
+        "git -c submodule.recurse=false{auth} checkout -f -q {}",
         quote(&git.sha)
     ));
     if !s.git_clean_flags.is_empty() {

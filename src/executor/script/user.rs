@@ -4,9 +4,50 @@
 use super::variables::{valid_name, VarList};
 use super::{quote, ScriptBody};
 use crate::executor::paths::JobPaths;
+use crate::job::{JobPayload, Step};
+
+/// Whether multi-line commands are shown as collapsed sections with their whole text:
+/// `FF_SCRIPT_SECTIONS` on and GitLab's `trace_sections` feature, as upstream.
+pub fn script_sections(payload: &JobPayload, vars: &VarList) -> bool {
+    payload.features.trace_sections && vars.bool("FF_SCRIPT_SECTIONS").unwrap_or(false)
+}
+
+/// The steps that run as `step_<name>` stages, in order: every named step but after_script
+/// (normally just `script`; GitLab renders `release:` as a `release` step).
+pub fn script_steps(payload: &JobPayload) -> Vec<&Step> {
+    payload
+        .steps
+        .iter()
+        .filter(|s| s.name != "after_script" && !s.name.is_empty())
+        .collect()
+}
+
+/// The lines a script step runs: those of a `release` step expanded against the job variables
+/// first (GitLab writes the `release:` keyword's values into them unexpanded), as upstream.
+pub fn step_lines(vars: &VarList, step: &Step) -> Vec<String> {
+    if step.name == "release" {
+        step.script.iter().map(|l| vars.expand(l)).collect()
+    } else {
+        step.script.clone()
+    }
+}
+
+/// after_script's lines; `None` when its stage is skipped (no such step, or no lines: blank
+/// lines still run it, as upstream).
+pub fn after_script_lines(payload: &JobPayload) -> Option<&[String]> {
+    payload
+        .steps
+        .iter()
+        .find(|s| s.name == "after_script")
+        .map(|s| s.script.as_slice())
+        .filter(|lines| !lines.is_empty())
+}
 
 /// Writes the exports at the top of a stage: every variable (file variables written under the
-/// temporary dir and exported as their path), then `GITLAB_ENV` and the dotenv lines it holds.
+/// temporary dir and exported as their path), then `GITLAB_ENV` and the dotenv lines it holds,
+/// read as upstream reads them: each line `export`ed with its surrounding blanks trimmed, a last
+/// line without a newline ignored, and a line `export` refuses (empty, `1ABC=x`) failing the
+/// stage.
 /// With `write_files` false (cleanup), file variables are exported as paths only.
 pub fn write_exports(b: &mut ScriptBody, vars: &VarList, write_files: bool) {
     let tmp = quote(&vars.tmp_dir);
@@ -34,8 +75,19 @@ pub fn write_exports(b: &mut ScriptBody, vars: &VarList, write_files: bool) {
     ));
     b.line("touch \"$GITLAB_ENV\"");
     b.line(
-        "while IFS= read -r __drover_env_line || [ -n \"$__drover_env_line\" ]; do if [ -n \"$__drover_env_line\" ]; then export \"$__drover_env_line\"; fi; done < \"$GITLAB_ENV\"",
+        "while read -r __drover_env_line; do export \"$__drover_env_line\"; done < \"$GITLAB_ENV\"",
     );
+    // After the dotenv lines, so a job cannot point git elsewhere.
+    if vars.flag("FF_GIT_URLS_WITHOUT_TOKENS") {
+        b.line(format!(
+            "export GIT_CONFIG_GLOBAL={}",
+            quote(&format!(
+                "{}/{}",
+                vars.tmp_dir,
+                super::sources::GLOBAL_GIT_CONFIG_SEED
+            ))
+        ));
+    }
 }
 
 /// The exit code of `prepare_script` when a deferred permission fix failed. Nothing else in
@@ -143,6 +195,7 @@ pub fn cleanup_file_variables(
         format!("{tmp}/gitlab_runner_env"),
         format!("{tmp}/masking.db"),
         format!("{tmp}/.gitlab-runner.ext.conf"),
+        format!("{tmp}/{}", super::sources::GLOBAL_GIT_CONFIG_SEED),
     ];
     files.extend(
         vars.unique()
@@ -225,6 +278,61 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "yes\n");
+    }
+
+    /// The dotenv file as upstream's stages read it: blanks around a line trimmed, a last line
+    /// without a newline left out, an empty line or an invalid name failing the stage.
+    #[test]
+    fn only_the_release_step_is_expanded_by_the_runner() {
+        let vars = VarList {
+            vars: vec![Var {
+                key: "TAG".into(),
+                value: "v1.2".into(),
+                ..Default::default()
+            }],
+            tmp_dir: "/t".into(),
+        };
+        let step = |name: &str| Step {
+            name: name.into(),
+            script: vec!["release-cli create --tag-name $TAG --name \"${TAG} $$x\"".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            step_lines(&vars, &step("release")),
+            ["release-cli create --tag-name v1.2 --name \"v1.2 $x\""]
+        );
+        assert_eq!(step_lines(&vars, &step("script")), step("script").script);
+    }
+
+    #[test]
+    fn gitlab_env_is_read_as_upstream_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().display().to_string();
+        let vars = VarList {
+            vars: vec![],
+            tmp_dir: tmp.clone(),
+        };
+        let run = |dotenv: &str| {
+            std::fs::write(dir.path().join("gitlab_runner_env"), dotenv).unwrap();
+            let mut b = ScriptBody::new();
+            write_exports(&mut b, &vars, false);
+            b.line("echo \"A=[$A] B=[$B] C=[${C-unset}]\"");
+            let out = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(b.finish(false))
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        };
+        assert_eq!(
+            run("A=1  \n  B=2 x\nC=3"),
+            (Some(0), "A=[1] B=[2 x] C=[unset]\n".into())
+        );
+        assert_eq!(run("A=1\n\nB=2\n").0, Some(1));
+        assert_eq!(run("1ABC=x\nA=1\n").0, Some(1));
     }
 
     /// Runs `prepare_script` in bash with a fake `gitlab-runner-helper` on PATH that records
