@@ -100,6 +100,7 @@ async fn job_runs_over_tls_and_only_ca_pem_is_trusted() {
         host: Some(format!("tcp://127.0.0.1:{port}")),
         tls_cert_path: Some(dir.path().to_path_buf()),
         tls_verify: true,
+        ssh: None,
     };
     let engine = connect::connect(&endpoint).await.expect("connect over TLS");
     assert!(!engine.api_version.is_empty());

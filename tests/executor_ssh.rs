@@ -1,0 +1,353 @@
+//! The executor over SSH, against Debian's real OpenSSH server: each test starts its own
+//! `sshd` on a free 127.0.0.1 port with host and user keys made here; the "machine" is this
+//! host, whose Engine `docker system dial-stdio` reaches. Covered: a job with a service and a
+//! cache; a wrong host key and a refused user key; sshd killed mid-job (a system failure).
+
+mod docker_engine;
+mod executor_common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use drover::executor::ssh::{SshError, SshTarget};
+use drover::executor::{
+    self, connect, DockerEndpoint, JobControl, JobError, JobRequest, MemorySink,
+};
+use executor_common::*;
+use serde_json::json;
+
+const SERVICE_IMAGE: &str = "drover-test-executor-service:latest";
+
+/// An sshd of our own, its keys and its directory.
+struct Sshd {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Child,
+}
+
+fn keygen(path: &Path) {
+    output_of(
+        Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "drover-test", "-f"])
+            .arg(path),
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Sshd {
+    /// Installs openssh-server when missing, makes keys and starts sshd (as the current user,
+    /// root in CI) accepting only `user_key`.
+    fn start() -> Sshd {
+        if !Path::new("/usr/sbin/sshd").exists() {
+            let ok = Command::new("bash")
+                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/setup/ssh.sh"))
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            assert!(ok, "fixtures/setup/ssh.sh could not install openssh-server");
+        }
+        let _ = std::fs::create_dir_all("/run/sshd");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        for k in ["host_key", "other_host_key", "user_key", "other_user_key"] {
+            keygen(&d.join(k));
+        }
+        std::fs::copy(d.join("user_key.pub"), d.join("authorized_keys")).expect("authorized_keys");
+        let port = free_port();
+        let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
+        std::fs::write(
+            d.join("sshd_config"),
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {hk}\nAuthorizedKeysFile {ak}\n\
+                 PidFile {pid}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
+                 AllowUsers {user}\nLogLevel ERROR\n",
+                hk = d.join("host_key").display(),
+                ak = d.join("authorized_keys").display(),
+                pid = d.join("sshd.pid").display(),
+            ),
+        )
+        .expect("sshd_config");
+        let child = Command::new("/usr/sbin/sshd")
+            .args(["-D", "-e", "-f"])
+            .arg(d.join("sshd_config"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start sshd");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "sshd did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Sshd { dir, port, child }
+    }
+
+    fn path(&self, f: &str) -> PathBuf {
+        self.dir.path().join(f)
+    }
+
+    fn pub_key(&self, f: &str) -> String {
+        std::fs::read_to_string(self.path(f)).expect("public key")
+    }
+
+    /// The target as a provider would hand it out (host key vouched for).
+    fn target(&self) -> SshTarget {
+        SshTarget {
+            address: format!("127.0.0.1:{}", self.port),
+            username: std::env::var("USER").unwrap_or_else(|_| "root".into()),
+            key_path: Some(self.path("user_key")),
+            key: None,
+            host_key: Some(self.pub_key("host_key.pub")),
+            known_hosts: None,
+        }
+    }
+
+    /// Kills sshd and every process it started (the session processes and their
+    /// `dial-stdio`s), as when a machine vanishes.
+    fn kill_all(&mut self) {
+        let root = self.child.id() as i32;
+        let mut parent = std::collections::HashMap::new();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid …`; comm may hold spaces, so read after the last ')'.
+            if let Some(ppid) = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<i32>().ok())
+            {
+                parent.insert(pid, ppid);
+            }
+        }
+        let descends = |mut p: i32| {
+            while let Some(&pp) = parent.get(&p) {
+                if pp == root {
+                    return true;
+                }
+                p = pp;
+            }
+            false
+        };
+        for &pid in parent.keys() {
+            if descends(pid) {
+                // SAFETY: a process this test started (a descendant of its sshd).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+fn ssh_endpoint(t: SshTarget) -> DockerEndpoint {
+    DockerEndpoint {
+        ssh: Some(t),
+        ..Default::default()
+    }
+}
+
+async fn run_over(
+    endpoint: &DockerEndpoint,
+    payload: &drover::job::JobPayload,
+    runner: &executor::RunnerSettings,
+    on_trace: impl Fn(&str) + Send,
+) -> (Result<(), JobError>, String) {
+    let sink = MemorySink::default();
+    let mut job_sink = sink.clone();
+    let req = JobRequest {
+        payload,
+        runner,
+        endpoint,
+        machine_name: Some("ssh-machine"),
+        slot: Default::default(),
+    };
+    let job = executor::run_job(req, &mut job_sink, JobControl::default());
+    tokio::pin!(job);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let result = loop {
+        tokio::select! {
+            r = &mut job => break r,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                assert!(tokio::time::Instant::now() < deadline, "the job hung over SSH:\n{}", sink.text());
+                on_trace(&plain_text(&sink));
+            }
+        }
+    };
+    (result, plain_text(&sink))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_with_a_service_and_a_cache_runs_over_ssh() {
+    let _guard = engine_test!();
+    let sshd = Sshd::start();
+    let endpoint = ssh_endpoint(sshd.target());
+    let engine = connect::connect(&endpoint).await.expect("connect over SSH");
+    assert_eq!(engine.os_type, "linux");
+    assert!(engine.host.starts_with("ssh://"), "{}", engine.host);
+
+    // On the default bridge (the shared helper uses the host network), as a machine's jobs.
+    let mut runner = settings("sshjob");
+    runner.docker.network_mode = None;
+    let payload = no_git_job(
+        61,
+        702,
+        &[
+            "exec 3<>/dev/tcp/web/8080 && printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' >&3 && echo \"reached web: $(tail -n 1 <&3)\"",
+            "mkdir -p vendor && echo cached-over-ssh > vendor/file.txt",
+            "echo over-ssh-$((6*7))",
+        ],
+        json!({
+            "image": {"name": BUILD_IMAGE},
+            "services": [{"name": SERVICE_IMAGE, "alias": "web",
+                "command": ["sh", "-c", "echo svc-over-ssh > /tmp/index.html && exec httpd -f -p 8080 -h /tmp"]}],
+            "cache": [{"key": "ssh", "paths": ["vendor/"]}],
+        }),
+    );
+    let (result, trace) = run_over(&endpoint, &payload, &runner, |_| {}).await;
+    assert!(result.is_ok(), "{result:?}\n{trace}");
+    assert!(trace.contains("\nover-ssh-42\n"), "{trace}");
+    assert!(trace.contains("reached web: svc-over-ssh"), "{trace}");
+    assert!(trace.contains("Created cache"), "{trace}");
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_host_keys_and_refused_user_keys_are_refused() {
+    if !engine_available() {
+        return;
+    }
+    let sshd = Sshd::start();
+    let refused = |t: SshTarget| async move {
+        match connect::connect(&ssh_endpoint(t)).await {
+            Err(connect::ConnectError::Ssh(e)) => e,
+            Err(other) => panic!("expected an SSH error, got {other}"),
+            Ok(_) => panic!("connected although it must be refused"),
+        }
+    };
+    // Another host key vouched for.
+    let e = refused(SshTarget {
+        host_key: Some(sshd.pub_key("other_host_key.pub")),
+        ..sshd.target()
+    })
+    .await;
+    assert!(matches!(e, SshError::HostKeyMismatch { .. }), "{e}");
+    assert!(e.to_string().contains("refusing"), "{e}");
+
+    // A known-hosts file with another key for this host and port; then with the right one.
+    let kh = sshd.path("known_hosts");
+    let line = |key: &str| {
+        let mut parts = key.split_whitespace();
+        let (kind, blob) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        format!("[127.0.0.1]:{} {kind} {blob}\n", sshd.port)
+    };
+    std::fs::write(&kh, line(&sshd.pub_key("other_host_key.pub"))).expect("known_hosts");
+    let via_file = SshTarget {
+        host_key: None,
+        known_hosts: Some(kh.clone()),
+        ..sshd.target()
+    };
+    let e = refused(via_file.clone()).await;
+    assert!(matches!(e, SshError::HostKeyMismatch { .. }), "{e}");
+    std::fs::write(&kh, line(&sshd.pub_key("host_key.pub"))).expect("known_hosts");
+    connect::connect(&ssh_endpoint(via_file.clone()))
+        .await
+        .expect("the right known-hosts entry is accepted");
+    // A known-hosts file without this host is no vouching either.
+    std::fs::write(
+        &kh,
+        "[10.9.9.9]:22 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA\n",
+    )
+    .expect("kh");
+    let e = refused(via_file).await;
+    assert!(matches!(e, SshError::HostKeyUnknown { .. }), "{e}");
+
+    // A user key that is not in authorized_keys.
+    let e = refused(SshTarget {
+        key_path: Some(sshd.path("other_user_key")),
+        ..sshd.target()
+    })
+    .await;
+    assert!(matches!(e, SshError::Auth { .. }), "{e}");
+    assert!(e.to_string().contains("other_user_key"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sshd_killed_mid_job_is_a_system_failure() {
+    let _guard = engine_test!();
+    let mut sshd = Sshd::start();
+    let endpoint = ssh_endpoint(sshd.target());
+    let runner = settings("sshkill");
+    let payload = no_git_job(
+        62,
+        703,
+        &["echo job-is-running", "sleep 60"],
+        json!({"image": {"name": BUILD_IMAGE}}),
+    );
+    let killed = std::sync::Mutex::new(None::<Instant>);
+    let sshd_ref = std::sync::Mutex::new(&mut sshd);
+    let (result, trace) = run_over(&endpoint, &payload, &runner, |trace| {
+        let mut k = killed.lock().unwrap_or_else(|p| p.into_inner());
+        if k.is_none() && trace.contains("\njob-is-running\n") {
+            sshd_ref
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .kill_all();
+            *k = Some(Instant::now());
+        }
+    })
+    .await;
+    let killed_at = killed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .expect("the job never printed its first line");
+    assert!(
+        matches!(result, Err(JobError::System(_))),
+        "expected a system failure, got {result:?}\n{trace}"
+    );
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(30),
+        "the lost connection was noticed only after {:?}",
+        killed_at.elapsed()
+    );
+    // The Engine itself is fine; what the job left there (the SSH link died before cleanup)
+    // is removed here.
+    let short = short_token(&runner);
+    let (containers, _) = leftovers(&short);
+    for c in &containers {
+        let _ = Command::new("docker").args(["rm", "-f", "-v", c]).output();
+    }
+    let out = output_of(Command::new("docker").args([
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label=com.gitlab.gitlab-runner.runner.id={short}"),
+    ]));
+    for v in out.lines().filter(|l| !l.is_empty()) {
+        let _ = Command::new("docker")
+            .args(["volume", "rm", "-f", v])
+            .output();
+    }
+    assert!(
+        leftovers(&short).0.is_empty(),
+        "containers left: {containers:?}"
+    );
+}
