@@ -1,10 +1,12 @@
 //! The executor over SSH, against Debian's real OpenSSH server: each test starts its own
 //! `sshd` on a free 127.0.0.1 port with host and user keys made here; the "machine" is this
 //! host, whose Engine `docker system dial-stdio` reaches. Covered: a job with a service and a
-//! cache; a wrong host key and a refused user key; sshd killed mid-job (a system failure).
+//! cache; a wrong host key and a refused user key; sshd killed mid-job (a system failure); the
+//! example plugin and legacy-driver-shim (`--ssh`) handing out SSH machines.
 
 mod docker_engine;
 mod executor_common;
+mod provider_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -350,4 +352,176 @@ async fn sshd_killed_mid_job_is_a_system_failure() {
         leftovers(&short).0.is_empty(),
         "containers left: {containers:?}"
     );
+}
+
+/// The example plugin handing out this sshd as its machines: the conformance suite passes
+/// (its can_connect asks the Engine over SSH and says yes), and the `ssh` endpoint it returns
+/// is one drover connects to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_plugin_hands_out_ssh_machines() {
+    use drover::provider::conformance::{self, SuiteConfig};
+    use drover::provider::plugin::PluginCommand;
+    use drover::provider::Provider as _;
+
+    if !engine_available() {
+        return;
+    }
+    let sshd = Sshd::start();
+    let state = tempfile::tempdir().expect("tempdir");
+    let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/plugins/example-plugin.sh");
+    let t = sshd.target();
+    let args = |addr: &str| {
+        vec![
+            "--state-dir".into(),
+            state.path().display().to_string(),
+            "--ssh".into(),
+            addr.to_string(),
+            "--ssh-user".into(),
+            t.username.clone(),
+            "--ssh-key".into(),
+            sshd.path("user_key").display().to_string(),
+            "--ssh-host-key".into(),
+            sshd.path("host_key.pub").display().to_string(),
+        ]
+    };
+    let results = conformance::run(
+        PluginCommand::new(&plugin, args(&t.address)),
+        &SuiteConfig::default(),
+        |r| eprintln!("{}", r.line()),
+    )
+    .await;
+    let failed: Vec<_> = results
+        .iter()
+        .filter(|r| !r.passed())
+        .map(|r| r.line())
+        .collect();
+    assert!(results.len() >= 20, "suite stopped early: {results:?}");
+    assert_eq!(failed, Vec::<String>::new());
+    let line = |name: &str| {
+        results
+            .iter()
+            .find(|r| r.name == name)
+            .map(|r| r.line())
+            .unwrap_or_default()
+    };
+    assert!(
+        line("can_connect").contains("true"),
+        "{}",
+        line("can_connect")
+    );
+    assert!(
+        line("credentials").contains("ssh "),
+        "{}",
+        line("credentials")
+    );
+
+    // The endpoint as drover's pool converts it, and a connection through it.
+    let provider =
+        drover::provider::plugin::Plugin::new(PluginCommand::new(&plugin, args(&t.address)));
+    std::fs::write(state.path().join("m1"), "{}").expect("machine record");
+    let call = drover::provider::Call::new();
+    let endpoint = provider
+        .credentials("m1", &call)
+        .await
+        .expect("credentials");
+    let endpoint = drover::manager::pool::docker_endpoint("m1", &endpoint).expect("ssh endpoint");
+    let engine = connect::connect(&endpoint)
+        .await
+        .expect("connect over the plugin's endpoint");
+    assert_eq!(engine.os_type, "linux");
+    assert!(provider
+        .can_connect("m1", &call)
+        .await
+        .expect("can_connect"));
+
+    // A machine whose sshd is gone cannot be connected to: can_connect says so.
+    let gone = drover::provider::plugin::Plugin::new(PluginCommand::new(
+        &plugin,
+        args(&format!("127.0.0.1:{}", free_port())),
+    ));
+    assert!(!gone.can_connect("m1", &call).await.expect("can_connect"));
+}
+
+/// legacy-driver-shim with `--ssh`: a docker-machine store whose machine is this sshd (IP,
+/// port, user and key in its config.json) is handed out as an `ssh` endpoint with the host key
+/// pinned at first use; can_connect checks over SSH; a machine showing another key later is
+/// refused by drover and cannot connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shim_hands_out_docker_machine_machines_over_ssh() {
+    use drover::provider::plugin::{Plugin, PluginCommand};
+    use drover::provider::Provider as _;
+
+    if !engine_available() {
+        return;
+    }
+    let sshd = Sshd::start();
+    let t = sshd.target();
+    let store = tempfile::tempdir().expect("store");
+    let machine = store.path().join("machines/m1");
+    std::fs::create_dir_all(&machine).expect("machine dir");
+    std::fs::write(
+        machine.join("config.json"),
+        json!({"DriverName": "generic", "Driver": {
+            "IPAddress": "127.0.0.1", "SSHPort": sshd.port, "SSHUser": t.username,
+            "SSHKeyPath": sshd.path("user_key")}})
+        .to_string(),
+    )
+    .expect("config.json");
+    // docker-machine itself is never run in SSH mode for these operations.
+    let shim = Plugin::new(PluginCommand::new(
+        provider_support::shim_bin(),
+        vec![
+            "--docker-machine".into(),
+            "/bin/false".into(),
+            "--storage-path".into(),
+            store.path().display().to_string(),
+            "--ssh".into(),
+            "--can-connect-cache-ttl".into(),
+            "0".into(),
+        ],
+    ));
+    let call = drover::provider::Call::new();
+    assert!(shim.can_connect("m1", &call).await.expect("can_connect"));
+    let pin = machine.join("drover_known_hosts");
+    assert!(
+        std::fs::read_to_string(&pin).expect("pin").contains(
+            sshd.pub_key("host_key.pub")
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("?")
+        ),
+        "the pin holds another key"
+    );
+    let endpoint = shim.credentials("m1", &call).await.expect("credentials");
+    let drover::provider::Endpoint::Ssh(ssh) = &endpoint else {
+        panic!("expected an ssh endpoint, got {endpoint:?}");
+    };
+    assert_eq!(ssh.address, format!("127.0.0.1:{}", sshd.port));
+    let endpoint = drover::manager::pool::docker_endpoint("m1", &endpoint).expect("endpoint");
+    let engine = connect::connect(&endpoint)
+        .await
+        .expect("connect as the shim says");
+    assert_eq!(engine.os_type, "linux");
+
+    // The machine now shows another host key (simulated by pinning another one).
+    let other = sshd.pub_key("other_host_key.pub");
+    let mut parts = other.split_whitespace();
+    std::fs::write(
+        &pin,
+        format!(
+            "[127.0.0.1]:{} {} {}\n",
+            sshd.port,
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or("")
+        ),
+    )
+    .expect("pin");
+    assert!(!shim.can_connect("m1", &call).await.expect("can_connect"));
+    match connect::connect(&endpoint).await {
+        Err(connect::ConnectError::Ssh(SshError::HostKeyMismatch { .. })) => {}
+        other => panic!(
+            "expected a host key mismatch, got {:?}",
+            other.map(|e| e.host)
+        ),
+    }
 }

@@ -1,5 +1,5 @@
 //! The shim's command line: which docker-machine to run, where its store is, the name prefix
-//! and the can-connect cache lifetime. Parsed once by `main.rs`; turned into [`Settings`].
+//! the can-connect cache lifetime and whether machines are reached over SSH. Parsed once by `main.rs`; turned into [`Settings`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,6 +27,10 @@ pub struct Args {
     /// Seconds a positive can-connect result is trusted (upstream: 300; 0 disables)
     #[arg(long, default_value_t = 300)]
     pub can_connect_cache_ttl: u64,
+    /// Hand machines out over SSH (the store's IP address, SSH port, user and key; host key
+    /// pinned at first use) instead of Docker's TLS port 2376; can-connect checks over SSH
+    #[arg(long, env = "DROVER_SHIM_SSH")]
+    pub ssh: bool,
 }
 
 impl Args {
@@ -53,6 +57,7 @@ impl Args {
             bugsnag_token: env("MACHINE_BUGSNAG_API_TOKEN"),
             name_prefix: self.name_prefix.filter(|p| !p.is_empty()),
             can_connect_ttl: Duration::from_secs(self.can_connect_cache_ttl),
+            ssh: self.ssh,
         })
     }
 }
