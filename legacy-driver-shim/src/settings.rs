@@ -29,7 +29,8 @@ pub struct Args {
     pub can_connect_cache_ttl: u64,
     /// Hand machines out over SSH (the store's IP address, SSH port, user and key; host key
     /// pinned at first use) instead of Docker's TLS port 2376; can-connect checks over SSH
-    #[arg(long, env = "DROVER_SHIM_SSH")]
+    #[arg(long, env = "DROVER_SHIM_SSH", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
     pub ssh: bool,
 }
 
@@ -59,5 +60,24 @@ impl Args {
             can_connect_ttl: Duration::from_secs(self.can_connect_cache_ttl),
             ssh: self.ssh,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssh_is_off_by_default_and_on_with_the_flag_or_the_environment() {
+        let parse = |args: &[&str]| Args::try_parse_from(args).map(|a| a.ssh);
+        // SAFETY (of the test): no other test of this crate reads DROVER_SHIM_SSH.
+        std::env::remove_var("DROVER_SHIM_SSH");
+        assert_eq!(parse(&["shim"]).ok(), Some(false));
+        assert_eq!(parse(&["shim", "--ssh"]).ok(), Some(true));
+        std::env::set_var("DROVER_SHIM_SSH", "1");
+        assert_eq!(parse(&["shim"]).ok(), Some(true));
+        std::env::set_var("DROVER_SHIM_SSH", "false");
+        assert_eq!(parse(&["shim"]).ok(), Some(false));
+        std::env::remove_var("DROVER_SHIM_SSH");
     }
 }
