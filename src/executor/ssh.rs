@@ -45,8 +45,11 @@ pub const QUEUE_CHUNKS: usize = 4;
 /// SSH keepalive interval (upstream's connector default is 30 s).
 pub const KEEPALIVE: Duration = Duration::from_secs(30);
 
-/// How long the session thread pauses when the socket stays readable but nothing moves.
+/// How long the session thread pauses when the socket keeps being readable but nothing moves.
 const IDLE_BACKOFF: Duration = Duration::from_millis(20);
+
+/// Readable-but-idle wake-ups in a row tolerated before backing off.
+const IDLE_RUNS_BEFORE_BACKOFF: u32 = 64;
 
 /// How long opening one channel and starting `dial-stdio` may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -508,6 +511,7 @@ impl Pump {
     fn run(mut self) {
         let mut next_keepalive = Instant::now() + KEEPALIVE;
         let mut idle_readable = false;
+        let mut idle_runs = 0u32;
         loop {
             let mut drained = [0u8; 64];
             while matches!((&self.wake_rx).read(&mut drained), Ok(n) if n > 0) {}
@@ -555,15 +559,21 @@ impl Pump {
                 }
             }
             if idle_readable {
-                // The socket was readable yet nothing moved: the peer may be gone, or sent a
-                // packet for no channel of ours. Check, then wait a little before looking again
-                // instead of spinning.
+                // The socket was readable yet no channel's bytes moved: libssh2 took a control
+                // packet (window adjust, close, …), or the peer is gone. Every pass reads each
+                // channel's stderr, which drains the socket, so this does not repeat unless
+                // something is wrong; a run of them backs off instead of spinning.
                 if self.peer_closed() {
                     let e = self.lost("read", "the server closed the connection");
                     self.fail_all(e);
                     return;
                 }
-                std::thread::sleep(IDLE_BACKOFF);
+                idle_runs += 1;
+                if idle_runs > IDLE_RUNS_BEFORE_BACKOFF {
+                    std::thread::sleep(IDLE_BACKOFF);
+                }
+            } else {
+                idle_runs = 0;
             }
             let wait = next_keepalive.saturating_duration_since(Instant::now());
             match self.sleep(wait) {
@@ -814,7 +824,13 @@ impl Pump {
     /// Waits for the socket or a wake-up; whether the socket was readable.
     fn sleep(&self, wait: Duration) -> io::Result<bool> {
         let dirs = self.session.block_directions();
-        let mut sock_events = libc::POLLIN;
+        // Without channels nothing reads the socket: watching it for input would spin on any
+        // packet the server sends meanwhile (the next dial reads it).
+        let mut sock_events = if self.channels.is_empty() {
+            0
+        } else {
+            libc::POLLIN
+        };
         if matches!(
             dirs,
             ssh2::BlockDirections::Outbound | ssh2::BlockDirections::Both
