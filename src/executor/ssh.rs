@@ -9,13 +9,16 @@
 //! way per channel). When a queue towards drover is full the thread stops reading that channel,
 //! the SSH window closes and the machine's `dial-stdio` waits: nothing in the tunnel grows
 //! without bound. The thread sleeps in `poll(2)` on the socket and on a wake pipe the async
-//! side writes to when it queued or took a chunk.
+//! side writes to when it queued or took a chunk. Two channels are kept started ahead of need
+//! (a `dial-stdio` takes longer to start than a request to send), and ACKs go out at once
+//! (`TCP_QUICKACK`) since sshd leaves Nagle's algorithm on for sessions without a terminal.
 //!
 //! The host key is checked before authenticating: against the key the provider vouches for,
 //! else a known-hosts file (the provider's, else `~/.ssh/known_hosts`); anything else is
 //! refused. Keepalives go out every [`KEEPALIVE`] as upstream's connector does; connecting,
 //! the handshake and authentication together are bounded by the caller's timeout.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -53,6 +56,9 @@ const IDLE_RUNS_BEFORE_BACKOFF: u32 = 64;
 
 /// How long opening one channel and starting `dial-stdio` may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Channels kept started ahead of need per session (each a `dial-stdio` process).
+const SPARES: usize = 2;
 
 /// Idle pooled connections kept per session (each is a `dial-stdio` process on the machine).
 const POOL_IDLE: usize = 4;
@@ -232,6 +238,8 @@ pub fn connect_blocking(t: &SshTarget, timeout: Duration) -> Result<Session, Ssh
         open: open_rx,
         channels: Vec::new(),
         closing: Vec::new(),
+        spares: VecDeque::new(),
+        next_id: 0,
         target: target.clone(),
     };
     std::thread::Builder::new()
@@ -478,6 +486,8 @@ impl Drop for SshStream {
 
 /// One channel on the session thread.
 struct Chan {
+    /// Tells spares apart.
+    id: u64,
     ch: ssh2::Channel,
     to_remote: mpsc::Receiver<Bytes>,
     pending: Bytes,
@@ -496,6 +506,9 @@ struct Pump {
     open: mpsc::Receiver<OpenRequest>,
     channels: Vec<Chan>,
     closing: Vec<ssh2::Channel>,
+    /// Channels opened ahead of need, handed out by the next dials.
+    spares: VecDeque<(u64, SshStream)>,
+    next_id: u64,
     target: String,
 }
 
@@ -593,9 +606,34 @@ impl Pump {
         )
     }
 
+    /// A started spare channel whose `dial-stdio` is still there, if any.
+    fn take_spare(&mut self) -> Option<SshStream> {
+        while let Some((id, stream)) = self.spares.pop_front() {
+            let alive = self
+                .channels
+                .iter()
+                .any(|c| c.id == id && c.from_remote.is_some() && !c.ch.eof());
+            if alive {
+                return Some(stream);
+            }
+            // Dropping the stream lets the next pass close its channel.
+        }
+        None
+    }
+
     fn accept_opens(&mut self) -> io::Result<()> {
+        if self.open.is_closed() {
+            // Every handle is gone: the spares will never be asked for.
+            self.spares.clear();
+        }
+        let mut served = false;
         while let Ok(reply) = self.open.try_recv() {
             if reply.is_closed() {
+                continue;
+            }
+            served = true;
+            if let Some(stream) = self.take_spare() {
+                let _ = reply.send(Ok(stream));
                 continue;
             }
             match self.open_channel() {
@@ -615,6 +653,23 @@ impl Pump {
                 }
             }
         }
+        // Keep channels started ahead of need: `dial-stdio` (a docker CLI process on the
+        // machine) takes longer to start than a request takes to send.
+        while served && !self.open.is_closed() && self.spares.len() < SPARES {
+            match self.open_channel() {
+                Ok((chan, stream)) => {
+                    self.spares.push_back((chan.id, stream));
+                    self.channels.push(chan);
+                }
+                Err(e) if self.session_dead() => {
+                    return Err(self.lost("opening a channel", e));
+                }
+                Err(e) => {
+                    tracing::debug!(target = %self.target, error = %e, "no spare SSH channel");
+                    break;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -625,6 +680,24 @@ impl Pump {
         match ssh2::Error::last_session_error(&self.session).map(|e| e.code()) {
             Some(ssh2::ErrorCode::Session(c)) => SOCKET_OR_TRANSPORT.contains(&c),
             _ => false,
+        }
+    }
+
+    /// Acknowledges what arrives at once instead of after Linux's delayed-ACK timer: sshd does
+    /// not disable Nagle's algorithm for a session without a terminal, so a small response
+    /// held back until our ACK would otherwise cost up to 40 ms per request. The kernel clears
+    /// the flag again by itself, hence after every wake-up.
+    fn quick_ack(&self) {
+        let one: libc::c_int = 1;
+        // SAFETY: a valid socket and an int option.
+        unsafe {
+            libc::setsockopt(
+                self.socket.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_QUICKACK,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
         }
     }
 
@@ -671,10 +744,12 @@ impl Pump {
                 self.target
             ))
         })?;
+        self.next_id += 1;
         let (to_tx, to_rx) = mpsc::channel(QUEUE_CHUNKS);
         let (from_tx, from_rx) = mpsc::channel(QUEUE_CHUNKS);
         Ok((
             Chan {
+                id: self.next_id,
                 ch,
                 to_remote: to_rx,
                 pending: Bytes::new(),
@@ -852,6 +927,7 @@ impl Pump {
         let ms = i32::try_from(wait.as_millis().max(1)).unwrap_or(i32::MAX);
         // SAFETY: two valid pollfds.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        self.quick_ack();
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {

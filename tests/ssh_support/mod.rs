@@ -107,8 +107,7 @@ impl Sshd {
         }
     }
 
-    /// Kills sshd and every process it started (the session processes and their
-    /// `dial-stdio`s), as when a machine vanishes.
+    /// Kills sshd and its per-connection processes, as when a machine's sshd dies.
     pub fn kill_all(&mut self) {
         let root = self.child.id() as i32;
         let mut parent = std::collections::HashMap::new();
@@ -137,9 +136,17 @@ impl Sshd {
             }
             false
         };
+        let is_sshd = |pid: i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|c| c.trim() == "sshd")
+                .unwrap_or(false)
+        };
+        // Only the sshd processes: the sessions' shells and `dial-stdio`s then end by
+        // themselves (hang-up, end of input), as on a machine whose sshd died; killing them
+        // mid-way could leave their own state (lock files of the login shell's rc) behind.
         for &pid in parent.keys() {
-            if descends(pid) {
-                // SAFETY: a process this test started (a descendant of its sshd).
+            if descends(pid) && is_sshd(pid) {
+                // SAFETY: a process this test started (an sshd descendant of its sshd).
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
         }
