@@ -133,9 +133,21 @@ async fn wrong_host_keys_and_refused_user_keys_are_refused() {
     let e = refused(via_file.clone()).await;
     assert!(matches!(e, SshError::HostKeyMismatch { .. }), "{e}");
     std::fs::write(&kh, line(&sshd.pub_key("host_key.pub"))).expect("known_hosts");
-    connect::connect(&ssh_endpoint(via_file.clone()))
+    let engine = connect::connect(&ssh_endpoint(via_file.clone()))
         .await
         .expect("the right known-hosts entry is accepted");
+    // While the Engine is held its session keeps channels open on the machine; once dropped,
+    // the session ends at once and every `dial-stdio` with it (not at the next keepalive).
+    assert!(sshd.dial_stdio_count() > 0, "no dial-stdio while connected");
+    drop(engine);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sshd.dial_stdio_count() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "dial-stdio sessions outlived the Engine by 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // A known-hosts file without this host is no vouching either.
     std::fs::write(
         &kh,

@@ -173,7 +173,8 @@ pub enum SshError {
 #[derive(Debug)]
 pub struct Session {
     target: String,
-    open: mpsc::Sender<OpenRequest>,
+    /// `None` only while dropping.
+    open: Option<mpsc::Sender<OpenRequest>>,
     wake: Arc<Waker>,
 }
 
@@ -248,7 +249,7 @@ pub fn connect_blocking(t: &SshTarget, timeout: Duration) -> Result<Session, Ssh
         .map_err(|e| fail(format!("starting the session thread: {e}")))?;
     Ok(Session {
         target,
-        open: open_tx,
+        open: Some(open_tx),
         wake,
     })
 }
@@ -400,9 +401,19 @@ impl Session {
             )
         };
         let (tx, rx) = oneshot::channel();
-        self.open.send(tx).await.map_err(|_| gone())?;
+        let open = self.open.as_ref().ok_or_else(gone)?;
+        open.send(tx).await.map_err(|_| gone())?;
         self.wake.wake();
         rx.await.map_err(|_| gone())?
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // The thread may be asleep until the next keepalive: let it see it is done now
+        // (closing its spares and the connection).
+        drop(self.open.take());
+        self.wake.wake();
     }
 }
 

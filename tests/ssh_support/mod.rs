@@ -107,8 +107,8 @@ impl Sshd {
         }
     }
 
-    /// Kills sshd and its per-connection processes, as when a machine's sshd dies.
-    pub fn kill_all(&mut self) {
+    /// The processes this sshd started, directly or not.
+    pub fn descendants(&self) -> Vec<i32> {
         let root = self.child.id() as i32;
         let mut parent = std::collections::HashMap::new();
         for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -136,6 +136,23 @@ impl Sshd {
             }
             false
         };
+        parent.keys().copied().filter(|&p| descends(p)).collect()
+    }
+
+    /// How many `docker system dial-stdio` sessions are running under this sshd.
+    pub fn dial_stdio_count(&self) -> usize {
+        self.descendants()
+            .into_iter()
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .map(|c| String::from_utf8_lossy(&c).contains("dial-stdio"))
+                    .unwrap_or(false)
+            })
+            .count()
+    }
+
+    /// Kills sshd and its per-connection processes, as when a machine's sshd dies.
+    pub fn kill_all(&mut self) {
         let is_sshd = |pid: i32| {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .map(|c| c.trim() == "sshd")
@@ -144,8 +161,8 @@ impl Sshd {
         // Only the sshd processes: the sessions' shells and `dial-stdio`s then end by
         // themselves (hang-up, end of input), as on a machine whose sshd died; killing them
         // mid-way could leave their own state (lock files of the login shell's rc) behind.
-        for &pid in parent.keys() {
-            if descends(pid) && is_sshd(pid) {
+        for pid in self.descendants() {
+            if is_sshd(pid) {
                 // SAFETY: a process this test started (an sshd descendant of its sshd).
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
