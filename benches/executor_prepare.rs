@@ -3,8 +3,20 @@
 //! Engine with the images present (GIT_STRATEGY=none, the default `/cache` volume, the
 //! `/builds` volume with its permission fix, helper and build containers). Target: ≤ 1 s.
 //!
+//! The same jobs run over three transports to the same Engine in one run: its unix socket, TLS
+//! (a TLS front with client certificates on 127.0.0.1, as a docker-machine VM's port 2376) and
+//! SSH (a real sshd on 127.0.0.1 running `docker system dial-stdio`; skipped when
+//! `/usr/sbin/sshd` is missing and cannot be installed). Target for SSH: within 1.2× of TLS.
+//!
 //! Run: `cargo bench --bench executor_prepare` (needs /var/run/docker.sock; builds the local
 //! test images first); `DROVER_BENCH_SERVICES=N` adds N health-checked services. Prints min / median / max over the runs after one warm-up run.
+
+#[path = "../tests/docker_tls_front/mod.rs"]
+mod docker_tls_front;
+#[path = "../tests/ssh_support/mod.rs"]
+mod ssh_support;
+#[path = "../tests/test_certs/mod.rs"]
+mod test_certs;
 
 use std::io;
 use std::process::Command;
@@ -81,7 +93,6 @@ fn main() {
     )
     .expect("payload");
     println!("services per job: {services}");
-    let endpoint = DockerEndpoint::default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -90,33 +101,46 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
-    let mut overheads = Vec::new();
-    let mut totals = Vec::new();
-    for i in 0..=runs {
-        let mut sink = TimingSink {
-            text: Arc::default(),
-            seen: Arc::default(),
-        };
-        let req = JobRequest {
-            payload: &payload,
-            runner: &runner,
-            endpoint: &endpoint,
-            machine_name: None,
-            slot: Default::default(),
-        };
-        let start = Instant::now();
-        let result = runtime.block_on(executor::run_job(req, &mut sink, JobControl::default()));
-        let total = start.elapsed();
-        let seen = sink.seen.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Err(e) = result {
-            let text = sink.text.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            panic!("bench job failed: {e}\n{text}");
-        }
-        let overhead = seen.expect("the first script line never appeared") - start;
-        if i > 0 {
-            overheads.push(overhead);
-            totals.push(total);
-        }
+    let certs = tempfile::tempdir().expect("tempdir");
+    docker_tls_front::make_certs(certs.path());
+    let tls_port = runtime.block_on(docker_tls_front::tls_front(certs.path()));
+    let tls = DockerEndpoint {
+        host: Some(format!("tcp://127.0.0.1:{tls_port}")),
+        tls_cert_path: Some(certs.path().to_path_buf()),
+        tls_verify: true,
+        ssh: None,
+    };
+    let sshd = std::panic::catch_unwind(ssh_support::Sshd::start).ok();
+    let mut transports = vec![("unix socket", DockerEndpoint::default()), ("tls", tls)];
+    match &sshd {
+        Some(sshd) => transports.push((
+            "ssh",
+            DockerEndpoint {
+                ssh: Some(sshd.target()),
+                ..Default::default()
+            },
+        )),
+        None => println!("ssh: skipped (no sshd)"),
+    }
+    let mut medians = Vec::new();
+    for (name, endpoint) in &transports {
+        let (mut overheads, mut totals) = measure(&runtime, endpoint, &payload, &runner, runs);
+        show(
+            &format!("{name}: prepare overhead (job handed -> first script line)"),
+            &mut overheads,
+        );
+        show(
+            &format!("{name}: whole job (prepare .. cleanup)"),
+            &mut totals,
+        );
+        medians.push((*name, overheads[overheads.len() / 2]));
+    }
+    let median = |n: &str| medians.iter().find(|(m, _)| *m == n).map(|(_, d)| *d);
+    if let (Some(ssh), Some(tls)) = (median("ssh"), median("tls")) {
+        println!(
+            "ssh / tls prepare (medians): {:.2}x (target <= 1.2x)",
+            ssh.as_secs_f64() / tls.as_secs_f64()
+        );
     }
     // Baseline on the same Engine at the same time: one bare container run (create, attach,
     // start, wait, remove) of the helper image, which the executor's structure repeats per
@@ -135,24 +159,61 @@ fn main() {
     let _ = Command::new("sh")
         .args(["-c", "docker volume ls -q --filter label=com.gitlab.gitlab-runner.runner.id=dtebench0 | xargs -r docker volume rm -f >/dev/null"])
         .status();
-    let show = |name: &str, v: &mut Vec<Duration>| {
-        v.sort();
-        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-        println!(
-            "{name}: min {:.0} ms, median {:.0} ms, max {:.0} ms ({} runs)",
-            ms(v[0]),
-            ms(v[v.len() / 2]),
-            ms(v[v.len() - 1]),
-            v.len()
-        );
-    };
-    show(
-        "prepare overhead (job handed -> first script line)",
-        &mut overheads,
-    );
-    show("whole job (prepare .. cleanup)", &mut totals);
     show(
         "baseline: one `docker run --rm <helper> true`",
         &mut baseline,
     );
+}
+
+/// Sorts `v` and prints its min / median / max.
+fn show(name: &str, v: &mut [Duration]) {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "{name}: min {:.0} ms, median {:.0} ms, max {:.0} ms ({} runs)",
+        ms(v[0]),
+        ms(v[v.len() / 2]),
+        ms(v[v.len() - 1]),
+        v.len()
+    );
+}
+
+/// Runs the job `runs + 1` times over `endpoint` (the first is a warm-up): prepare overheads
+/// and whole-job times.
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    endpoint: &DockerEndpoint,
+    payload: &JobPayload,
+    runner: &RunnerSettings,
+    runs: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let mut overheads = Vec::new();
+    let mut totals = Vec::new();
+    for i in 0..=runs {
+        let mut sink = TimingSink {
+            text: Arc::default(),
+            seen: Arc::default(),
+        };
+        let req = JobRequest {
+            payload,
+            runner,
+            endpoint,
+            machine_name: None,
+            slot: Default::default(),
+        };
+        let start = Instant::now();
+        let result = runtime.block_on(executor::run_job(req, &mut sink, JobControl::default()));
+        let total = start.elapsed();
+        let seen = sink.seen.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Err(e) = result {
+            let text = sink.text.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            panic!("bench job failed: {e}\n{text}");
+        }
+        let overhead = seen.expect("the first script line never appeared") - start;
+        if i > 0 {
+            overheads.push(overhead);
+            totals.push(total);
+        }
+    }
+    (overheads, totals)
 }

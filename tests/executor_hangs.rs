@@ -78,6 +78,7 @@ async fn a_silent_endpoint_is_a_prompt_system_failure() {
         host: Some(format!("tcp://127.0.0.1:{tls_port}")),
         tls_cert_path: Some(dir.path().to_path_buf()),
         tls_verify: true,
+        ssh: None,
     };
     let (a, b) = tokio::join!(run_against(plain), run_against(tls));
     for ((result, took, trace), port) in [(a, plain_port), (b, tls_port)] {

@@ -13,6 +13,7 @@ pub mod exec;
 pub mod ops;
 pub mod serve;
 pub mod settings;
+pub mod ssh;
 pub mod store;
 
 use std::process::ExitCode;

@@ -101,6 +101,9 @@ pub struct Settings {
     pub name_prefix: Option<String>,
     /// Lifetime of positive can-connect results.
     pub can_connect_ttl: Duration,
+    /// Hand out machines over SSH (the store's IP, port, user and key) instead of Docker's
+    /// TLS port; can-connect then checks over SSH too.
+    pub ssh: bool,
 }
 
 /// The shim: docker-machine behind the provider operations.
@@ -118,6 +121,8 @@ pub struct Shim {
     /// creates would leave a client cert not signed by the final CA. Across processes the
     /// same create also holds the store's certificate lock ([`Store::try_lock_certs`]).
     cert_bootstrap: tokio::sync::Mutex<()>,
+    /// `Some` when machines are handed out over SSH.
+    ssh: Option<crate::ssh::SshTools>,
 }
 
 /// How often a create holding the bootstrap lock looks whether `certs/` is complete.
@@ -154,6 +159,7 @@ impl Shim {
             connect: ConnectCache::new(settings.can_connect_ttl),
             busy: Mutex::new(HashMap::new()),
             cert_bootstrap: tokio::sync::Mutex::new(()),
+            ssh: settings.ssh.then(crate::ssh::SshTools::default),
         }
     }
 
@@ -362,6 +368,15 @@ impl Shim {
             self.connect.forget(name);
             return Ok(CanConnectResult { can_connect: false });
         }
+        if let Some(tools) = &self.ssh {
+            let ok = self.ssh_can_connect(tools, name, ctx).await?;
+            if ok {
+                self.connect.record(name, Instant::now());
+            } else {
+                self.connect.forget(name);
+            }
+            return Ok(CanConnectResult { can_connect: ok });
+        }
         let argv = self.argv.config(name);
         let ok = match self
             .exec
@@ -385,6 +400,68 @@ impl Shim {
             self.connect.forget(name);
         }
         Ok(CanConnectResult { can_connect: ok })
+    }
+
+    /// Over SSH: the store's login details, the pinned host key, and `docker version` on the
+    /// machine. A machine without usable details or whose key cannot be pinned cannot connect.
+    async fn ssh_can_connect(
+        &self,
+        tools: &crate::ssh::SshTools,
+        name: &str,
+        ctx: &Ctx,
+    ) -> OpResult<bool> {
+        let login = match self.store.ssh_login(name) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(machine = %name, error = %e, "cannot reach the machine over SSH");
+                return Ok(false);
+            }
+        };
+        let pin = match tools.pin(&self.store, name, &login, &ctx.cancel).await {
+            Ok(p) => p,
+            Err(crate::ssh::PinError::Exec(e @ ExecError::Cancelled { .. })) => {
+                return Err(e.into())
+            }
+            Err(e) => {
+                tracing::warn!(machine = %name, error = %e, "cannot pin the machine's SSH host key");
+                return Ok(false);
+            }
+        };
+        match tools.engine_answers(name, &login, &pin, &ctx.cancel).await {
+            Ok(ok) => Ok(ok),
+            Err(e @ ExecError::Spawn { .. }) => Err(fail(
+                ErrorKind::InvalidConfig,
+                format!("{e}; --ssh needs the OpenSSH client (ssh, ssh-keyscan)"),
+            )),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The `ssh` endpoint of machine `name` (login details from the store, host key pinned).
+    async fn ssh_credentials(
+        &self,
+        tools: &crate::ssh::SshTools,
+        name: &str,
+        ctx: &Ctx,
+    ) -> OpResult<CredentialsResult> {
+        let login = self.store.ssh_login(name)?;
+        let pin = tools
+            .pin(&self.store, name, &login, &ctx.cancel)
+            .await
+            .map_err(|e| match e {
+                crate::ssh::PinError::Exec(e) => OpError::from(e),
+                other => fail(ErrorKind::Transient, other.to_string()),
+            })?;
+        Ok(CredentialsResult {
+            endpoint: Endpoint::Ssh(drover_protocol::SshEndpoint {
+                address: login.address(),
+                username: login.user,
+                key_path: Some(login.key_path.display().to_string()),
+                key: None,
+                host_key: None,
+                known_hosts: Some(pin.display().to_string()),
+            }),
+        })
     }
 
     async fn value(&self, op: &str, name: &str, argv: &[String], ctx: &Ctx) -> OpResult<String> {
@@ -434,6 +511,9 @@ impl Shim {
                 ErrorKind::NotFound,
                 format!("machine {name:?} does not exist"),
             ));
+        }
+        if let Some(tools) = &self.ssh {
+            return self.ssh_credentials(tools, name, ctx).await;
         }
         let host = self
             .value("credentials", name, &self.argv.url(name), ctx)

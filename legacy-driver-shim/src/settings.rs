@@ -1,5 +1,5 @@
 //! The shim's command line: which docker-machine to run, where its store is, the name prefix
-//! and the can-connect cache lifetime. Parsed once by `main.rs`; turned into [`Settings`].
+//! the can-connect cache lifetime and whether machines are reached over SSH. Parsed once by `main.rs`; turned into [`Settings`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,6 +27,11 @@ pub struct Args {
     /// Seconds a positive can-connect result is trusted (upstream: 300; 0 disables)
     #[arg(long, default_value_t = 300)]
     pub can_connect_cache_ttl: u64,
+    /// Hand machines out over SSH (the store's IP address, SSH port, user and key; host key
+    /// pinned at first use) instead of Docker's TLS port 2376; can-connect checks over SSH
+    #[arg(long, env = "DROVER_SHIM_SSH", action = clap::ArgAction::SetTrue,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub ssh: bool,
 }
 
 impl Args {
@@ -53,6 +58,26 @@ impl Args {
             bugsnag_token: env("MACHINE_BUGSNAG_API_TOKEN"),
             name_prefix: self.name_prefix.filter(|p| !p.is_empty()),
             can_connect_ttl: Duration::from_secs(self.can_connect_cache_ttl),
+            ssh: self.ssh,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssh_is_off_by_default_and_on_with_the_flag_or_the_environment() {
+        let parse = |args: &[&str]| Args::try_parse_from(args).map(|a| a.ssh);
+        // SAFETY (of the test): no other test of this crate reads DROVER_SHIM_SSH.
+        std::env::remove_var("DROVER_SHIM_SSH");
+        assert_eq!(parse(&["shim"]).ok(), Some(false));
+        assert_eq!(parse(&["shim", "--ssh"]).ok(), Some(true));
+        std::env::set_var("DROVER_SHIM_SSH", "1");
+        assert_eq!(parse(&["shim"]).ok(), Some(true));
+        std::env::set_var("DROVER_SHIM_SSH", "false");
+        assert_eq!(parse(&["shim"]).ok(), Some(false));
+        std::env::remove_var("DROVER_SHIM_SSH");
     }
 }

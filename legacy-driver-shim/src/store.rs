@@ -4,7 +4,8 @@
 //! Listing scans `<store>/machines/` (every non-hidden directory is a machine) and inspect
 //! parses `config.json`; neither runs a process, exactly as GitLab Runner does. The store root
 //! is resolved as docker-machine resolves it: an explicit path, else `$MACHINE_STORAGE_PATH`,
-//! else `$HOME/.docker/machine`. This module never writes to the store.
+//! else `$HOME/.docker/machine`. This module never writes to the store (the SSH host-key pin
+//! is written by `ssh.rs`).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -173,22 +174,7 @@ impl Store {
 
     /// Driver name and metric labels from `config.json`, without running docker-machine.
     pub fn inspect(&self, name: &str) -> Result<InspectResult, StoreError> {
-        if !self.has_dir(name) {
-            return Err(StoreError::NotFound(name.to_string()));
-        }
-        let path = self.machine_dir(name).join("config.json");
-        let text = drover_protocol::bounded::read_file_string(
-            &path,
-            drover_protocol::bounded::MAX_SMALL_FILE,
-        )
-        .map_err(|source| StoreError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| StoreError::Parse {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
+        let v = self.config(name)?;
         let driver = v
             .get("DriverName")
             .and_then(|d| d.as_str())
@@ -208,6 +194,91 @@ impl Store {
             }
         }
         Ok(InspectResult { driver, labels })
+    }
+
+    /// How to log in to the machine: `Driver.IPAddress`, `.SSHPort` (22 when absent),
+    /// `.SSHUser` (`root` when absent) and `.SSHKeyPath` from `config.json`.
+    pub fn ssh_login(&self, name: &str) -> Result<SshLogin, StoreError> {
+        let v = self.config(name)?;
+        let path = self.machine_dir(name).join("config.json");
+        let d = v.get("Driver");
+        let text = |k: &str| {
+            d.and_then(|d| d.get(k))
+                .and_then(|x| x.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let missing = |field: &str| StoreError::Parse {
+            path: path.clone(),
+            message: format!("Driver.{field} is empty; the machine cannot be reached over SSH"),
+        };
+        let ip = text("IPAddress");
+        if ip.is_empty() {
+            return Err(missing("IPAddress"));
+        }
+        let key_path = text("SSHKeyPath");
+        if key_path.is_empty() {
+            return Err(missing("SSHKeyPath"));
+        }
+        let port = match d.and_then(|d| d.get("SSHPort")).and_then(|p| p.as_u64()) {
+            None | Some(0) => 22,
+            Some(p) => u16::try_from(p).map_err(|_| StoreError::Parse {
+                path: path.clone(),
+                message: format!("Driver.SSHPort {p} is not a port"),
+            })?,
+        };
+        let user = Some(text("SSHUser"))
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "root".to_string());
+        Ok(SshLogin {
+            ip,
+            port,
+            user,
+            key_path: PathBuf::from(key_path),
+        })
+    }
+
+    fn config(&self, name: &str) -> Result<serde_json::Value, StoreError> {
+        if !self.has_dir(name) {
+            return Err(StoreError::NotFound(name.to_string()));
+        }
+        let path = self.machine_dir(name).join("config.json");
+        let text = drover_protocol::bounded::read_file_string(
+            &path,
+            drover_protocol::bounded::MAX_SMALL_FILE,
+        )
+        .map_err(|source| StoreError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|e| StoreError::Parse {
+            path: path.clone(),
+            message: e.to_string(),
+        })
+    }
+}
+
+/// A machine's SSH login details from the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshLogin {
+    /// `Driver.IPAddress`.
+    pub ip: String,
+    /// `Driver.SSHPort`.
+    pub port: u16,
+    /// `Driver.SSHUser`.
+    pub user: String,
+    /// `Driver.SSHKeyPath`.
+    pub key_path: PathBuf,
+}
+
+impl SshLogin {
+    /// `ip:port` (`[v6]:port`).
+    pub fn address(&self) -> String {
+        if self.ip.contains(':') {
+            format!("[{}]:{}", self.ip, self.port)
+        } else {
+            format!("{}:{}", self.ip, self.port)
+        }
     }
 }
 

@@ -364,7 +364,7 @@ pub struct CredentialsResult {
     pub endpoint: Endpoint,
 }
 
-/// A Docker endpoint. Tagged by `type` so other connection kinds (SSH, …) can be added.
+/// A Docker endpoint, tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -390,9 +390,47 @@ pub enum Endpoint {
         /// The socket path, e.g. `/var/run/docker.sock`.
         socket: String,
     },
+    /// The machine over SSH (fleeting's connect-info shape): drover logs in and runs
+    /// `docker system dial-stdio` there for each connection to its Engine.
+    Ssh(SshEndpoint),
     /// An endpoint type this drover does not know.
     #[serde(other)]
     Unsupported,
+}
+
+/// How to reach a machine over SSH. At least one of `key` and `key_path` should be set (without
+/// either drover asks its SSH agent); the host key is checked against `host_key`, else
+/// `known_hosts`, else drover's own `~/.ssh/known_hosts`, and a machine that matches none is
+/// refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshEndpoint {
+    /// `HOST:PORT` (port 22 when absent), e.g. `10.0.0.5:22`.
+    pub address: String,
+    /// The login user (fleeting's `username`); it must be allowed to use Docker.
+    pub username: String,
+    /// A private key file on drover's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_path: Option<String>,
+    /// A private key itself, OpenSSH or PEM (fleeting's `key`); wins over `key_path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<PrivateKey>,
+    /// The machine's host public key the provider vouches for: `ssh-ed25519 AAAA…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_key: Option<String>,
+    /// A known-hosts file (OpenSSH format) to check the host key against instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_hosts: Option<String>,
+}
+
+/// A private key: serialised as the plain string, shown as `<redacted>` in debug output.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PrivateKey(pub String);
+
+impl fmt::Debug for PrivateKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 /// The result of `inspect`.
@@ -473,8 +511,29 @@ mod tests {
         .unwrap();
         assert_eq!(r.error.unwrap().kind, ErrorKind::Unknown);
         let c: CredentialsResult =
-            serde_json::from_str(r#"{"endpoint":{"type":"ssh","host":"h"}}"#).unwrap();
+            serde_json::from_str(r#"{"endpoint":{"type":"telepathy","host":"h"}}"#).unwrap();
         assert_eq!(c.endpoint, Endpoint::Unsupported);
+    }
+
+    #[test]
+    fn ssh_endpoints_round_trip_and_hide_the_key() {
+        let line = r#"{"endpoint":{"type":"ssh","address":"10.0.0.5:22","username":"core","key":"PRIVATE","host_key":"ssh-ed25519 AAAAC3Nz","future":1}}"#;
+        let c: CredentialsResult = serde_json::from_str(line).unwrap();
+        let Endpoint::Ssh(ssh) = &c.endpoint else {
+            panic!("not ssh: {c:?}");
+        };
+        assert_eq!(ssh.address, "10.0.0.5:22");
+        assert_eq!(ssh.username, "core");
+        assert_eq!(ssh.key, Some(PrivateKey("PRIVATE".into())));
+        assert_eq!(ssh.key_path, None);
+        assert!(!format!("{c:?}").contains("PRIVATE"));
+        let back: CredentialsResult =
+            serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        assert!(serde_json::from_str::<CredentialsResult>(
+            r#"{"endpoint":{"type":"ssh","username":"u"}}"#
+        )
+        .is_err());
     }
 
     #[test]

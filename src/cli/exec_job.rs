@@ -110,6 +110,7 @@ fn prepare(args: &ExecJobArgs) -> anyhow::Result<Prepared> {
         host: args.docker_host.clone(),
         tls_verify: args.tls_cert_path.is_some(),
         tls_cert_path: args.tls_cert_path.clone(),
+        ssh: None,
     });
     Ok(Prepared {
         _secrets: secrets,

@@ -34,6 +34,9 @@ pub struct DockerEndpoint {
     pub tls_cert_path: Option<PathBuf>,
     /// Whether to use TLS (certificates are ignored without it, as upstream).
     pub tls_verify: bool,
+    /// Reach the Engine over SSH instead (`docker system dial-stdio` on the machine); `host`
+    /// and the TLS fields are then unused.
+    pub ssh: Option<super::ssh::SshTarget>,
 }
 
 impl DockerEndpoint {
@@ -45,7 +48,24 @@ impl DockerEndpoint {
             host: Some(d.host.clone()),
             tls_cert_path: (!d.tls_cert_path.is_empty()).then(|| PathBuf::from(&d.tls_cert_path)),
             tls_verify: d.tls_verify,
+            ssh: None,
         })
+    }
+
+    /// The endpoint of a machine a provider hands out over SSH.
+    pub fn over_ssh(e: &drover_protocol::SshEndpoint) -> Self {
+        let path = |p: &Option<String>| p.as_deref().filter(|p| !p.is_empty()).map(PathBuf::from);
+        DockerEndpoint {
+            ssh: Some(super::ssh::SshTarget {
+                address: e.address.clone(),
+                username: e.username.clone(),
+                key_path: path(&e.key_path),
+                key: e.key.clone().filter(|k| !k.0.is_empty()),
+                host_key: e.host_key.clone().filter(|k| !k.is_empty()),
+                known_hosts: path(&e.known_hosts),
+            }),
+            ..Default::default()
+        }
     }
 
     /// The endpoint from `DOCKER_HOST`, `DOCKER_CERT_PATH` and `DOCKER_TLS_VERIFY`.
@@ -61,11 +81,15 @@ impl DockerEndpoint {
             host,
             tls_cert_path,
             tls_verify,
+            ssh: None,
         }
     }
 
     /// The endpoint with an empty host filled from the environment.
     pub fn resolved(&self) -> Self {
+        if self.ssh.is_some() {
+            return self.clone();
+        }
         match self.host.as_deref().filter(|h| !h.is_empty()) {
             Some(_) => self.clone(),
             None => {
@@ -121,6 +145,9 @@ pub enum ConnectError {
         /// How long drover waited.
         after: Duration,
     },
+    /// The SSH connection could not be made (unreachable, host key, authentication).
+    #[error(transparent)]
+    Ssh(#[from] super::ssh::SshError),
     /// The Engine's OS is not one the executor supports.
     #[error("the Docker Engine at {host} runs {os:?}; only linux is supported")]
     UnsupportedOs {
@@ -149,16 +176,22 @@ pub struct Engine {
 /// Connects, negotiates the API version and reads `info`.
 pub async fn connect(endpoint: &DockerEndpoint) -> Result<Engine, ConnectError> {
     let ep = endpoint.resolved();
-    let host = ep
-        .host
-        .clone()
-        .unwrap_or_else(|| DEFAULT_SOCKET.to_string());
-    let docker = client(&ep, &host)?;
+    let host = match &ep.ssh {
+        Some(t) => t.display(),
+        None => ep
+            .host
+            .clone()
+            .unwrap_or_else(|| DEFAULT_SOCKET.to_string()),
+    };
     let unreachable = |source| ConnectError::Unreachable {
         host: host.clone(),
         source,
     };
     let handshake = async {
+        let docker = match &ep.ssh {
+            Some(t) => ssh_client(t).await?,
+            None => client(&ep, &host)?,
+        };
         let docker = docker.negotiate_version().await.map_err(unreachable)?;
         let info = docker.info().await.map_err(unreachable)?;
         Ok::<_, ConnectError>((docker, info))
@@ -216,6 +249,26 @@ fn client(ep: &DockerEndpoint, host: &str) -> Result<Docker, ConnectError> {
     tls_client(config, addr).map_err(unreachable)
 }
 
+/// Opens the SSH session (blocking work on the blocking pool) and builds a client over it.
+async fn ssh_client(t: &super::ssh::SshTarget) -> Result<Docker, ConnectError> {
+    let target = t.clone();
+    let session =
+        tokio::task::spawn_blocking(move || super::ssh::connect_blocking(&target, CONNECT_TIMEOUT))
+            .await
+            .map_err(|e| {
+                ConnectError::Ssh(super::ssh::SshError::Connect {
+                    target: t.display(),
+                    message: format!("the connecting task failed: {e}"),
+                })
+            })??;
+    super::ssh::docker_client(session, CLIENT_TIMEOUT_SECS).map_err(|source| {
+        ConnectError::Unreachable {
+            host: t.display(),
+            source,
+        }
+    })
+}
+
 fn read_pem(path: &Path) -> Result<Vec<u8>, ConnectError> {
     std::fs::read(path).map_err(|e| ConnectError::Certificate {
         path: path.to_path_buf(),
@@ -262,9 +315,12 @@ pub fn tls_config(dir: &Path) -> Result<rustls::ClientConfig, ConnectError> {
         .map_err(|e| ConnectError::Tls(e.to_string()))
 }
 
-type BollardBody = <bollard::BollardRequest as RequestBody>::Body;
+/// Bollard's request body type.
+pub(crate) type BollardBody = <bollard::BollardRequest as RequestBody>::Body;
 
-trait RequestBody {
+/// Names the body type of a request (bollard does not export its own).
+pub trait RequestBody {
+    /// The body.
     type Body;
 }
 
@@ -287,6 +343,19 @@ fn tls_client(config: rustls::ClientConfig, addr: &str) -> Result<Docker, bollar
     let client: Client<_, BollardBody> = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(0)
         .build(https);
+    custom_transport(client, &format!("https://{addr}"), CLIENT_TIMEOUT_SECS)
+}
+
+/// A bollard client sending every request through `client` (its connector decides how bytes
+/// reach the Engine), addressed as `addr`.
+pub(crate) fn custom_transport<C>(
+    client: hyper_util::client::legacy::Client<C, BollardBody>,
+    addr: &str,
+    timeout_secs: u64,
+) -> Result<Docker, bollard::errors::Error>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
     let client = Arc::new(client);
     Docker::connect_with_custom_transport(
         move |req: bollard::BollardRequest| {
@@ -298,8 +367,8 @@ fn tls_client(config: rustls::ClientConfig, addr: &str) -> Result<Docker, bollar
                     .map_err(bollard::errors::Error::from)
             }
         },
-        Some(format!("https://{addr}")),
-        CLIENT_TIMEOUT_SECS,
+        Some(addr.to_string()),
+        timeout_secs,
         API_DEFAULT_VERSION,
     )
 }
@@ -329,6 +398,7 @@ mod tests {
             host: Some("tcp://127.0.0.1:2376".into()),
             tls_cert_path: None,
             tls_verify: true,
+            ssh: None,
         };
         assert!(matches!(
             client(&ep, "tcp://127.0.0.1:2376"),

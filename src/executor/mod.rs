@@ -29,6 +29,7 @@ mod run;
 pub mod script;
 pub mod services;
 pub mod settings;
+pub mod ssh;
 pub mod stage_limits;
 pub mod stages;
 pub mod trace;

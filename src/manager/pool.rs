@@ -174,17 +174,21 @@ pub fn docker_endpoint(name: &str, e: &Endpoint) -> Result<DockerEndpoint, PoolE
             host: Some(host.clone()),
             tls_cert_path: Some(PathBuf::from(cert_dir)),
             tls_verify: *tls_verify,
+            ssh: None,
         }),
         Endpoint::Tcp { host } => Ok(DockerEndpoint {
             host: Some(host.clone()),
             tls_cert_path: None,
             tls_verify: false,
+            ssh: None,
         }),
         Endpoint::Unix { socket } => Ok(DockerEndpoint {
             host: Some(format!("unix://{socket}")),
             tls_cert_path: None,
             tls_verify: false,
+            ssh: None,
         }),
+        Endpoint::Ssh(ssh) => Ok(DockerEndpoint::over_ssh(ssh)),
         _ => Err(PoolError::UnsupportedEndpoint(name.to_string())),
     }
 }

@@ -310,6 +310,7 @@ pub async fn run(
                         ))
                     }
                 }
+                Ok(Endpoint::Ssh(ssh)) => ssh_endpoint_usable(&ssh),
                 Ok(Endpoint::Tcp { host }) if !host.is_empty() => Ok(format!("tcp {host}")),
                 Ok(Endpoint::Unix { socket }) if !socket.is_empty() => Ok(format!("unix {socket}")),
                 other => Err(format!("expected a usable endpoint, got {other:?}")),
@@ -404,4 +405,47 @@ pub async fn run(
 
 fn plugin_cmd_of(p: &Plugin) -> PluginCommand {
     p.command().clone()
+}
+
+/// Whether an `ssh` credentials answer is complete enough for drover to log in and check the
+/// host key: an address and user, an absolute readable key file (or the key itself), and a
+/// vouched host key or an absolute known-hosts file.
+fn ssh_endpoint_usable(e: &super::protocol::SshEndpoint) -> Result<String, String> {
+    let file_ok = |what: &str, p: &str| {
+        let path = std::path::Path::new(p);
+        if !path.is_absolute() {
+            Err(format!("{what} {p:?} is relative; it must be absolute"))
+        } else if !path.is_file() {
+            Err(format!("{what} {p:?} is not a readable file"))
+        } else {
+            Ok(())
+        }
+    };
+    if e.address.trim().is_empty() || e.username.trim().is_empty() {
+        return Err(format!(
+            "an ssh endpoint needs an address and a username, got {e:?}"
+        ));
+    }
+    let key = match (&e.key, &e.key_path) {
+        (Some(k), _) if !k.0.trim().is_empty() => "key".to_string(),
+        (_, Some(p)) if !p.is_empty() => {
+            file_ok("key_path", p)?;
+            format!("key_path {p}")
+        }
+        _ => return Err("an ssh endpoint needs key or key_path".into()),
+    };
+    let host = match (&e.host_key, &e.known_hosts) {
+        (Some(h), _) if !h.trim().is_empty() => "host_key".to_string(),
+        (_, Some(p)) if !p.is_empty() => {
+            file_ok("known_hosts", p)?;
+            format!("known_hosts {p}")
+        }
+        _ => {
+            return Err(
+                "an ssh endpoint needs host_key or known_hosts: drover refuses a machine whose host key nobody vouches for"
+                    .into(),
+            )
+        }
+    };
+    Ok(format!("ssh {}@{} {key} {host}", e.username, e.address))
 }
