@@ -2517,6 +2517,7 @@ fn missing_docker_config_case(t: &mut Tally) {
         host: Some("unix:///nonexistent/drover-conformance/docker.sock".into()),
         tls_cert_path: None,
         tls_verify: false,
+        ssh: None,
     };
     let req = drover::executor::JobRequest {
         payload: &payload,
