@@ -40,10 +40,28 @@ enum Kind {
     Unlisted,
 }
 
+/// Where a record stands towards the pass: members are the records whose name matches the
+/// filter and that are listed, or Creating and not (yet) listed.
+fn kind_of(matches: bool, listed: bool, state: MachineState) -> Option<Kind> {
+    if !matches {
+        None
+    } else if listed {
+        Some(Kind::Listed)
+    } else if state == MachineState::Creating {
+        Some(Kind::Unlisted)
+    } else {
+        None
+    }
+}
+
 /// What the index last recorded for one machine.
 #[derive(Debug, Clone)]
 struct Snap {
     name: Box<str>,
+    /// Whether the name matches the filter (names never change, so this is read once).
+    matches: bool,
+    /// Whether the name is in the mirror (kept by `mirror_insert` / `mirror_remove`).
+    listed: bool,
     /// `None`: tracked, but not visited by a pass.
     kind: Option<Kind>,
     state: MachineState,
@@ -136,6 +154,24 @@ impl Ranked {
             self.blocks.remove(b);
             self.counts.remove(b);
         }
+    }
+
+    /// Changes the state of the entry `name` in place (its place in the order is its name's).
+    fn update(&mut self, name: &str, state: MachineState, retry_count: u32) {
+        let b = self.block_of(name);
+        let (Some(block), Some(c)) = (self.blocks.get_mut(b), self.counts.get_mut(b)) else {
+            return;
+        };
+        let Ok(at) = block.binary_search_by(|x| (*x.name).cmp(name)) else {
+            return;
+        };
+        let Some(e) = block.get_mut(at) else {
+            return;
+        };
+        count(c, e.state, e.retry_count, -1);
+        e.state = state;
+        e.retry_count = retry_count;
+        count(c, state, retry_count, 1);
     }
 
     /// The counters of the entries before `name`.
@@ -264,6 +300,9 @@ impl Index {
                 self.mirror_matching += 1;
             }
             if let Some(id) = ledger.id_of(name) {
+                if let Some(snap) = self.snaps.get_mut(&id) {
+                    snap.listed = true;
+                }
                 ledger.mark(id);
             }
         }
@@ -275,6 +314,9 @@ impl Index {
                 self.mirror_matching -= 1;
             }
             if let Some(id) = ledger.id_of(name) {
+                if let Some(snap) = self.snaps.get_mut(&id) {
+                    snap.listed = false;
+                }
                 ledger.mark(id);
             }
         }
@@ -296,19 +338,22 @@ impl Index {
     }
 
     fn refresh(&mut self, id: Id, ledger: &mut Ledger) {
-        let kind = ledger.get(id).and_then(|m| {
-            let matches = self.matcher.as_ref().is_some_and(|f| f.matches(&m.name));
-            if !matches {
-                None
-            } else if self.mirror.contains(&*m.name) {
-                Some(Kind::Listed)
-            } else if m.state == MachineState::Creating {
-                Some(Kind::Unlisted)
-            } else {
-                None
-            }
-        });
+        if self.refresh_in_place(id, ledger) {
+            return;
+        }
         let old = self.snaps.remove(&id);
+        let (matches, listed) = match (&old, ledger.get(id)) {
+            // The name of a record never changes: what the old snapshot knew still holds.
+            (Some(o), Some(m)) if *o.name == *m.name => (o.matches, o.listed),
+            (_, Some(m)) => (
+                self.matcher.as_ref().is_some_and(|f| f.matches(&m.name)),
+                self.mirror.contains(&*m.name),
+            ),
+            (_, None) => (false, false),
+        };
+        let kind = ledger
+            .get(id)
+            .and_then(|m| kind_of(matches, listed, m.state));
         if let Some(o) = &old {
             self.unindex(id, o);
         }
@@ -336,8 +381,14 @@ impl Index {
                 self.clock
             }
         };
+        let name = match old {
+            Some(o) if *o.name == *m.name => o.name,
+            _ => m.name.clone(),
+        };
         let snap = Snap {
-            name: m.name.clone(),
+            name,
+            matches,
+            listed,
             kind,
             state: m.state,
             retry_count: m.retry_count,
@@ -347,6 +398,60 @@ impl Index {
         };
         self.reindex(id, &snap);
         self.snaps.insert(id, snap);
+    }
+
+    /// The common case of [`Self::refresh`]: a record that stays where it was towards the pass
+    /// (same kind) has its counters, its entry and its Idle indexes moved in place, with no
+    /// lookup by name beyond its entry's and no allocation. Returns false when the general
+    /// path must run (a new or removed record, or a change of kind).
+    fn refresh_in_place(&mut self, id: Id, ledger: &Ledger) -> bool {
+        let (Some(snap), Some(m)) = (self.snaps.get_mut(&id), ledger.get(id)) else {
+            return false;
+        };
+        let kind = kind_of(snap.matches, snap.listed, m.state);
+        if kind != snap.kind || *snap.name != *m.name {
+            return false;
+        }
+        let old = (snap.state, snap.retry_count, snap.used, snap.used_count);
+        let new = (m.state, m.retry_count, m.used, m.used_count);
+        if old == new {
+            return true;
+        }
+        (snap.state, snap.retry_count, snap.used, snap.used_count) = new;
+        let (old_state, old_retry, old_used, old_used_count) = old;
+        let (state, retry_count, used, used_count) = new;
+        count(&mut self.all, old_state, old_retry, -1);
+        count(&mut self.all, state, retry_count, 1);
+        if kind.is_none() {
+            return true;
+        }
+        count(&mut self.counts, old_state, old_retry, -1);
+        count(&mut self.counts, state, retry_count, 1);
+        if kind != Some(Kind::Listed) {
+            return true;
+        }
+        let name = &snap.name;
+        self.ranked.update(name, state, retry_count);
+        if old_state == MachineState::Idle {
+            self.idle_by_used.remove(&(old_used, id));
+            if let Some(n) = self.idle_used_counts.get_mut(&old_used_count) {
+                *n -= 1;
+                if *n == 0 {
+                    self.idle_used_counts.remove(&old_used_count);
+                }
+            }
+            if state != MachineState::Idle {
+                self.idle_by_name.remove(name);
+            }
+        }
+        if state == MachineState::Idle {
+            self.idle_by_used.insert((used, id));
+            *self.idle_used_counts.entry(used_count).or_insert(0) += 1;
+            if old_state != MachineState::Idle {
+                self.idle_by_name.insert(name.clone(), id);
+            }
+        }
+        true
     }
 
     fn unindex(&mut self, id: Id, s: &Snap) {
