@@ -777,7 +777,7 @@ fn upstream_trace(
         }
         if m.removed_at.is_some() {
             t.removals
-                .push(m.removal_reason.clone().unwrap_or_default());
+                .push(m.removal_reason.clone().unwrap_or_default().into());
         }
     }
     t

@@ -200,14 +200,14 @@ mod tests {
     use super::*;
     use chrono::DateTime;
 
-    fn trace(decisions: &[(SimTime, &'static str, &str)]) -> Trace {
+    fn trace(decisions: &[(SimTime, &'static str, &'static str)]) -> Trace {
         let mut t = Trace::new(DateTime::UNIX_EPOCH, 1);
         for (i, (at, action, reason)) in decisions.iter().enumerate() {
             t.decisions.push(Decision {
                 at: *at,
                 runner: "r".into(),
                 action,
-                reason: reason.to_string(),
+                reason,
             });
             t.record(
                 *at,

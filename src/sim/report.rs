@@ -115,7 +115,12 @@ impl Summary {
         };
         let mut removals = BTreeMap::new();
         for reason in &trace.removals {
-            *removals.entry(reason.clone()).or_insert(0) += 1;
+            match removals.get_mut(reason.as_ref()) {
+                Some(n) => *n += 1,
+                None => {
+                    removals.insert(reason.to_string(), 1);
+                }
+            }
         }
         let mut waits: Vec<SimTime> = trace
             .jobs

@@ -46,6 +46,8 @@ pub(crate) enum Ev {
 pub(crate) struct SimRunner {
     /// `name`, for reports.
     pub(crate) name: String,
+    /// The same, shared by the trace's decisions.
+    pub(crate) label: std::sync::Arc<str>,
     /// The engine's id for it, if it autoscales (`docker+machine` with a token).
     pub(crate) engine: Option<RunnerId>,
     /// Jobs that only this runner may take, in submission order.
@@ -87,6 +89,8 @@ pub struct Simulation {
     pub(crate) log_events: bool,
     /// Removals already recorded from their pass report.
     pub(crate) logged_removals: std::collections::HashSet<String>,
+    /// The label of a decision for a machine no runner owns.
+    unknown_runner: std::sync::Arc<str>,
 }
 
 impl Simulation {
@@ -109,6 +113,7 @@ impl Simulation {
             };
             runners.push(SimRunner {
                 name: r.name.clone(),
+                label: r.name.as_str().into(),
                 engine,
                 queue: VecDeque::new(),
             });
@@ -162,6 +167,7 @@ impl Simulation {
             until,
             log_events: false,
             logged_removals: Default::default(),
+            unknown_runner: "?".into(),
         };
         sim.record();
         Ok(sim)
@@ -289,11 +295,11 @@ impl Simulation {
         })
     }
 
-    fn runner_label(&self, machine: &str) -> String {
+    fn runner_label(&self, machine: &str) -> std::sync::Arc<str> {
         self.owner
             .get(machine)
             .and_then(|&r| self.runners.get(r))
-            .map_or_else(|| "?".to_string(), |r| r.name.clone())
+            .map_or_else(|| self.unknown_runner.clone(), |r| r.label.clone())
     }
 
     /// Executes one engine command on the simulated provider.
@@ -318,7 +324,7 @@ impl Simulation {
                     at: now,
                     runner: self.runner_label(&name),
                     action: "create",
-                    reason: reason.to_string(),
+                    reason: reason.as_str(),
                 });
                 self.events.schedule(
                     now.saturating_add(outcome.latency),
@@ -394,7 +400,7 @@ impl Simulation {
                     at: now,
                     runner: self.runner_label(&name),
                     action: "remove",
-                    reason: reason.to_string(),
+                    reason: reason.as_str(),
                 });
             }
             Notice::Removed { name, reason, .. } => {
@@ -405,7 +411,7 @@ impl Simulation {
                 self.engine.listing_remove(&name);
                 self.owner.remove(&name);
                 self.ready_at.remove(&name);
-                self.trace.removals.push(reason.to_string());
+                self.trace.removals.push(reason.as_str().into());
             }
             Notice::Warning(w) if !self.trace.warnings.contains(&w) => self.trace.warnings.push(w),
             _ => {}

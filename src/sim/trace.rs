@@ -46,12 +46,13 @@ pub struct Row {
 pub struct Decision {
     /// When the command was issued.
     pub at: SimTime,
-    /// The runner (its `name`, or its position) the command was for.
-    pub runner: String,
+    /// The runner (its `name`, or its position) the command was for; shared by all of the
+    /// runner's decisions (a manager-day holds over a million of them).
+    pub runner: std::sync::Arc<str>,
     /// `create` or `remove`.
     pub action: &'static str,
     /// Why, in upstream's words (for removals: the removal reason).
-    pub reason: String,
+    pub reason: &'static str,
 }
 
 /// What happened to one job of the workload.
@@ -154,8 +155,9 @@ pub struct Trace {
     pub creations: u64,
     /// Creations that failed.
     pub creation_failures: u64,
-    /// Completed removals with their reason, in the order they completed.
-    pub removals: Vec<String>,
+    /// Completed removals with their reason, in the order they completed (the engine's
+    /// reasons are static; a replayed log's are its own text).
+    pub removals: Vec<std::borrow::Cow<'static, str>>,
     /// Warnings the engine raised (deduplicated, in order of first appearance).
     pub warnings: Vec<String>,
     /// Machine and job events in order, when the run recorded them (empty otherwise).
