@@ -108,6 +108,12 @@ impl<E> EventQueue<E> {
         self.heap.peek().map(|e| e.at)
     }
 
+    /// Advances the clock to `at` for an event kept outside the queue (the simulator's
+    /// arrivals, read in order from the workload); never moves it back.
+    pub fn advance_to(&mut self, at: SimTime) {
+        self.now = self.now.max(at);
+    }
+
     /// Removes the next event and advances the clock to its due time.
     pub fn pop(&mut self) -> Option<(SimTime, E)> {
         let entry = self.heap.pop()?;

@@ -91,6 +91,10 @@ pub struct Simulation {
     pub(crate) logged_removals: std::collections::HashSet<String>,
     /// The label of a decision for a machine no runner owns.
     unknown_runner: std::sync::Arc<str>,
+    /// Job indexes in arrival order, when the workload is not in time order (else empty).
+    arrival_order: Vec<usize>,
+    /// How many jobs have arrived.
+    arrived: usize,
 }
 
 impl Simulation {
@@ -127,9 +131,16 @@ impl Simulation {
         }
         let concurrent = router_config.concurrent;
         let mut events = EventQueue::new();
-        for (i, job) in jobs.iter().enumerate() {
-            events.schedule(job.at, Ev::Arrival(i));
-        }
+        // Arrivals are read from the workload in (time, position) order rather than queued:
+        // a manager-day holds 570,000 of them. They come before any queued event due at the
+        // same instant, as they would have with the lowest sequence numbers.
+        let arrival_order = if jobs.windows(2).all(|w| w[0].at <= w[1].at) {
+            Vec::new()
+        } else {
+            let mut order: Vec<usize> = (0..jobs.len()).collect();
+            order.sort_by_key(|&i| (jobs[i].at, i));
+            order
+        };
         events.schedule(0, Ev::Feed);
         let router = Router::new(router_config, 0);
         let mut trace = Trace::new(start, scenario.model.seed);
@@ -168,6 +179,8 @@ impl Simulation {
             log_events: false,
             logged_removals: Default::default(),
             unknown_runner: "?".into(),
+            arrival_order,
+            arrived: 0,
         };
         sim.record();
         Ok(sim)
@@ -196,20 +209,20 @@ impl Simulation {
         let give_up = self.jobs.last().map_or(0, |j| j.at) + GIVE_UP_AFTER;
         let end = self.until.unwrap_or(give_up);
         let mut now = 0;
-        while let Some(at) = self.events.peek_time() {
+        while let Some(at) = self.peek_time() {
             if at > end {
                 break;
             }
             if self.until.is_none() && self.finished == self.jobs.len() && at > now {
                 break;
             }
-            let Some((at, ev)) = self.events.pop() else {
+            let Some((at, ev)) = self.pop_event() else {
                 break;
             };
             now = at;
             self.dispatch(ev);
             // One timeline row per instant: record once the instant's last event is handled.
-            if self.events.peek_time() != Some(now) {
+            if self.peek_time() != Some(now) {
                 self.record();
                 if self.stop_if_too_many(now) {
                     self.trace.end = now;
@@ -223,6 +236,36 @@ impl Simulation {
             None => end,
         };
         self.trace
+    }
+
+    /// The next job to arrive: its time and index.
+    fn next_arrival(&self) -> Option<(SimTime, usize)> {
+        let i = if self.arrival_order.is_empty() {
+            self.arrived
+        } else {
+            *self.arrival_order.get(self.arrived)?
+        };
+        self.jobs.get(i).map(|j| (j.at, i))
+    }
+
+    /// When the next event (an arrival or a queued event) is due.
+    fn peek_time(&self) -> Option<SimTime> {
+        match (self.next_arrival(), self.events.peek_time()) {
+            (Some((a, _)), Some(e)) => Some(a.min(e)),
+            (a, e) => a.map(|(a, _)| a).or(e),
+        }
+    }
+
+    /// The next event: an arrival first when one is due no later than the queue's next.
+    fn pop_event(&mut self) -> Option<(SimTime, Ev)> {
+        if let Some((at, i)) = self.next_arrival() {
+            if self.events.peek_time().is_none_or(|e| at <= e) {
+                self.arrived += 1;
+                self.events.advance_to(at);
+                return Some((at, Ev::Arrival(i)));
+            }
+        }
+        self.events.pop()
     }
 
     fn dispatch(&mut self, ev: Ev) {
