@@ -3374,6 +3374,30 @@ async fn trace_loop(t: &mut Tally) {
         t.check(case, (got, log.finals().len()), (want, 1));
     }
 
+    // incrementalUpdate: the keep-alive follows only a PATCH that succeeded; after one answered
+    // 404 the tick ends there (with a zero force-send interval, every successful tick would
+    // send one). The pickup ack is the only `running` update.
+    let mut opts = trace_options(1 << 20);
+    opts.force_send_interval = Duration::ZERO;
+    let script = TraceScript {
+        patch: vec![answer(404, &[]); 200],
+        ..TraceScript::default()
+    };
+    let run = TraceRun::start(script, opts).await;
+    run.trace.writer().write_bytes(b"Trace\n");
+    let patched = run.until(|l| l.patches().len() >= 3).await;
+    let running = SentLog::of(&run.requests)
+        .updates()
+        .into_iter()
+        .filter(|s| s == "running")
+        .count();
+    let _ = run.finish(b"").await;
+    t.check(
+        "IncrementalUpdateNoTouchAfterNotFound",
+        (patched, running),
+        (true, 1),
+    );
+
     // SendPatchAbort: a PATCH answered 403 aborts the job; the final flush tries once more,
     // then the final update is sent once.
     let script = TraceScript {

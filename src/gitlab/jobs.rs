@@ -316,7 +316,7 @@ impl Client {
                     {
                         Ok(mut job) => {
                             job.request_correlation_id = reply.correlation_id().to_owned();
-                            tracing::info!(correlation_id = reply.header("x-request-id"), job = job.id, repo_url = %crate::executor::paths::url_without_credentials(&job.git_info.repo_url), runner = %runner, runner_name = req.runner_name, "Checking for jobs... received");
+                            tracing::info!(correlation_id = reply.correlation_id(), job = job.id, repo_url = %crate::executor::paths::url_without_credentials(&job.git_info.repo_url), runner = %runner, runner_name = req.runner_name, "Checking for jobs... received");
                             JobRequestOutcome::Job(Box::new(job))
                         }
                         Err(message) => {

@@ -431,9 +431,11 @@ impl Ctx {
         if self.abort.is_cancelled() {
             return false;
         }
+        // As upstream: the keep-alive follows only a PATCH that succeeded (or had nothing to
+        // send); after a 404, a range mismatch or a failure the tick ends there.
         let patch_ok = patched
             .as_ref()
-            .is_none_or(|r| matches!(r.state, UpdateState::Succeeded | UpdateState::NotFound));
+            .is_none_or(|r| r.state == UpdateState::Succeeded);
         if patch_ok && pump.last_sent.elapsed() > self.opts.force_send_interval {
             let update = JobUpdate {
                 state: JobState::Running,
