@@ -177,10 +177,23 @@ pub const FALLBACK_REGION: &str = "us-east-1";
 /// on the custom endpoint (else AWS's global one), signed for us-east-1 with `creds`; an empty
 /// answer is us-east-1 and `EU` is eu-west-1. Any failure gives us-east-1, with upstream's
 /// warning.
+///
+/// A bucket's region does not change: a found one is remembered for the process (per location
+/// URL, at most [`REGIONS_KEPT`] buckets), so only the first job asks; failures are not.
 pub async fn detect_region(c: &CacheS3Config, creds: &AwsCredentials) -> String {
+    let key = location_url(c).map(|u| u.to_string()).ok();
+    if let Some(region) = key.as_ref().and_then(|k| found_regions().get(k).cloned()) {
+        return region;
+    }
     match bucket_location(c, creds).await {
         Ok(region) => {
             tracing::debug!(bucket = %c.bucket_name, location = %region, "Successfully detected S3 bucket location");
+            if let Some(k) = key {
+                let mut found = found_regions();
+                if found.len() < REGIONS_KEPT {
+                    found.insert(k, region.clone());
+                }
+            }
             region
         }
         Err(e) => {
@@ -188,6 +201,18 @@ pub async fn detect_region(c: &CacheS3Config, creds: &AwsCredentials) -> String 
             FALLBACK_REGION.to_owned()
         }
     }
+}
+
+/// How many buckets' detected regions [`detect_region`] keeps.
+const REGIONS_KEPT: usize = 1024;
+
+fn found_regions() -> std::sync::MutexGuard<'static, std::collections::HashMap<String, String>> {
+    static FOUND: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, String>>> =
+        std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
 }
 
 /// The bucket's `?location` URL: path or virtual-host style as the settings say.
