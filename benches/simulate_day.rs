@@ -14,14 +14,12 @@
 //! `DIR/day.csv`, so the same run can be measured through the binary:
 //! `/usr/bin/time -v target/release/drover simulate -c DIR/config.toml -w DIR/day.csv`.
 
-use std::time::Instant;
+mod sim_support;
 
 use drover::config::load_str;
-use drover::sim::provider::ProviderModel;
 use drover::sim::queue::SimTime;
 use drover::sim::report::Summary;
 use drover::sim::workload::{Job, SubmittedAt, Workload};
-use drover::sim::{simulate, Scenario};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -133,24 +131,8 @@ fn main() {
             std::process::exit(1);
         }
     }
-    let scenario = Scenario {
-        config: &config,
-        workload: &workload,
-        from: None,
-        until: None,
-        model: ProviderModel::default(),
-        any_runner: false,
-    };
-    let started = Instant::now();
-    let trace = match simulate(&scenario) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(1);
-        }
-    };
+    let (trace, secs) = sim_support::run_timed(&config, &workload);
     let s = Summary::of(&trace);
-    let secs = started.elapsed().as_secs_f64();
     let rss = peak_rss_mb().map_or_else(|| "unknown".to_string(), |mb| format!("{mb:.0} MB"));
     println!(
         "simulate_day: {} jobs ({} completed, {} creations, {} timeline rows, {} decisions)",

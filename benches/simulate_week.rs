@@ -5,14 +5,12 @@
 //! generated here from a fixed seed (ChaCha8), busiest in working hours, so every run replays
 //! the same 35,000 jobs.
 
-use std::time::Instant;
+mod sim_support;
 
 use drover::config::load_str;
-use drover::sim::provider::ProviderModel;
 use drover::sim::queue::SimTime;
 use drover::sim::report::Summary;
 use drover::sim::workload::{Job, SubmittedAt, Workload};
-use drover::sim::{simulate, Scenario};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -75,23 +73,7 @@ fn main() {
     let workload = week();
     let mut best = f64::MAX;
     for round in 1..=3 {
-        let scenario = Scenario {
-            config: &config,
-            workload: &workload,
-            from: None,
-            until: None,
-            model: ProviderModel::default(),
-            any_runner: false,
-        };
-        let started = Instant::now();
-        let trace = match simulate(&scenario) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("{e}");
-                std::process::exit(1);
-            }
-        };
-        let secs = started.elapsed().as_secs_f64();
+        let (trace, secs) = sim_support::run_timed(&config, &workload);
         best = best.min(secs);
         let s = Summary::of(&trace);
         println!(
