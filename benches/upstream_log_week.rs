@@ -155,7 +155,7 @@ fn main() {
     };
     let started = Instant::now();
     let report =
-        drover::cli::upstream::compare(&config, &paths, opts, 1, None).unwrap_or_else(|e| die(e));
+        drover::sim::upstream::compare(&config, &paths, opts, 1, None).unwrap_or_else(|e| die(e));
     let secs = started.elapsed().as_secs_f64();
     println!(
         "compare --upstream-log: {secs:.1} s end to end; {}",

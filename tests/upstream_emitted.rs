@@ -4,10 +4,10 @@
 
 use std::path::PathBuf;
 
-use drover::cli::upstream::{compare, Report, Verdict};
 use drover::config::{load_str, Config};
 use drover::sim::provider::{Latency, ProviderModel};
 use drover::sim::queue::SimTime;
+use drover::sim::upstream::{compare, Report, Verdict};
 use drover::sim::workload::{Job, SubmittedAt, Workload};
 use drover::sim::{Scenario, Simulation};
 use drover::upstream_log::emit::{EmitFormat, Emitter};

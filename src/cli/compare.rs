@@ -86,10 +86,10 @@ fn run_upstream(args: &CompareArgs) -> anyhow::Result<bool> {
     }
     opts.fallback_offset = chrono::Local::now().offset().fix();
     let queue = match &args.jobs_export {
-        Some(p) => Some(super::upstream::read_queue_entries(p)?),
+        Some(p) => Some(crate::sim::upstream::read_queue_entries(p)?),
         None => None,
     };
-    let report = super::upstream::compare(
+    let report = crate::sim::upstream::compare(
         &config,
         &args.upstream_log,
         opts,

@@ -22,7 +22,6 @@ use clap::{Parser, Subcommand};
 
 pub mod compare;
 pub mod simulate;
-pub mod upstream;
 pub mod workload;
 
 pub mod config_file;

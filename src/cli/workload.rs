@@ -15,8 +15,8 @@ use std::io::Read;
 use std::path::Path;
 
 use super::simulate::{fail, load_config, write_file};
-use super::upstream::{read_queue_entries, workload_from_jobs};
 use crate::sim::import::{import_jobs_export, looks_like_export};
+use crate::sim::upstream::{read_queue_entries, workload_from_jobs};
 use crate::upstream_log;
 
 /// `drover workload`.

@@ -10,7 +10,11 @@
 //! * the run: [`queue`] (virtual time), [`run`] (the driver of the engine and the provider
 //!   model), [`route`] and `workers` (the driver of the job router: gitlab-runner's run loop), [`store`] (the
 //!   simulated `docker-machine` listing);
-//! * outputs: [`trace`] (what a run records), [`report`], [`plot`] and [`compare`].
+//! * outputs: [`trace`] (what a run records), [`report`], [`plot`] and [`compare`];
+//! * against upstream: [`decide`] (one Acquire pass explained from a state file, what
+//!   `drover autoscale decide` prints) and [`upstream`] (a gitlab-runner log replayed decision by
+//!   decision through [`decide`], and as a whole through the simulator: `drover compare
+//!   --upstream-log`).
 //!
 //! The simulator never decides scaling itself: every Acquire pass, `Use` session and release
 //! goes to the same [`crate::engine::Engine`] the manager drives, and nothing here reads a
@@ -18,6 +22,7 @@
 
 pub mod compare;
 pub mod csv;
+pub mod decide;
 pub mod examples;
 pub mod import;
 pub mod plot;
@@ -29,6 +34,7 @@ pub mod run;
 pub mod scenario;
 pub mod store;
 pub mod trace;
+pub mod upstream;
 mod workers;
 pub mod workload;
 

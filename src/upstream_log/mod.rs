@@ -15,7 +15,7 @@
 //! * [`emit`]: the reverse, for tests and benchmarks: writes what drover's simulator did as
 //!   upstream would have logged it.
 //!
-//! Nothing here decides anything about scaling: the comparison (`crate::cli::upstream`) hands
+//! Nothing here decides anything about scaling: the comparison (`crate::sim::upstream`) hands
 //! each rebuilt pool to drover's engine. Reading is bounded: lines are cut at
 //! [`line::MAX_LINE`] bytes, and per-entity state is capped (see [`rebuild`]).
 

@@ -3,7 +3,7 @@
 //!
 //! * **Decision by decision**: the log is replayed ([`crate::upstream_log::Replay`]); at each
 //!   upstream creation and removal the rebuilt pool goes through the same path as
-//!   `drover autoscale decide` ([`super::autoscale::prepare`]) into drover's engine, which
+//!   `drover autoscale decide` ([`super::decide::prepare`]) into drover's engine, which
 //!   says what it would do on exactly that state. Nothing here decides: every verdict
 //!   compares what the engine returned with what the log says.
 //! * **As a whole**: the jobs' queue-entry times and machine times go through the simulator
@@ -19,15 +19,15 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::autoscale::{self, StateFile, StateMachine};
+use super::decide::{self, StateFile, StateMachine};
+use super::provider::{Latency, ProviderModel};
+use super::queue::SimTime;
+use super::report::Summary;
+use super::trace::{Counts, JobOutcome, Trace};
+use super::workload::{Job, SubmittedAt, Workload};
+use super::Scenario;
 use crate::config::{Config, RunnerConfig};
 use crate::engine::{explain, naming, AcquireResult, Engine, MachineState, Notice, Reason};
-use crate::sim::provider::{Latency, ProviderModel};
-use crate::sim::queue::SimTime;
-use crate::sim::report::Summary;
-use crate::sim::trace::{Counts, JobOutcome, Trace};
-use crate::sim::workload::{Job, SubmittedAt, Workload};
-use crate::sim::Scenario;
 use crate::upstream_log::rebuild::{name_second, PoolCounts, UpJob};
 use crate::upstream_log::{
     self, Collector, DecisionKind, DecisionPoint, PoolMachine, PoolState, ReadOptions, Replay,
@@ -257,7 +257,7 @@ impl<'c> Judge<'c> {
         ];
         if pass_reasons.iter().any(|r| r.as_str() == p.reason) {
             let state = state_file(&p.pool, filter);
-            let d = autoscale::decide(self.config, Some(&rc.name), &state, p.at)?;
+            let d = decide::decide(self.config, Some(&rc.name), &state, p.at)?;
             let report = &d.outcome.report;
             self.note_drover_only(p, rc, report);
             self.note_drover_only_creations(p.at, p.line, rc, filter, report);
@@ -293,7 +293,7 @@ impl<'c> Judge<'c> {
                 count = m.used_count;
             }
             let state = state_file(&pool, filter);
-            let mut prep = autoscale::prepare(self.config, Some(&rc.name), &state, p.at)?;
+            let mut prep = decide::prepare(self.config, Some(&rc.name), &state, p.at)?;
             prep.engine.release(prep.runner, &p.machine, p.at)?;
             let removing = prep
                 .engine
@@ -363,7 +363,7 @@ impl<'c> Judge<'c> {
         if let Some(v) = self.failed_create_removes {
             return Ok(v);
         }
-        let prep = autoscale::prepare(
+        let prep = decide::prepare(
             self.config,
             Some(&rc.name),
             &StateFile {
@@ -490,7 +490,7 @@ impl<'c> Judge<'c> {
         note_extra_at_line: Option<u64>,
     ) -> anyhow::Result<Answer> {
         let state = state_file(pool, filter);
-        let d = autoscale::decide(self.config, Some(&rc.name), &state, at)?;
+        let d = decide::decide(self.config, Some(&rc.name), &state, at)?;
         let report = &d.outcome.report;
         if let Some(line) = note_extra_at_line {
             self.note_drover_only_creations(at, line, rc, filter, report);
@@ -584,7 +584,7 @@ impl<'c> Judge<'c> {
     }
 }
 
-fn keep_sentence(name: &str, pool: &[PoolMachine], d: &autoscale::Decision) -> String {
+fn keep_sentence(name: &str, pool: &[PoolMachine], d: &decide::Decision) -> String {
     let r = &d.outcome.report;
     let m = pool.iter().find(|m| m.name == name);
     match m {
