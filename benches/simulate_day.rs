@@ -131,7 +131,7 @@ fn main() {
             std::process::exit(1);
         }
     }
-    let (trace, secs) = sim_support::run_timed(&config, &workload);
+    let (trace, secs) = sim_support::run_timed(&config, workload);
     let s = Summary::of(&trace);
     let rss = peak_rss_mb().map_or_else(|| "unknown".to_string(), |mb| format!("{mb:.0} MB"));
     println!(

@@ -73,7 +73,7 @@ fn main() {
     let workload = week();
     let mut best = f64::MAX;
     for round in 1..=3 {
-        let (trace, secs) = sim_support::run_timed(&config, &workload);
+        let (trace, secs) = sim_support::run_timed(&config, workload.clone());
         best = best.min(secs);
         let s = Summary::of(&trace);
         println!(

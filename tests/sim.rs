@@ -177,7 +177,7 @@ fn idle_pool_follows_idle_count_and_the_active_schedule_section() {
     let morning = t
         .decisions
         .iter()
-        .find(|d| d.at > 3_600_000 && d.action == "create")
+        .find(|d| d.at > 3_600_000 && d.action.as_str() == "create")
         .unwrap();
     let first = (at("2026-01-05T07:59:59Z") - t.start).num_milliseconds() as u64;
     assert!((first..=first + 3_000).contains(&morning.at), "{morning:?}");
@@ -222,7 +222,7 @@ fn on_demand_jobs_wait_for_their_creation() {
     // Polled at 12 s (every 3 s), created on demand, started 100 s later.
     assert_eq!(job.started, Some(112_000));
     assert!(job.waited_for_creation);
-    assert_eq!(t.decisions[0].reason, "on demand for a job");
+    assert_eq!(t.decisions[0].reason.as_str(), "on demand for a job");
     assert_eq!(Summary::of(&t).queue_wait_s.max, 102.0);
 }
 
@@ -302,7 +302,7 @@ fn nothing_scales_while_every_worker_is_busy() {
     let two = run_with(2);
     let refill = during(&two);
     assert_eq!(refill.len(), 1, "{refill:?}");
-    assert_eq!(refill[0].action, "create");
+    assert_eq!(refill[0].action.as_str(), "create");
     assert_eq!(refill[0].at, 60_000, "{refill:?}");
     assert_eq!(counts_at(&two, "2026-01-05T00:10:00Z").idle, 1);
 }

@@ -49,9 +49,12 @@ pub struct Comparison {
 fn by_instant(trace: &Trace) -> BTreeMap<SimTime, Vec<String>> {
     let mut map: BTreeMap<SimTime, Vec<String>> = BTreeMap::new();
     for d in &trace.decisions {
-        map.entry(d.at)
-            .or_default()
-            .push(format!("{} {}: {}", d.action, d.runner, d.reason));
+        map.entry(d.at).or_default().push(format!(
+            "{} {}: {}",
+            d.action,
+            trace.runner_of(d),
+            d.reason.as_str()
+        ));
     }
     for v in map.values_mut() {
         v.sort();
@@ -196,21 +199,23 @@ impl Comparison {
 
 #[cfg(test)]
 mod tests {
-    use super::super::trace::{Counts, Decision};
+    use super::super::trace::{Action, Counts, Decision};
     use super::*;
+    use crate::engine::Reason;
     use chrono::DateTime;
 
-    fn trace(decisions: &[(SimTime, &'static str, &'static str)]) -> Trace {
+    fn trace(decisions: &[(SimTime, Action, Reason)]) -> Trace {
         let mut t = Trace::new(DateTime::UNIX_EPOCH, 1);
-        for (i, (at, action, reason)) in decisions.iter().enumerate() {
+        t.runners.push("r".into());
+        for (i, &(at, action, reason)) in decisions.iter().enumerate() {
             t.decisions.push(Decision {
-                at: *at,
-                runner: "r".into(),
+                at,
+                runner: 0,
                 action,
                 reason,
             });
             t.record(
-                *at,
+                at,
                 Counts {
                     idle: i as u32 + 1,
                     ..Counts::default()
@@ -224,8 +229,8 @@ mod tests {
     #[test]
     fn identical_runs_have_no_divergence() {
         let a = trace(&[
-            (0, "create", "idle"),
-            (5_000, "remove", "too many idle machines"),
+            (0, Action::Create, Reason::IdleCapacity),
+            (5_000, Action::Remove, Reason::TooManyIdleMachines),
         ]);
         let c = Comparison::of("old", &a, "new", &a.clone());
         assert!(c.identical);
@@ -236,14 +241,14 @@ mod tests {
     #[test]
     fn reports_the_first_differing_instants() {
         let a = trace(&[
-            (0, "create", "idle"),
-            (0, "create", "idle"),
-            (9_000, "remove", "x"),
+            (0, Action::Create, Reason::IdleCapacity),
+            (0, Action::Create, Reason::IdleCapacity),
+            (9_000, Action::Remove, Reason::TooManyBuilds),
         ]);
         let b = trace(&[
-            (0, "create", "idle"),
-            (3_000, "create", "idle"),
-            (9_000, "remove", "x"),
+            (0, Action::Create, Reason::IdleCapacity),
+            (3_000, Action::Create, Reason::IdleCapacity),
+            (9_000, Action::Remove, Reason::TooManyBuilds),
         ]);
         let c = Comparison::of("old", &a, "new", &b);
         assert!(!c.identical);
@@ -251,10 +256,16 @@ mod tests {
         assert_eq!(c.first_divergences[0].at, "1970-01-01T00:00:00Z");
         assert_eq!(c.first_divergences[0].a.len(), 2);
         assert_eq!(c.first_divergences[1].a, Vec::<String>::new());
-        assert_eq!(c.first_divergences[1].b, ["create r: idle"]);
+        assert_eq!(
+            c.first_divergences[1].b,
+            ["create r: idle capacity below the idle settings"]
+        );
         let text = c.to_text();
         assert!(text.contains("diverge at 2 instant(s)"), "{text}");
         assert!(text.contains("(nothing)"));
-        assert!(text.contains("2× create r: idle"), "{text}");
+        assert!(
+            text.contains("2× create r: idle capacity below the idle settings"),
+            "{text}"
+        );
     }
 }

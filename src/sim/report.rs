@@ -113,15 +113,7 @@ impl Summary {
             creating: s(ms[2]),
             removing: s(ms[3]),
         };
-        let mut removals = BTreeMap::new();
-        for reason in &trace.removals {
-            match removals.get_mut(reason.as_ref()) {
-                Some(n) => *n += 1,
-                None => {
-                    removals.insert(reason.to_string(), 1);
-                }
-            }
-        }
+        let removals = trace.removals.clone();
         let mut waits: Vec<SimTime> = trace
             .jobs
             .iter()
@@ -270,7 +262,8 @@ mod tests {
         t.record(120_000, c(2, 0, 0, 0));
         t.end = 180_000;
         t.creations = 2;
-        t.removals = vec!["too many idle machines".into(), "Failed to create".into()];
+        t.count_removal("too many idle machines");
+        t.count_removal("Failed to create");
         for (submitted, started) in [(0, Some(60_000)), (10_000, Some(10_000)), (0, None)] {
             t.jobs.push(JobOutcome {
                 submitted,

@@ -16,7 +16,7 @@ use super::provider::ProviderModel;
 use super::queue::{EventQueue, SimTime};
 use super::scenario::{is_machine_runner, Resolved, Scenario, ScenarioError, GIVE_UP_AFTER};
 use super::store::Store;
-use super::trace::{Counts, Decision, JobOutcome, RunEvent, Trace};
+use super::trace::{Action, Counts, Decision, JobOutcome, RunEvent, Trace};
 use super::workers::Worker;
 use crate::engine::router::Router;
 use crate::engine::{self, Command, Engine, Notice, RunnerId, UseId};
@@ -46,8 +46,6 @@ pub(crate) enum Ev {
 pub(crate) struct SimRunner {
     /// `name`, for reports.
     pub(crate) name: String,
-    /// The same, shared by the trace's decisions.
-    pub(crate) label: std::sync::Arc<str>,
     /// The engine's id for it, if it autoscales (`docker+machine` with a token).
     pub(crate) engine: Option<RunnerId>,
     /// Jobs that only this runner may take, in submission order.
@@ -89,8 +87,9 @@ pub struct Simulation {
     pub(crate) log_events: bool,
     /// Removals already recorded from their pass report.
     pub(crate) logged_removals: std::collections::HashSet<String>,
-    /// The label of a decision for a machine no runner owns.
-    unknown_runner: std::sync::Arc<str>,
+    /// The index in [`Trace::runners`] of `?`, the runner of a decision for a machine no
+    /// runner owns, once one was needed.
+    unknown_runner: Option<u32>,
     /// Job indexes in arrival order, when the workload is not in time order (else empty).
     arrival_order: Vec<usize>,
     /// How many jobs have arrived.
@@ -117,7 +116,6 @@ impl Simulation {
             };
             runners.push(SimRunner {
                 name: r.name.clone(),
-                label: r.name.as_str().into(),
                 engine,
                 queue: VecDeque::new(),
             });
@@ -144,6 +142,7 @@ impl Simulation {
         events.schedule(0, Ev::Feed);
         let router = Router::new(router_config, 0);
         let mut trace = Trace::new(start, scenario.model.seed);
+        trace.runners = runners.iter().map(|r| r.name.clone()).collect();
         trace.jobs = jobs
             .iter()
             .map(|j| JobOutcome {
@@ -178,7 +177,7 @@ impl Simulation {
             until,
             log_events: false,
             logged_removals: Default::default(),
-            unknown_runner: "?".into(),
+            unknown_runner: None,
             arrival_order,
             arrived: 0,
         };
@@ -338,11 +337,15 @@ impl Simulation {
         })
     }
 
-    fn runner_label(&self, machine: &str) -> std::sync::Arc<str> {
-        self.owner
-            .get(machine)
-            .and_then(|&r| self.runners.get(r))
-            .map_or_else(|| self.unknown_runner.clone(), |r| r.label.clone())
+    /// The index in [`Trace::runners`] of the runner owning `machine`.
+    fn runner_index(&mut self, machine: &str) -> u32 {
+        if let Some(i) = self.owner.get(machine).and_then(|&r| u32::try_from(r).ok()) {
+            return i;
+        }
+        *self.unknown_runner.get_or_insert_with(|| {
+            self.trace.runners.push("?".into());
+            u32::try_from(self.trace.runners.len() - 1).unwrap_or(u32::MAX)
+        })
     }
 
     /// Executes one engine command on the simulated provider.
@@ -363,11 +366,12 @@ impl Simulation {
                 let outcome = self.model.creation(self.creates_issued);
                 self.creates_issued += 1;
                 self.trace.creations += 1;
+                let runner = self.runner_index(&name);
                 self.trace.decisions.push(Decision {
                     at: now,
-                    runner: self.runner_label(&name),
-                    action: "create",
-                    reason: reason.as_str(),
+                    runner,
+                    action: Action::Create,
+                    reason,
                 });
                 self.events.schedule(
                     now.saturating_add(outcome.latency),
@@ -439,11 +443,12 @@ impl Simulation {
                         used_count,
                     });
                 }
+                let runner = self.runner_index(&name);
                 self.trace.decisions.push(Decision {
                     at: now,
-                    runner: self.runner_label(&name),
-                    action: "remove",
-                    reason: reason.as_str(),
+                    runner,
+                    action: Action::Remove,
+                    reason,
                 });
             }
             Notice::Removed { name, reason, .. } => {
@@ -454,7 +459,7 @@ impl Simulation {
                 self.engine.listing_remove(&name);
                 self.owner.remove(&name);
                 self.ready_at.remove(&name);
-                self.trace.removals.push(reason.as_str().into());
+                self.trace.count_removal(reason.as_str());
             }
             Notice::Warning(w) if !self.trace.warnings.contains(&w) => self.trace.warnings.push(w),
             _ => {}

@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 
 use super::queue::SimTime;
+use crate::engine::Reason;
 
 /// Machines by state and queued jobs at one instant.
 ///
@@ -41,18 +42,45 @@ pub struct Row {
     pub counts: Counts,
 }
 
+/// Whether a decision creates or removes a machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Action {
+    /// A machine creation.
+    Create,
+    /// A machine removal.
+    Remove,
+}
+
+impl Action {
+    /// `create` or `remove`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Create => "create",
+            Action::Remove => "remove",
+        }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One scaling action the engine decided, as the simulator executed it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+///
+/// Sixteen bytes: a manager-day records over a million of them, so the runner is an index into
+/// [`Trace::runners`] (see [`Trace::runner_of`]) and the reason is the engine's own enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     /// When the command was issued.
     pub at: SimTime,
-    /// The runner (its `name`, or its position) the command was for; shared by all of the
-    /// runner's decisions (a manager-day holds over a million of them).
-    pub runner: std::sync::Arc<str>,
-    /// `create` or `remove`.
-    pub action: &'static str,
-    /// Why, in upstream's words (for removals: the removal reason).
-    pub reason: &'static str,
+    /// The runner the command was for: an index into [`Trace::runners`].
+    pub runner: u32,
+    /// Create or remove.
+    pub action: Action,
+    /// Why; [`Reason::as_str`] is upstream's words (for removals: the removal reason).
+    pub reason: Reason,
 }
 
 /// What happened to one job of the workload.
@@ -149,15 +177,18 @@ pub struct Trace {
     pub timeline: Vec<Row>,
     /// Scaling decisions in the order they were issued.
     pub decisions: Vec<Decision>,
+    /// The runners decisions name ([`Decision::runner`] indexes it): the config's `name`s in
+    /// file order, perhaps followed by `?` for machines no runner's filter matches.
+    pub runners: Vec<String>,
     /// Jobs in workload order.
     pub jobs: Vec<JobOutcome>,
     /// Machine creations that were started.
     pub creations: u64,
     /// Creations that failed.
     pub creation_failures: u64,
-    /// Completed removals with their reason, in the order they completed (the engine's
-    /// reasons are static; a replayed log's are its own text).
-    pub removals: Vec<std::borrow::Cow<'static, str>>,
+    /// Completed removals, counted by reason (the engine's reasons in upstream's words; a
+    /// replayed log's are its own text).
+    pub removals: std::collections::BTreeMap<String, u64>,
     /// Warnings the engine raised (deduplicated, in order of first appearance).
     pub warnings: Vec<String>,
     /// Machine and job events in order, when the run recorded them (empty otherwise).
@@ -176,10 +207,11 @@ impl Trace {
                 counts: Counts::default(),
             }],
             decisions: Vec::new(),
+            runners: Vec::new(),
             jobs: Vec::new(),
             creations: 0,
             creation_failures: 0,
-            removals: Vec::new(),
+            removals: Default::default(),
             warnings: Vec::new(),
             events: Vec::new(),
         }
@@ -199,6 +231,24 @@ impl Trace {
                 }
             }
             _ => self.timeline.push(Row { at, counts }),
+        }
+    }
+
+    /// The name of the runner a decision was for (`?` if the trace does not know it).
+    pub fn runner_of(&self, d: &Decision) -> &str {
+        usize::try_from(d.runner)
+            .ok()
+            .and_then(|i| self.runners.get(i))
+            .map_or("?", String::as_str)
+    }
+
+    /// Counts one completed removal with its reason.
+    pub fn count_removal(&mut self, reason: &str) {
+        match self.removals.get_mut(reason) {
+            Some(n) => *n += 1,
+            None => {
+                self.removals.insert(reason.to_string(), 1);
+            }
         }
     }
 
@@ -235,5 +285,11 @@ mod tests {
         let rows: Vec<_> = t.timeline.iter().map(|r| (r.at, r.counts)).collect();
         assert_eq!(rows, vec![(0, c(1, 0)), (5, c(2, 1))]);
         assert_eq!(c(2, 5).total(), 2);
+    }
+
+    #[test]
+    fn a_decision_is_sixteen_bytes() {
+        // A manager-day records 1.14 million decisions; the memory target counts on this.
+        assert_eq!(std::mem::size_of::<Decision>(), 16);
     }
 }

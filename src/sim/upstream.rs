@@ -776,8 +776,7 @@ fn upstream_trace(
             t.creation_failures += 1;
         }
         if m.removed_at.is_some() {
-            t.removals
-                .push(m.removal_reason.clone().unwrap_or_default().into());
+            t.count_removal(m.removal_reason.as_deref().unwrap_or_default());
         }
     }
     t
