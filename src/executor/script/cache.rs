@@ -3,6 +3,13 @@
 //! path relative to the project dir, and the helper commands (`cache-extractor`,
 //! `cache-archiver`) with presigned URLs when a distributed cache is configured. Every helper
 //! call sits inside if/else: a cache failure never fails the job. Pure.
+//!
+//! `FF_HASH_CACHE_KEYS` (upstream's, default off) names a cache by the SHA-256 of its key
+//! (not sanitised), and its objects are sharded by the hash's first two characters. Whatever
+//! the flag, each helper call also names the cache under the other scheme, so that a project
+//! toggling the flag finds its cache: the archiver gets `--alternate-file` (renamed to the
+//! primary file when only it exists) and `--check-url` (a HEAD of the upload's object), the
+//! extractor `--alternate-url`/`--alternate-head-url` (the newer of the two objects wins).
 
 use super::user::write_exports;
 use super::variables::VarList;
@@ -11,6 +18,70 @@ use crate::executor::paths::{normalize, JobPaths};
 use crate::job::{Cache, JobPayload};
 
 pub use crate::cache::remote::{Download, LocalOnly, Remote, Upload};
+
+/// The feature flag that names caches by the SHA-256 of their key.
+pub const HASH_FLAG: &str = "FF_HASH_CACHE_KEYS";
+
+/// The lower-case hex SHA-256 of `key`: its name under `FF_HASH_CACHE_KEYS`.
+pub fn hash_key(key: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The object name of a cache named `name`: sharded (`ab/abcdef…`, the name's first two
+/// characters as a folder) when the name is a hash, else the name. `None` for a sharded name
+/// shorter than two characters, which upstream does not store.
+pub fn object_key(name: &str, sharded: bool) -> Option<String> {
+    if !sharded {
+        return Some(name.to_string());
+    }
+    let shard = name.get(..2).filter(|s| s.len() == 2)?;
+    Some(format!("{shard}/{name}"))
+}
+
+/// The names one cache key goes by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyNames {
+    /// The key as the log shows it (sanitised unless hashed) and the upload's metadata.
+    pub human: String,
+    /// The local folder and object name under the current setting of `FF_HASH_CACHE_KEYS`.
+    pub primary: String,
+    /// The name under the other setting: the hash when the flag is off, the key when on.
+    pub alternate: String,
+    /// Whether the flag is on (the primary name is the hash, and sharded).
+    pub hashed: bool,
+}
+
+impl KeyNames {
+    /// The names of `human` with the flag on (`hashed`) or off.
+    pub fn new(human: &str, hashed: bool) -> KeyNames {
+        let hash = hash_key(human);
+        let (primary, alternate) = if hashed {
+            (hash, human.to_string())
+        } else {
+            (human.to_string(), hash)
+        };
+        KeyNames {
+            human: human.to_string(),
+            primary,
+            alternate,
+            hashed,
+        }
+    }
+
+    /// The primary object's name (sharded when hashed).
+    pub fn primary_object(&self) -> Option<String> {
+        object_key(&self.primary, self.hashed)
+    }
+
+    /// The alternate object's name (sharded when the flag is off: the alternate is the hash).
+    pub fn alternate_object(&self) -> Option<String> {
+        object_key(&self.alternate, !self.hashed)
+    }
+}
 
 /// Upstream's key sanitising. `%2f`/`%2F` become `/`, `%2e`/`%2E` become `.` and `\` becomes
 /// `/` (one left-to-right pass); the path is resolved inside a virtual root (empty and `.`
@@ -74,17 +145,25 @@ fn policy(entry: &Cache, vars: &VarList, key: &str) -> Result<Policy, String> {
     }
 }
 
-/// A key after expansion and sanitising, as upstream prints it: a warning when sanitising
-/// changed it or could not make anything of it, then, when `allowed` (the
+/// A key after expansion and sanitising (none when `hashed`: `FF_HASH_CACHE_KEYS`), as
+/// upstream prints it: a warning when sanitising changed it or could not make anything of it,
+/// then, when `allowed` (the
 /// `CACHE_FALLBACK_KEY` guard) lets it through but nothing is left, the notice
 /// `Skipping cache <stage> due to empty cache key`. `None`: skip this key.
 fn key_of(
     raw: &str,
+    hashed: bool,
     stage: &str,
     b: &mut ScriptBody,
     allowed: impl FnOnce(&str, &mut ScriptBody) -> bool,
 ) -> Option<String> {
-    let key = match sanitize_key(raw) {
+    // A hashed key names nothing on disk: it is used as it is.
+    let sanitized = if hashed {
+        Ok(raw.to_string())
+    } else {
+        sanitize_key(raw)
+    };
+    let key = match sanitized {
         Ok(k) => {
             if k != raw {
                 b.warning(&format!("cache key {raw:?} sanitized to {k:?}"));
@@ -127,6 +206,25 @@ pub fn archive_file(paths: &JobPaths, key: &str) -> String {
     let mut rel = "../".repeat(depth);
     rel.push_str(paths.cache_dir.trim_start_matches('/'));
     format!("{rel}/{key}/cache.zip")
+}
+
+/// The archive path of the alternate name `key`, joined and cleaned as upstream does, or
+/// `None` when it would leave the cache dir (an unhashed key with `..` under
+/// `FF_HASH_CACHE_KEYS`: the archiver would move a file from outside into the cache; upstream
+/// passes it on).
+pub fn alternate_archive_file(paths: &JobPaths, key: &str) -> Option<String> {
+    let base = normalize(&paths.cache_dir);
+    let file = normalize(&format!("{base}/{key}/cache.zip"));
+    let inside = base == "/" || file.starts_with(&format!("{base}/"));
+    if !inside {
+        return None;
+    }
+    let depth = paths.build_dir.split('/').filter(|s| !s.is_empty()).count();
+    Some(format!(
+        "{}{}",
+        "../".repeat(depth),
+        file.trim_start_matches('/')
+    ))
 }
 
 fn in_use(entry: &Cache) -> bool {
@@ -176,9 +274,14 @@ fn use_entry(
     verb: &str,
     stage: &str,
 ) -> Use {
-    let Some(key) = key_of(&primary_key(entry, i.payload, i.vars), stage, b, |_, _| {
-        true
-    }) else {
+    let hashed = i.vars.flag(HASH_FLAG);
+    let Some(key) = key_of(
+        &primary_key(entry, i.payload, i.vars),
+        hashed,
+        stage,
+        b,
+        |_, _| true,
+    ) else {
         return Use::Skip;
     };
     match policy(entry, i.vars, &key) {
@@ -202,6 +305,7 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
         return None;
     }
     let mut b = stage_body(i);
+    let hashed = i.vars.flag(HASH_FLAG);
     for entry in entries {
         let key = match use_entry(entry, i, &mut b, Policy::Push, "downloading", "extraction") {
             Use::Key(k) => k,
@@ -215,7 +319,7 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
             if raw.is_empty() {
                 continue;
             }
-            if let Some(k) = key_of(&raw, "extraction", &mut b, |_, _| true) {
+            if let Some(k) = key_of(&raw, hashed, "extraction", &mut b, |_, _| true) {
                 chain.push(k);
             }
         }
@@ -233,10 +337,11 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
                 }
                 !blocked
             };
-            if let Some(k) = key_of(f, "extraction", &mut b, guard) {
+            if let Some(k) = key_of(f, hashed, "extraction", &mut b, guard) {
                 chain.push(k);
             }
         }
+        let chain: Vec<KeyNames> = chain.iter().map(|k| KeyNames::new(k, hashed)).collect();
         b.line(format!("if {HELPER} --version >/dev/null 2>&1; then"));
         extract_chain(&mut b, i, &chain);
         b.line("else");
@@ -246,21 +351,29 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
     Some(b)
 }
 
-/// Nested if/else: try each key in turn until one extracts.
-fn extract_chain(b: &mut ScriptBody, i: &CacheInputs<'_>, chain: &[String]) {
+/// Nested if/else: try each key in turn until one extracts. Each try names the other
+/// scheme's object too, when it has a name inside the project's objects.
+fn extract_chain(b: &mut ScriptBody, i: &CacheInputs<'_>, chain: &[KeyNames]) {
     let Some((key, rest)) = chain.split_first() else {
         return;
     };
-    b.notice(&format!("Checking cache for {key}..."));
+    b.notice(&format!("Checking cache for {}...", key.human));
     let mut cmd = format!(
         "{HELPER} cache-extractor --file {} --timeout {}",
-        quote(&archive_file(i.paths, key)),
+        quote(&archive_file(i.paths, &key.primary)),
         i.timeout_minutes
     );
-    if let Some(d) = i.remote.download(key) {
+    let primary = key.primary_object().and_then(|o| i.remote.download(&o));
+    if let Some(d) = primary {
         cmd.push_str(&format!(" --url {}", quote(&d.url)));
         if let Some(h) = d.head_url {
             cmd.push_str(&format!(" --head-url {}", quote(&h)));
+        }
+    }
+    if let Some(a) = key.alternate_object().and_then(|o| i.remote.download(&o)) {
+        cmd.push_str(&format!(" --alternate-url {}", quote(&a.url)));
+        if let Some(h) = a.head_url {
+            cmd.push_str(&format!(" --alternate-head-url {}", quote(&h)));
         }
     }
     b.line(format!("if {cmd}; then"));
@@ -296,11 +409,19 @@ pub fn archive(i: &CacheInputs<'_>, job_succeeded: bool) -> Option<ScriptBody> {
             Use::Skip => continue,
             Use::Fail => return Some(b),
         };
+        let names = KeyNames::new(&key, i.vars.flag(HASH_FLAG));
         let mut cmd = format!(
-            "{HELPER} cache-archiver --file {} --timeout {}",
-            quote(&archive_file(i.paths, &key)),
-            i.timeout_minutes
+            "{HELPER} cache-archiver --file {}",
+            quote(&archive_file(i.paths, &names.primary)),
         );
+        if let Some(alternate) = alternate_archive_file(i.paths, &names.alternate) {
+            cmd.push_str(&format!(" --alternate-file {}", quote(&alternate)));
+        }
+        cmd.push_str(&format!(" --timeout {}", i.timeout_minutes));
+        let max = i.remote.max_upload_size();
+        if max > 0 {
+            cmd.push_str(&format!(" --max-uploaded-archive-size {max}"));
+        }
         for p in &entry.paths {
             // Expanded by the helper with the stage's environment, as upstream's.
             cmd.push_str(&format!(" --path {}", quote(p)));
@@ -308,14 +429,16 @@ pub fn archive(i: &CacheInputs<'_>, job_succeeded: bool) -> Option<ScriptBody> {
         if entry.untracked {
             cmd.push_str(" --untracked");
         }
-        if let Some(u) = i.remote.upload(&key) {
-            let max = i.remote.max_upload_size();
-            if max > 0 {
-                cmd.push_str(&format!(" --max-uploaded-archive-size {max}"));
-            }
+        let upload = names
+            .primary_object()
+            .and_then(|o| i.remote.upload(&o, &names.human));
+        if let Some(u) = upload {
             cmd.push_str(&format!(" --url {}", quote(&u.url)));
             for h in &u.headers {
                 cmd.push_str(&format!(" --header {}", quote(h)));
+            }
+            if let Some(c) = &u.check_url {
+                cmd.push_str(&format!(" --check-url {}", quote(c)));
             }
         }
         cmd.push_str(&format!(" --env-file {}", quote(&env_file)));
@@ -404,10 +527,11 @@ mod tests {
                 head_url: Some(format!("http://s3/{key}?sig=head")),
             })
         }
-        fn upload(&self, key: &str) -> Option<Upload> {
+        fn upload(&self, object: &str, key: &str) -> Option<Upload> {
             Some(Upload {
-                url: format!("http://s3/{key}?sig=put"),
-                headers: vec!["x-amz-meta-cachekey: k".into()],
+                url: format!("http://s3/{object}?sig=put"),
+                headers: vec![format!("x-amz-meta-cachekey: {key}")],
+                check_url: Some(format!("http://s3/{object}?sig=head")),
             })
         }
         fn max_upload_size(&self) -> u64 {
@@ -546,7 +670,7 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("Creating cache push-only..."), "{s}");
-        assert!(s.contains("--path b --untracked --max-uploaded-archive-size 1000 --url $'http://s3/push-only?sig=put' --header $'x-amz-meta-cachekey: k'"), "{s}");
+        assert!(s.contains("--max-uploaded-archive-size 1000 --path b --untracked --url $'http://s3/push-only?sig=put' --header $'x-amz-meta-cachekey: push-only' --check-url $'http://s3/push-only?sig=head' --env-file"), "{s}");
         assert!(!s.contains("Creating cache failure"), "{s}");
         let a = archive(&inputs(&p, &vars, &paths, &LocalOnly), false).unwrap();
         assert!(a.as_str().contains("Creating cache failure..."));
@@ -554,6 +678,46 @@ mod tests {
         let bad = payload(serde_json::json!([{"key": "k", "paths": ["a"], "policy": "sometimes"}]));
         let r = restore(&inputs(&bad, &vars, &paths, &LocalOnly)).unwrap();
         assert!(r.as_str().contains("unknown cache policy") && r.as_str().contains("exit 1"));
+    }
+
+    #[test]
+    fn hashed_names_and_the_alternate_file() {
+        let hash = "d03a852ba491ba611e907b1ef60ad5c4516a05b8f3aae6abb77f42bc60325aed";
+        assert_eq!(hash_key("some-job/some-ref"), hash);
+        let on = KeyNames::new("some-job/some-ref", true);
+        assert_eq!(on.primary, hash);
+        assert_eq!(on.alternate, "some-job/some-ref");
+        assert_eq!(on.primary_object(), Some(format!("d0/{hash}")));
+        assert_eq!(on.alternate_object().as_deref(), Some("some-job/some-ref"));
+        let off = KeyNames::new("some-job/some-ref", false);
+        assert_eq!(off.primary_object().as_deref(), Some("some-job/some-ref"));
+        assert_eq!(off.alternate_object(), Some(format!("d0/{hash}")));
+        assert_eq!(object_key("a", true), None);
+        let paths = paths();
+        assert_eq!(
+            alternate_archive_file(&paths, "a/../b").as_deref(),
+            Some("../../../cache/group/project/b/cache.zip")
+        );
+        // An unhashed key (flag on: not sanitised) cannot point the archiver outside the
+        // cache dir, not even at a neighbour of it.
+        for outside in ["../x", "../../../etc", "../project-other/k", ".."] {
+            assert_eq!(alternate_archive_file(&paths, outside), None, "{outside}");
+        }
+        let vars = VarList {
+            vars: vec![crate::executor::script::variables::Var {
+                key: HASH_FLAG.into(),
+                value: "true".into(),
+                ..Default::default()
+            }],
+            tmp_dir: "/t".into(),
+        };
+        let p = payload(serde_json::json!([{"key": "../../escape", "paths": ["a"]}]));
+        let a = archive(&inputs(&p, &vars, &paths, &Fake), true).unwrap();
+        let s = a.as_str();
+        let escape = hash_key("../../escape");
+        assert!(s.contains(&format!("--file ../../../cache/group/project/{escape}/cache.zip --timeout 10 --max-uploaded-archive-size 1000 --path a --url $'http://s3/{}/{escape}?sig=put'", &escape[..2])), "{s}");
+        assert!(!s.contains("--alternate-file"), "{s}");
+        assert!(s.contains("Creating cache ../../escape..."), "{s}");
     }
 
     #[test]
