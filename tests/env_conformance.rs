@@ -1,7 +1,9 @@
 //! Conformance of the job's environment with gitlab-runner's own unit-test tables (variables,
 //! feature flags, the protected ref, build settings, git credentials rewrites, service
 //! variables, the protected cache fallback guard, the build dir rules, cache keys and the cache
-//! stages, submodules, checkout, fetch, hooks, git clean-up, stage skipping, the bash writer).
+//! stages with `FF_HASH_CACHE_KEYS` on and off, the cache helper's alternate names (against a
+//! local HTTP server), submodules, checkout, fetch, hooks, git clean-up, stage skipping, the
+//! bash writer).
 //! Every case is a row of our own: its inputs and the outcome upstream's table expects, checked
 //! against drover's pure functions; where upstream compares writer calls, the generated script
 //! is checked for the same commands, arguments and messages in the same order, or run in bash

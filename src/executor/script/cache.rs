@@ -328,8 +328,13 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
         // sanitise to `main-protected` and are refused too.
         let fallback = i.vars.get("CACHE_FALLBACK_KEY").map(|v| v.value.as_str());
         if let Some(f) = fallback.filter(|f| !f.is_empty()) {
+            // With FF_HASH_CACHE_KEYS the key is not sanitised (`main-protected/` passes
+            // upstream's test), but its unhashed alternate object is joined as a path: the
+            // protected branch's plain object. Unlike upstream, the sanitised form is checked
+            // too.
+            let protected = |k: &str| k.trim_end_matches(['.', ' ']).ends_with("-protected");
             let guard = |k: &str, b: &mut ScriptBody| {
-                let blocked = k.trim_end_matches(['.', ' ']).ends_with("-protected");
+                let blocked = protected(k) || sanitize_key(k).is_ok_and(|s| protected(&s));
                 if blocked {
                     b.warning(&format!(
                         "CACHE_FALLBACK_KEY {k:?} not allowed to end in \"-protected\""
@@ -639,6 +644,50 @@ mod tests {
                 "{raw:?}:\n{s}"
             );
         }
+        // With FF_HASH_CACHE_KEYS the key is not sanitised, but its unhashed alternate object
+        // (`…/main-protected/` joined as a path) would be the protected branch's plain cache:
+        // refused all the same.
+        let hashed_restore = |fallback: &str| {
+            let vars = VarList {
+                vars: vec![
+                    crate::executor::script::variables::Var {
+                        key: HASH_FLAG.into(),
+                        value: "true".into(),
+                        ..Default::default()
+                    },
+                    crate::executor::script::variables::Var {
+                        key: "CACHE_FALLBACK_KEY".into(),
+                        value: fallback.into(),
+                        ..Default::default()
+                    },
+                ],
+                tmp_dir: "/t".into(),
+            };
+            restore(&inputs(&p, &vars, &paths, &Fake))
+                .unwrap()
+                .as_str()
+                .to_string()
+        };
+        for raw in [
+            "main-protected",
+            "main-protected/",
+            "main-protected%2f",
+            "x/../main-protected/.",
+        ] {
+            let s = hashed_restore(raw);
+            assert!(
+                !s.contains("Checking cache for main-protected")
+                    && !s.contains("Checking cache for x/"),
+                "{raw:?} restored a protected cache:\n{s}"
+            );
+            assert!(
+                s.contains(&format!("CACHE_FALLBACK_KEY {raw:?} not allowed to end in")),
+                "{raw:?}:\n{s}"
+            );
+        }
+        assert!(
+            hashed_restore("main-protected-x").contains("Checking cache for main-protected-x...")
+        );
         // Keys that only contain the word are allowed.
         for ok in ["main-protected-x", "protected", "main-non_protected"] {
             let s = restore_with(ok);
