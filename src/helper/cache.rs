@@ -469,3 +469,53 @@ async fn download(
         .map_err(io(format!("renaming {}", tmp.display())))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_archive(o: &ArchiverOptions, dir: &Path) -> String {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut log = Vec::new();
+        rt.block_on(archive(o, dir, &mut log)).unwrap();
+        String::from_utf8(log).unwrap()
+    }
+
+    #[test]
+    fn an_unchanged_archive_is_not_rebuilt_and_a_changed_one_is() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("vendor")).unwrap();
+        std::fs::write(d.path().join("vendor/a"), "a").unwrap();
+        let o = ArchiverOptions {
+            file: "cache/k/cache.zip".into(),
+            paths: vec!["vendor/".into()],
+            ..Default::default()
+        };
+        let first = run_archive(&o, d.path());
+        assert!(!first.contains("up to date"), "{first}");
+        let zip = d.path().join("cache/k/cache.zip");
+        let made = mtime(&zip).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let second = run_archive(&o, d.path());
+        assert!(second.contains("Archive is up to date!"), "{second}");
+        assert_eq!(mtime(&zip), Some(made));
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(d.path().join("vendor/b"), "b").unwrap();
+        let third = run_archive(&o, d.path());
+        assert!(!third.contains("up to date"), "{third}");
+        assert!(mtime(&zip).unwrap() > made);
+        // The archive under the other name becomes the primary before anything else.
+        let moved = ArchiverOptions {
+            file: "cache/hashed/cache.zip".into(),
+            alternate_file: Some("cache/k/cache.zip".into()),
+            ..o
+        };
+        let fourth = run_archive(&moved, d.path());
+        assert!(fourth.contains("Archive is up to date!"), "{fourth}");
+        assert!(!zip.exists());
+        assert!(d.path().join("cache/hashed/cache.zip").is_file());
+    }
+}
