@@ -1574,6 +1574,72 @@ fn cache_stage_tables(cases: &mut Vec<Case>) {
             },
         );
     }
+    // extractCacheWithMultipleFallbackKeysWithCleanup: the same rows with
+    // FF_CLEAN_UP_FAILED_CACHE_EXTRACT: after each failed try, "Removing <path>" and the
+    // path removed (made writable first), before the next key.
+    let rows: Vec<(bool, Row<'_>)> = [rows_for(false), rows_for(true)]
+        .into_iter()
+        .flatten()
+        .collect();
+    for (hashed, (name, key, fb, fallback_keys, more, keys, extra)) in rows {
+        let name = if hashed {
+            format!("FF_HASH_CACHE_KEYS:true/{name}")
+        } else {
+            name.to_string()
+        };
+        check(
+            cases,
+            T,
+            format!("extractCacheWithMultipleFallbackKeysWithCleanup/{name}"),
+            || {
+                let mut vars = fallback(fb);
+                vars.extend(more);
+                vars.push(var("FF_CLEAN_UP_FAILED_CACHE_EXTRACT", "true"));
+                let job = CacheJob {
+                    hashed,
+                    key,
+                    fallback_keys,
+                    vars,
+                    ..Default::default()
+                };
+                let tries = keys.len();
+                restore_agrees(&job, &keys, |b: &mut ScriptBody| {
+                    extra(b);
+                    for _ in 0..tries {
+                        b.print("Removing path1");
+                        b.print("Removing path2");
+                    }
+                })?;
+                let s = job.body(true)?;
+                for p in ["path1", "path2"] {
+                    let removal = format!(
+                        "if [ -d \"{p}\" ]; then chmod -R u+rwX \"{p}\"; fi\nrm -r -f \"{p}\"\n"
+                    );
+                    eq(&format!("{p} removed"), s.matches(&removal).count(), tries)?;
+                }
+                // Each removal sits in the failure branch, before the next key is tried (only
+                // the cache part runs: no exports, no cd).
+                let dir = temp_dir()?;
+                std::fs::create_dir_all(dir.path().join("path1/sub"))
+                    .map_err(|e| format!("making path1: {e}"))?;
+                let stub = "gitlab-runner-helper() { [ \"$1\" = --version ]; }\n";
+                let (code, out) = run_bash(
+                    &format!(
+                        "{stub}{}",
+                        s.split_once("cd /builds\n").map_or("", |(_, cache)| cache)
+                    ),
+                    dir.path(),
+                )?;
+                eq("exit", code, Some(0))?;
+                eq("path1 left", dir.path().join("path1").exists(), false)?;
+                eq(
+                    "removals printed",
+                    out.matches("Removing path1").count(),
+                    tries,
+                )
+            },
+        );
+    }
     // cachePolicy: both stages; a job with no name and no ref.
     for (name, key, policy, vars, err) in [
         ("using pull policy", "test-cache-key", "pull", vec![], None),

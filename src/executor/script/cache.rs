@@ -200,6 +200,21 @@ fn primary_key(entry: &Cache, payload: &JobPayload, vars: &VarList) -> String {
     }
 }
 
+/// `s` in double quotes: the shell expands variables in it, but a `"`, `\` or backquote in
+/// it is taken literally.
+fn expandable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        if matches!(c, '"' | '\\' | '`') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
 /// The archive path of `key`, relative to the project dir (the helper's working directory).
 pub fn archive_file(paths: &JobPaths, key: &str) -> String {
     let depth = paths.build_dir.split('/').filter(|s| !s.is_empty()).count();
@@ -347,8 +362,14 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
             }
         }
         let chain: Vec<KeyNames> = chain.iter().map(|k| KeyNames::new(k, hashed)).collect();
+        // FF_CLEAN_UP_FAILED_CACHE_EXTRACT: what a failed try may have left half extracted.
+        let cleanup: &[String] = if i.vars.flag("FF_CLEAN_UP_FAILED_CACHE_EXTRACT") {
+            &entry.paths
+        } else {
+            &[]
+        };
         b.line(format!("if {HELPER} --version >/dev/null 2>&1; then"));
-        extract_chain(&mut b, i, &chain);
+        extract_chain(&mut b, i, &chain, cleanup);
         b.line("else");
         b.warning(&format!("Missing {HELPER}. Extracting cache is disabled."));
         b.line("fi");
@@ -357,8 +378,10 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
 }
 
 /// Nested if/else: try each key in turn until one extracts. Each try names the other
-/// scheme's object too, when it has a name inside the project's objects.
-fn extract_chain(b: &mut ScriptBody, i: &CacheInputs<'_>, chain: &[KeyNames]) {
+/// scheme's object too, when it has a name inside the project's objects. After a failed try,
+/// the `cleanup` paths are removed (as written: the shell expands variables in them, as
+/// upstream's), before the next key.
+fn extract_chain(b: &mut ScriptBody, i: &CacheInputs<'_>, chain: &[KeyNames], cleanup: &[String]) {
     let Some((key, rest)) = chain.split_first() else {
         return;
     };
@@ -385,7 +408,13 @@ fn extract_chain(b: &mut ScriptBody, i: &CacheInputs<'_>, chain: &[KeyNames]) {
     b.notice("Successfully extracted cache");
     b.line("else");
     b.warning("Failed to extract cache");
-    extract_chain(b, i, rest);
+    for path in cleanup {
+        let p = expandable(path);
+        b.print(&format!("Removing {path}"));
+        b.line(format!("if [ -d {p} ]; then chmod -R u+rwX {p}; fi"));
+        b.line(format!("rm -r -f {p}"));
+    }
+    extract_chain(b, i, rest, cleanup);
     b.line("fi");
 }
 
