@@ -44,8 +44,8 @@
 //!   ClientTLSAuthCertificatesInPredefinedDirectory (against a TLS server in the test); `network/remote_job_state_response_test.go`:
 //!   NewTracePatchResponse; `helpers/featureflags/flags_test.go`: IsOn, GetAll (the flag list
 //!   and defaults);
-//! * `cache/cache_test.go`: GenerateObjectName (not the sharded rows: `FF_HASH_CACHE_KEYS` is
-//!   not implemented), CacheOperations (download and upload URLs; not GoCloud URLs);
+//! * `cache/cache_test.go`: GenerateObjectName (the sharded rows of `FF_HASH_CACHE_KEYS`
+//!   too), CacheOperations (download and upload URLs; not GoCloud URLs);
 //! * `common/build_test.go`: GetPrepareTimeout, GetGetSourcesTimeout (the phase limits; the
 //!   Build*Timeout runs are end-to-end tests in `tests/executor_engine.rs`).
 
@@ -2259,6 +2259,36 @@ fn client_flags_and_cache_names(t: &mut Tally) {
             want,
         );
     }
+    // The sharded rows (FF_HASH_CACHE_KEYS): the hash's first two characters as a folder.
+    use drover::executor::script::cache::object_key;
+    let hash = "d03a852ba491ba611e907b1ef60ad5c4516a05b8f3aae6abb77f42bc60325aed";
+    let sharded = format!("d0/{hash}");
+    for (case, path, shared, want) in [
+        (
+            "sharded key uses first two chars as prefix",
+            "",
+            false,
+            format!("runner/longtoken/project/10/{sharded}"),
+        ),
+        (
+            "sharded key with path prefix",
+            "builds",
+            false,
+            format!("builds/runner/longtoken/project/10/{sharded}"),
+        ),
+        (
+            "sharded key with shared runner",
+            "",
+            true,
+            format!("project/10/{sharded}"),
+        ),
+    ] {
+        t.check(
+            &format!("GenerateObjectName/{case}"),
+            object_key(hash, true).and_then(|o| name(&config(path, shared), &o)),
+            Some(want),
+        );
+    }
 
     // CacheOperations: whether a download and an upload URL are given.
     let unknown = CacheConfig {
@@ -2280,7 +2310,7 @@ fn client_flags_and_cache_names(t: &mut Tally) {
         );
         t.check(
             &format!("CacheOperations/{case}/GetUploadURL"),
-            remote.upload(key).is_some(),
+            remote.upload(key, key).is_some(),
             want,
         );
     }

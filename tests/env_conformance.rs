@@ -1,7 +1,9 @@
 //! Conformance of the job's environment with gitlab-runner's own unit-test tables (variables,
 //! feature flags, the protected ref, build settings, git credentials rewrites, service
 //! variables, the protected cache fallback guard, the build dir rules, cache keys and the cache
-//! stages, submodules, checkout, fetch, hooks, git clean-up, stage skipping, the bash writer).
+//! stages with `FF_HASH_CACHE_KEYS` on and off, the cache helper's alternate names (against a
+//! local HTTP server), submodules, checkout, fetch, hooks, git clean-up, stage skipping, the
+//! bash writer).
 //! Every case is a row of our own: its inputs and the outcome upstream's table expects, checked
 //! against drover's pure functions; where upstream compares writer calls, the generated script
 //! is checked for the same commands, arguments and messages in the same order, or run in bash
@@ -1092,21 +1094,70 @@ fn cache_key_tables(cases: &mut Vec<Case>) {
     }
 }
 
-/// upstream's `test` cache adapter, as a fake: URLs under `test://…/project/1000/<key>`.
+/// upstream's `test` cache adapter, as a fake: URLs under `test://…/project/1000/<object>`,
+/// none for an object whose name leaves `project/1000/` (upstream's adapter check).
 struct TestRemote;
 
+/// Whether upstream names an object `object` of project 1000 (joined as a path, it stays
+/// below `project/1000/`).
+fn inside_project(object: &str) -> bool {
+    resolve("/project/1000", object).starts_with("/project/1000/")
+}
+
 impl cache::Remote for TestRemote {
-    fn download(&self, key: &str) -> Option<cache::Download> {
-        Some(cache::Download {
-            url: format!("test://download/project/1000/{key}"),
-            head_url: Some(format!("test://head/project/1000/{key}")),
+    fn download(&self, object: &str) -> Option<cache::Download> {
+        inside_project(object).then(|| cache::Download {
+            url: format!("test://download/project/1000/{object}"),
+            head_url: Some(format!("test://head/project/1000/{object}")),
         })
     }
-    fn upload(&self, key: &str) -> Option<cache::Upload> {
-        Some(cache::Upload {
-            url: format!("test://upload/project/1000/{key}"),
-            headers: vec![],
+    fn upload(&self, object: &str, key: &str) -> Option<cache::Upload> {
+        inside_project(object).then(|| cache::Upload {
+            url: format!("test://upload/project/1000/{object}"),
+            headers: vec![
+                "Header-1: a value".into(),
+                format!("X-Fakecloud-Meta-Cachekey: {key}"),
+            ],
+            check_url: Some(format!("test://head/project/1000/{object}")),
         })
+    }
+}
+
+/// upstream's test hasher: the hex SHA-256 of a key (computed here, not with drover's).
+fn sha_hex(key: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A key's (primary, alternate) names and objects with `FF_HASH_CACHE_KEYS` on or off:
+/// the hashed name is stored under its first two characters.
+struct Named {
+    primary: String,
+    primary_object: String,
+    alternate: String,
+    alternate_object: String,
+}
+
+fn named(key: &str, hashed: bool) -> Named {
+    let hash = sha_hex(key);
+    let sharded = format!("{}/{hash}", &hash[..2]);
+    if hashed {
+        Named {
+            primary: hash,
+            primary_object: sharded,
+            alternate: key.to_string(),
+            alternate_object: key.to_string(),
+        }
+    } else {
+        Named {
+            primary: key.to_string(),
+            primary_object: key.to_string(),
+            alternate: hash,
+            alternate_object: sharded,
+        }
     }
 }
 
@@ -1131,6 +1182,10 @@ fn expected_echoes(f: impl FnOnce(&mut ScriptBody)) -> Vec<String> {
 /// One cache stage of upstream's fixtures: job `some-job-name` on `some-ref-name`, builds in
 /// `/builds`, cache in `/cache`, one entry with two paths.
 struct CacheJob<'a> {
+    /// `FF_HASH_CACHE_KEYS`.
+    hashed: bool,
+    /// No distributed cache (else upstream's `test` adapter).
+    local: bool,
     key: &'a str,
     policy: &'a str,
     fallback_keys: &'a [&'a str],
@@ -1144,6 +1199,8 @@ struct CacheJob<'a> {
 impl Default for CacheJob<'_> {
     fn default() -> Self {
         CacheJob {
+            hashed: false,
+            local: false,
             key: "",
             policy: "pull-push",
             fallback_keys: &[],
@@ -1165,7 +1222,11 @@ impl CacheJob<'_> {
             "cache": [{"key": self.key, "policy": self.policy, "when": "always",
                        "paths": ["path1", "path2"], "fallback_keys": self.fallback_keys}],
         }));
-        let vars = list(self.vars.clone(), "/t").expanded();
+        let mut vars = self.vars.clone();
+        if self.hashed {
+            vars.insert(0, var("FF_HASH_CACHE_KEYS", "true"));
+        }
+        let vars = list(vars, "/t").expanded();
         let paths = drover::executor::paths::JobPaths {
             root_dir: self.build_dir.into(),
             build_dir: self.build_dir.into(),
@@ -1176,7 +1237,7 @@ impl CacheJob<'_> {
             payload: &p,
             vars: &vars,
             paths: &paths,
-            remote: &TestRemote,
+            remote: if self.local { &LocalOnly } else { &TestRemote },
             timeout_minutes: 10,
         };
         let body = if restore {
@@ -1211,12 +1272,28 @@ fn restore_agrees(
 ) -> Result<(), String> {
     let s = job.body(true)?;
     for k in keys {
-        let want = format!(
+        let n = named(k, job.hashed);
+        let mut want = format!(
             "cache-extractor --file {} --timeout 10 --url {} --head-url {}",
-            quote(&format!("../cache/{k}/cache.zip")),
-            quote(&format!("test://download/project/1000/{k}")),
-            quote(&format!("test://head/project/1000/{k}")),
+            quote(&format!("../cache/{}/cache.zip", n.primary)),
+            quote(&format!(
+                "test://download/project/1000/{}",
+                n.primary_object
+            )),
+            quote(&format!("test://head/project/1000/{}", n.primary_object)),
         );
+        // The other scheme's object, when upstream's adapter names one.
+        if inside_project(&n.alternate_object) {
+            want.push_str(&format!(
+                " --alternate-url {} --alternate-head-url {}",
+                quote(&format!(
+                    "test://download/project/1000/{}",
+                    n.alternate_object
+                )),
+                quote(&format!("test://head/project/1000/{}", n.alternate_object)),
+            ));
+        }
+        want.push_str("; then");
         if !s.contains(&want) {
             return Err(format!("{want:?} missing:\n{s}"));
         }
@@ -1289,6 +1366,107 @@ fn cache_stage_tables(cases: &mut Vec<Case>) {
             },
         );
     }
+    // The same table with FF_HASH_CACHE_KEYS: keys are not sanitised (only hashed), the
+    // protected guard still applies.
+    let files_key = "0_project/dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected";
+    let files_raw =
+        "0_project/foo/../dependencies-7ab1ff8ddd4179468d07100f16b6f19f91b645a8-non_protected";
+    let rows: Vec<(&str, &str, &str, Vec<&str>, Extra)> = vec![
+        (
+            "using allowed key value",
+            "test-cache-key",
+            "test-fallback-cache-key",
+            vec!["test-cache-key", "test-fallback-cache-key"],
+            none(),
+        ),
+        (
+            "using sanitized fallback key",
+            "test-cache-key",
+            "hello.%2e..there  ",
+            vec!["test-cache-key", "hello.%2e..there  "],
+            none(),
+        ),
+        (
+            "using something that looks like a windows path",
+            "test-cache-key",
+            "looks\\like\\a\\win\\path",
+            vec!["test-cache-key", "looks\\like\\a\\win\\path"],
+            none(),
+        ),
+        (
+            "using path-like fallback cache key",
+            "test-cache-key",
+            "foo/bar/baz",
+            vec!["test-cache-key", "foo/bar/baz"],
+            none(),
+        ),
+        (
+            "using invalid fallback cache key",
+            "test-cache-key",
+            "..",
+            vec!["test-cache-key", ".."],
+            none(),
+        ),
+        (
+            "using reserved suffix",
+            "test-cache-key",
+            "main-protected",
+            vec!["test-cache-key"],
+            warn(not_allowed("main-protected")),
+        ),
+        (
+            "using trailing dot suffix",
+            "test-cache-key",
+            "main-protected.",
+            vec!["test-cache-key"],
+            warn(not_allowed("main-protected.")),
+        ),
+        (
+            "empty cache key",
+            "",
+            "",
+            vec!["some-job-name/some-ref-name"],
+            none(),
+        ),
+        (
+            "empty cache key, with fallback",
+            "",
+            "some-fallback",
+            vec!["some-job-name/some-ref-name", "some-fallback"],
+            none(),
+        ),
+        (
+            "empty cache key, with invalid fallback",
+            "",
+            ".",
+            vec!["some-job-name/some-ref-name", "."],
+            none(),
+        ),
+        ("cache:key:files", files_key, "", vec![files_key], none()),
+        (
+            "cache:key:files sanitized",
+            files_raw,
+            "",
+            vec![files_raw],
+            none(),
+        ),
+    ];
+    for (name, key, fb, keys, extra) in rows {
+        check(
+            cases,
+            T,
+            format!("extractCacheWithDefaultFallbackKey/FF_HASH_CACHE_KEYS:true/{name}"),
+            || {
+                let job = CacheJob {
+                    hashed: true,
+                    key,
+                    vars: fallback(fb),
+                    ..Default::default()
+                };
+                restore_agrees(&job, &keys, extra)
+            },
+        );
+    }
     // extractCacheWithMultipleFallbackKeys, unhashed.
     let chain = [
         "test-cache-key",
@@ -1305,65 +1483,79 @@ fn cache_stage_tables(cases: &mut Vec<Case>) {
         Vec<&'a str>,
         Extra,
     );
-    let rows: Vec<Row<'_>> = vec![
-        (
-            "multiple fallback keys",
-            "test-cache-key",
-            "test-var-fallback-cache-key",
-            &["test-fallback-cache-key-1", "test-fallback-cache-key-2"],
-            vec![],
-            [&chain[..], &["test-var-fallback-cache-key"]].concat(),
-            none(),
-        ),
-        (
-            "fallback keys with variables",
-            "test-cache-key",
-            "test-var-fallback-cache-key",
-            &[
-                "test-fallback-cache-$CACHE_FALLBACK_1",
-                "test-fallback-cache-$CACHE_FALLBACK_2",
-            ],
-            vec![
-                var("CACHE_FALLBACK_1", "key-1"),
-                var("CACHE_FALLBACK_2", "key-2"),
-            ],
-            [&chain[..], &["test-var-fallback-cache-key"]].concat(),
-            none(),
-        ),
-        (
-            "protected fallback keys",
-            "test-cache-key",
-            "test-var-fallback-cache-key",
-            &["test-fallback-protected-1", "test-fallback-protected-2"],
-            vec![],
-            vec![
+    // Each row with FF_HASH_CACHE_KEYS off (the names kept from before) and on: the same
+    // keys and messages.
+    let rows_for = |hashed: bool| -> Vec<(bool, Row<'_>)> {
+        let rows: Vec<Row<'_>> = vec![
+            (
+                "multiple fallback keys",
                 "test-cache-key",
-                "test-fallback-protected-1",
-                "test-fallback-protected-2",
                 "test-var-fallback-cache-key",
-            ],
-            none(),
-        ),
-        (
-            "invalid global protected fallback key",
-            "test-cache-key",
-            "test-var-fallback-key-protected",
-            &["test-fallback-cache-key-1", "test-fallback-cache-key-2"],
-            vec![],
-            chain.to_vec(),
-            warn(not_allowed("test-var-fallback-key-protected")),
-        ),
-        (
-            "empty cache key",
-            "",
-            "",
-            &[],
-            vec![],
-            vec!["some-job-name/some-ref-name"],
-            none(),
-        ),
-    ];
-    for (name, key, fb, fallback_keys, more, keys, extra) in rows {
+                &["test-fallback-cache-key-1", "test-fallback-cache-key-2"],
+                vec![],
+                [&chain[..], &["test-var-fallback-cache-key"]].concat(),
+                none(),
+            ),
+            (
+                "fallback keys with variables",
+                "test-cache-key",
+                "test-var-fallback-cache-key",
+                &[
+                    "test-fallback-cache-$CACHE_FALLBACK_1",
+                    "test-fallback-cache-$CACHE_FALLBACK_2",
+                ],
+                vec![
+                    var("CACHE_FALLBACK_1", "key-1"),
+                    var("CACHE_FALLBACK_2", "key-2"),
+                ],
+                [&chain[..], &["test-var-fallback-cache-key"]].concat(),
+                none(),
+            ),
+            (
+                "protected fallback keys",
+                "test-cache-key",
+                "test-var-fallback-cache-key",
+                &["test-fallback-protected-1", "test-fallback-protected-2"],
+                vec![],
+                vec![
+                    "test-cache-key",
+                    "test-fallback-protected-1",
+                    "test-fallback-protected-2",
+                    "test-var-fallback-cache-key",
+                ],
+                none(),
+            ),
+            (
+                "invalid global protected fallback key",
+                "test-cache-key",
+                "test-var-fallback-key-protected",
+                &["test-fallback-cache-key-1", "test-fallback-cache-key-2"],
+                vec![],
+                chain.to_vec(),
+                warn(not_allowed("test-var-fallback-key-protected")),
+            ),
+            (
+                "empty cache key",
+                "",
+                "",
+                &[],
+                vec![],
+                vec!["some-job-name/some-ref-name"],
+                none(),
+            ),
+        ];
+        rows.into_iter().map(|r| (hashed, r)).collect()
+    };
+    let rows: Vec<(bool, Row<'_>)> = [rows_for(false), rows_for(true)]
+        .into_iter()
+        .flatten()
+        .collect();
+    for (hashed, (name, key, fb, fallback_keys, more, keys, extra)) in rows {
+        let name = if hashed {
+            format!("FF_HASH_CACHE_KEYS:true/{name}")
+        } else {
+            name.to_string()
+        };
         check(
             cases,
             T,
@@ -1372,12 +1564,79 @@ fn cache_stage_tables(cases: &mut Vec<Case>) {
                 let mut vars = fallback(fb);
                 vars.extend(more);
                 let job = CacheJob {
+                    hashed,
                     key,
                     fallback_keys,
                     vars,
                     ..Default::default()
                 };
                 restore_agrees(&job, &keys, extra)
+            },
+        );
+    }
+    // extractCacheWithMultipleFallbackKeysWithCleanup: the same rows with
+    // FF_CLEAN_UP_FAILED_CACHE_EXTRACT: after each failed try, "Removing <path>" and the
+    // path removed (made writable first), before the next key.
+    let rows: Vec<(bool, Row<'_>)> = [rows_for(false), rows_for(true)]
+        .into_iter()
+        .flatten()
+        .collect();
+    for (hashed, (name, key, fb, fallback_keys, more, keys, extra)) in rows {
+        let name = if hashed {
+            format!("FF_HASH_CACHE_KEYS:true/{name}")
+        } else {
+            name.to_string()
+        };
+        check(
+            cases,
+            T,
+            format!("extractCacheWithMultipleFallbackKeysWithCleanup/{name}"),
+            || {
+                let mut vars = fallback(fb);
+                vars.extend(more);
+                vars.push(var("FF_CLEAN_UP_FAILED_CACHE_EXTRACT", "true"));
+                let job = CacheJob {
+                    hashed,
+                    key,
+                    fallback_keys,
+                    vars,
+                    ..Default::default()
+                };
+                let tries = keys.len();
+                restore_agrees(&job, &keys, |b: &mut ScriptBody| {
+                    extra(b);
+                    for _ in 0..tries {
+                        b.print("Removing path1");
+                        b.print("Removing path2");
+                    }
+                })?;
+                let s = job.body(true)?;
+                for p in ["path1", "path2"] {
+                    let removal = format!(
+                        "if [ -d \"{p}\" ]; then chmod -R u+rwX \"{p}\"; fi\nrm -r -f \"{p}\"\n"
+                    );
+                    eq(&format!("{p} removed"), s.matches(&removal).count(), tries)?;
+                }
+                // Each removal sits in the failure branch, before the next key is tried (only
+                // the cache part runs: no exports, no cd).
+                let dir = temp_dir()?;
+                std::fs::create_dir_all(dir.path().join("path1/sub"))
+                    .map_err(|e| format!("making path1: {e}"))?;
+                let stub = "gitlab-runner-helper() { [ \"$1\" = --version ]; }\n";
+                let (code, out) = run_bash(
+                    &format!(
+                        "{stub}{}",
+                        s.split_once("cd /builds\n").map_or("", |(_, cache)| cache)
+                    ),
+                    dir.path(),
+                )?;
+                eq("exit", code, Some(0))?;
+                eq("path1 left", dir.path().join("path1").exists(), false)?;
+                eq(
+                    "removals printed",
+                    out.matches("Removing path1").count(),
+                    tries,
+                )
             },
         );
     }
@@ -1437,8 +1696,18 @@ fn cache_stage_tables(cases: &mut Vec<Case>) {
             });
         }
     }
-    // archiveCache_keySanitation, unhashed.
-    for (name, key, job, git_ref, want, extra) in [
+    // archiveCache_keySanitation, with FF_HASH_CACHE_KEYS off (the names kept from before)
+    // and on (nothing sanitised), no distributed cache: (name, key, job, ref, key used,
+    // warning) per setting.
+    type Sanitation<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+    );
+    let off: Vec<Sanitation<'_>> = vec![
         ("defaulted cache key", "", "some-job-name", "some-git-ref",
          Some("some-job-name/some-git-ref"), None),
         ("defaulted cache key sanitized", "", "some\\job\\name", "some/git/ref",
@@ -1449,52 +1718,121 @@ fn cache_stage_tables(cases: &mut Vec<Case>) {
          Some("key/will/be/sanitized"),
          Some("cache key \"this/../key/will/be\\\\sanitized\\\\  \" sanitized to \"key/will/be/sanitized\"")),
         ("cannot be sanitized", "/", "", "", None, Some("cache key \"/\" could not be sanitized")),
-    ] {
-        check(cases, T, format!("archiveCache_keySanitation/{name}"), || {
-            let job = CacheJob {
-                key,
-                job,
-                git_ref,
-                build_dir: "/some/buildDir",
-                cache_dir: "/some/cacheDir",
-                ..Default::default()
-            };
-            let s = job.body(false)?;
-            let want_echoes = expected_echoes(|b| {
-                if let Some(w) = extra {
-                    b.warning(w);
-                }
-                match want {
-                    Some(k) => {
-                        b.notice(&format!("Creating cache {k}..."));
-                        b.notice("Created cache");
-                        b.warning("Failed to create cache");
-                        b.warning("Missing gitlab-runner-helper. Creating cache is disabled.");
+    ];
+    let on: Vec<Sanitation<'_>> = vec![
+        (
+            "defaulted cache key",
+            "",
+            "some-job-name",
+            "some-git-ref",
+            Some("some-job-name/some-git-ref"),
+            None,
+        ),
+        (
+            "defaulted cache key sanitized",
+            "",
+            "some\\job\\name",
+            "some/git/ref",
+            Some("some\\job\\name/some/git/ref"),
+            None,
+        ),
+        ("cache key", "hola", "", "", Some("hola"), None),
+        (
+            "cache key sanitized",
+            "this/../key/will/be\\sanitized\\  ",
+            "",
+            "",
+            Some("this/../key/will/be\\sanitized\\  "),
+            None,
+        ),
+        ("cannot be sanitized", "/", "", "", Some("/"), None),
+    ];
+    let rows = off
+        .into_iter()
+        .map(|r| (false, r))
+        .chain(on.into_iter().map(|r| (true, r)));
+    for (hashed, (name, key, job, git_ref, want, extra)) in rows {
+        let name = if hashed {
+            format!("FF_HASH_CACHE_KEYS:true/{name}")
+        } else {
+            name.to_string()
+        };
+        check(
+            cases,
+            T,
+            format!("archiveCache_keySanitation/{name}"),
+            || {
+                let job = CacheJob {
+                    hashed,
+                    local: true,
+                    key,
+                    job,
+                    git_ref,
+                    build_dir: "/some/buildDir",
+                    cache_dir: "/some/cacheDir",
+                    ..Default::default()
+                };
+                let s = job.body(false)?;
+                let want_echoes = expected_echoes(|b| {
+                    if let Some(w) = extra {
+                        b.warning(w);
                     }
-                    None => {
-                        b.notice("Skipping cache archiving due to empty cache key");
+                    match want {
+                        Some(k) => {
+                            b.notice(&format!("Creating cache {k}..."));
+                            b.notice("Created cache");
+                            b.warning("Failed to create cache");
+                            b.warning("Missing gitlab-runner-helper. Creating cache is disabled.");
+                        }
+                        None => {
+                            b.notice("Skipping cache archiving due to empty cache key");
+                        }
                     }
+                });
+                eq("messages", echoes(&s), want_echoes)?;
+                if let Some(k) = want {
+                    // upstream: --file ../cacheDir/<name>/cache.zip --alternate-file
+                    // ../cacheDir/<other name>/cache.zip (joined and cleaned); the same files
+                    // from the build dir.
+                    let n = named(k, hashed);
+                    let argv = archiver_calls(&s)?;
+                    let [call] = &argv[..] else {
+                        return Err(format!("one archiver call expected:\n{s}"));
+                    };
+                    let files = archiver_files(call, "/some/buildDir")?;
+                    eq(
+                        "files",
+                        files,
+                        (
+                            resolve("/some/cacheDir", &format!("{}/cache.zip", n.primary)),
+                            Some(resolve(
+                                "/some/cacheDir",
+                                &format!("{}/cache.zip", n.alternate),
+                            )),
+                        ),
+                    )?;
+                    eq(
+                        "the rest",
+                        &call[5..],
+                        &strings(&[
+                            "--timeout",
+                            "10",
+                            "--path",
+                            "path1",
+                            "--path",
+                            "path2",
+                            "--env-file",
+                            "/some/buildDir.tmp/gitlab_runner_cache_env",
+                        ])[..],
+                    )?;
+                    let metadata = format!("CACHE_METADATA={}", json!({ "cachekey": k }));
+                    eq("metadata", s.contains(&quote(&metadata)), true)?;
                 }
-            });
-            eq("messages", echoes(&s), want_echoes)?;
-            if let Some(k) = want {
-                // upstream: --file ../cacheDir/<key>/cache.zip, the same file from the build dir.
-                let args = s
-                    .split("cache-archiver --file ")
-                    .nth(1)
-                    .and_then(|r| r.split_once(" --timeout 10 --path path1 --path path2 "))
-                    .ok_or_else(|| format!("no archiver call with upstream's arguments:\n{s}"))?;
-                eq(
-                    "archive",
-                    resolve("/some/buildDir", args.0),
-                    format!("/some/cacheDir/{k}/cache.zip"),
-                )?;
-                let metadata = format!("CACHE_METADATA={}", json!({ "cachekey": k }));
-                eq("metadata", s.contains(&quote(&metadata)), true)?;
-            }
-            Ok(())
-        });
+                Ok(())
+            },
+        );
     }
+    write_archive_cache_rows(cases);
     // NewCacheConfig, unhashed rows: the key, the warning and the archive file.
     for (name, key, vars, want, warning) in [
         ("empty cache key", "", vec![], None, None),
@@ -1580,6 +1918,550 @@ fn cache_stage_tables(cases: &mut Vec<Case>) {
                 eq("used", s.contains(&quote(&file)), true)?;
             }
             Ok(())
+        });
+    }
+    // NewCacheConfig, the hashed rows (not the PowerShell one): (name, key, job, ref, hashed,
+    // shown key, archive file, alternate file), upstream's values.
+    let d03 = "d03a852ba491ba611e907b1ef60ad5c4516a05b8f3aae6abb77f42bc60325aed";
+    let f7 = "7f6da050858a8c8767cddbfdf331cbe3a0269abba1fc11fd3fa381b8851b7917";
+    for (name, key, job, git_ref, hashed, shown, file, alternate) in [
+        (
+            "hashed, key from job",
+            "",
+            "some-job",
+            "some-ref",
+            true,
+            "some-job/some-ref",
+            format!("../../cache/dir/{d03}/cache.zip"),
+            "../../cache/dir/some-job/some-ref/cache.zip".to_string(),
+        ),
+        (
+            "hashed, key from user",
+            "some/user/key",
+            "",
+            "",
+            true,
+            "some/user/key",
+            format!("../../cache/dir/{f7}/cache.zip"),
+            "../../cache/dir/some/user/key/cache.zip".to_string(),
+        ),
+    ] {
+        check(cases, T, format!("NewCacheConfig/{name}"), || {
+            let job = CacheJob {
+                hashed,
+                local: true,
+                key,
+                job,
+                git_ref,
+                build_dir: "/some/build/dir",
+                cache_dir: "/some/cache/dir",
+                ..Default::default()
+            };
+            let s = job.body(false)?;
+            eq(
+                "shown",
+                s.contains(&format!("Creating cache {shown}...")),
+                true,
+            )?;
+            let calls = archiver_calls(&s)?;
+            let call = calls
+                .first()
+                .ok_or_else(|| format!("no archiver call:\n{s}"))?;
+            eq(
+                "files",
+                archiver_files(call, "/some/build/dir")?,
+                (
+                    resolve("/some/build/dir", &file),
+                    Some(resolve("/some/build/dir", &alternate)),
+                ),
+            )
+        });
+    }
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// The argument lists of the `cache-archiver` calls in a body, in order, as bash reads them.
+fn archiver_calls(s: &str) -> Result<Vec<Vec<String>>, String> {
+    let mut calls = Vec::new();
+    for line in s.lines() {
+        let Some(args) = line
+            .strip_prefix("if gitlab-runner-helper cache-archiver ")
+            .and_then(|l| l.strip_suffix("; then"))
+        else {
+            continue;
+        };
+        let dir = temp_dir()?;
+        let (code, out) = run_bash(&format!("printf '%s\\0' cache-archiver {args}"), dir.path())?;
+        eq("printing the arguments", code, Some(0))?;
+        let mut argv: Vec<String> = out.split('\0').map(String::from).collect();
+        argv.pop();
+        calls.push(argv);
+    }
+    Ok(calls)
+}
+
+/// `--file` and `--alternate-file` of an archiver call (its first arguments, as upstream
+/// orders them), resolved against the build dir.
+fn archiver_files(call: &[String], build_dir: &str) -> Result<(String, Option<String>), String> {
+    match call {
+        [_, f, file, a, alternate, ..] if f == "--file" && a == "--alternate-file" => Ok((
+            resolve(build_dir, file),
+            Some(resolve(build_dir, alternate)),
+        )),
+        [_, f, file, ..] if f == "--file" => Ok((resolve(build_dir, file), None)),
+        _ => Err(format!("no --file first: {call:?}")),
+    }
+}
+
+/// WriteWritingArchiveCache: upstream's job with five caches (two on success, one on
+/// failure, one always, one with the default key), archived after success and after failure,
+/// without and with a presigned cache: every archiver call names both files, the cache's own
+/// arguments, the upload (URL, the signed headers, the HEAD URL to check) and the env file.
+fn write_archive_cache_rows(cases: &mut Vec<Case>) {
+    const T: &str = "shells/abstract_test.go";
+    let p = payload(json!({
+        "id": 1000, "token": "token",
+        "job_info": {"project_id": 1000, "name": "some-job-name"},
+        "git_info": {"repo_url": "https://h/g/p.git", "sha": "0", "ref": "some-git-ref"},
+        "cache": [
+            {"key": "cache-key1", "untracked": true, "policy": "push", "paths": ["vendor/"], "when": "on_success"},
+            {"key": "cache-key1", "policy": "push", "paths": ["some/path1", "other/path2"], "when": "on_success"},
+            {"key": "cache-key1", "untracked": true, "policy": "push", "paths": ["when-on-failure"], "when": "on_failure"},
+            {"key": "cache-key1", "policy": "push", "paths": ["when-always"], "when": "always"},
+            {"key": "", "paths": ["unset-cache-key"], "when": "always"},
+        ],
+    }));
+    let on_success: Vec<Vec<&str>> = vec![
+        vec!["--path", "vendor/", "--untracked"],
+        vec!["--path", "some/path1", "--path", "other/path2"],
+        vec!["--path", "when-always"],
+        vec!["--path", "unset-cache-key"],
+    ];
+    let on_failure: Vec<Vec<&str>> = vec![
+        vec!["--path", "when-on-failure", "--untracked"],
+        vec!["--path", "when-always"],
+        vec!["--path", "unset-cache-key"],
+    ];
+    for (stage, succeeded, per_cache) in [
+        ("archive_cache", true, on_success),
+        ("archive_cache_on_failure", false, on_failure),
+    ] {
+        for (kind, presigned) in [("no cache upload", false), ("pre-signed URL cache", true)] {
+            let per_cache = per_cache.clone();
+            check(
+                cases,
+                T,
+                format!("WriteWritingArchiveCache/{stage}/{kind}"),
+                || {
+                    let vars = list(vec![], "/t").expanded();
+                    let paths = drover::executor::paths::JobPaths {
+                        root_dir: "/builds".into(),
+                        build_dir: "/builds/p".into(),
+                        tmp_dir: "/builds/p.tmp".into(),
+                        cache_dir: "/cache_dir".into(),
+                    };
+                    let inputs = CacheInputs {
+                        payload: &p,
+                        vars: &vars,
+                        paths: &paths,
+                        remote: if presigned { &TestRemote } else { &LocalOnly },
+                        timeout_minutes: 10,
+                    };
+                    let s = cache::archive(&inputs, succeeded)
+                        .map(|b| b.as_str().to_string())
+                        .ok_or("no stage")?;
+                    let calls = archiver_calls(&s)?;
+                    eq("archiver calls", calls.len(), per_cache.len())?;
+                    let header = |h: &str| {
+                        h == "Header-1: a value"
+                            || h == "X-Fakecloud-Meta-Cachekey: cache-key1"
+                            || h == "X-Fakecloud-Meta-Cachekey: some-job-name/some-git-ref"
+                    };
+                    for (call, own) in calls.iter().zip(&per_cache) {
+                        let (file, alternate) = archiver_files(call, "/builds/p")?;
+                        let in_cache =
+                            |f: &str| f.starts_with("/cache_dir/") && f.ends_with("/cache.zip");
+                        eq("--file in the cache dir", in_cache(&file), true)?;
+                        eq(
+                            "--alternate-file in the cache dir",
+                            alternate.as_deref().is_some_and(in_cache),
+                            true,
+                        )?;
+                        let rest = &call[5..];
+                        eq(
+                            "--timeout",
+                            rest.get(..2),
+                            Some(&strings(&["--timeout", "10"])[..]),
+                        )?;
+                        let rest = &rest[2..];
+                        eq(
+                            "the cache's own",
+                            rest.get(..own.len()),
+                            Some(&strings(own)[..]),
+                        )?;
+                        let rest = &rest[own.len()..];
+                        let upload: &[String] = &rest[..rest.len().saturating_sub(2)];
+                        eq(
+                            "--env-file last",
+                            rest.get(rest.len().saturating_sub(2)).map(String::as_str),
+                            Some("--env-file"),
+                        )?;
+                        if !presigned {
+                            eq("upload arguments", upload, &[][..])?;
+                            continue;
+                        }
+                        match upload {
+                            [u, _, h1, v1, h2, v2, c, check_url]
+                                if u == "--url"
+                                    && h1 == "--header"
+                                    && h2 == "--header"
+                                    && c == "--check-url"
+                                    && header(v1)
+                                    && header(v2)
+                                    && check_url.starts_with("test://head/") => {}
+                            _ => return Err(format!("upload arguments: {upload:?}")),
+                        }
+                    }
+                    Ok(())
+                },
+            );
+        }
+    }
+}
+
+/// A local HTTP server for the helper rows: a request for `/<status>/<age>/<name>` is
+/// answered with that status and, with 200, `Last-Modified` now (`new`) or an hour earlier
+/// (`old`). Every request is recorded as `METHOD path`.
+struct Fixture {
+    base: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Fixture {
+    fn start() -> Result<Fixture, String> {
+        use std::io::{BufRead, Read, Write};
+        let listener =
+            std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("binding: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("local address: {e}"))?;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let now = std::time::SystemTime::now();
+        let date = |t: std::time::SystemTime| {
+            chrono::DateTime::<chrono::Utc>::from(t)
+                .format("%a, %d %b %Y %H:%M:%S GMT")
+                .to_string()
+        };
+        let (new, old) = (date(now), date(now - std::time::Duration::from_secs(3600)));
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = std::io::BufReader::new(&stream);
+                let mut request = String::new();
+                if reader.read_line(&mut request).is_err() {
+                    continue;
+                }
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some((k, v)) = line.split_once(':') {
+                        if k.eq_ignore_ascii_case("content-length") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                }
+                let mut body = vec![0u8; length.min(1 << 20)];
+                let _ = reader.read_exact(&mut body);
+                let mut words = request.split_whitespace();
+                let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+                if let Ok(mut seen) = record.lock() {
+                    seen.push(format!("{method} {path}"));
+                }
+                let mut parts = path.trim_start_matches('/').split('/');
+                let status: u16 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(500);
+                let modified = match parts.next() {
+                    Some("old") => &old,
+                    _ => &new,
+                };
+                let mut response =
+                    format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n");
+                if status == 200 {
+                    response.push_str(&format!("Last-Modified: {modified}\r\n"));
+                }
+                response.push_str("\r\n");
+                let _ = (&stream).write_all(response.as_bytes());
+            }
+        });
+        Ok(Fixture {
+            base: format!("http://{addr}"),
+            seen,
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+fn block_on<F: std::future::Future>(f: F) -> Result<F::Output, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map(|rt| rt.block_on(f))
+        .map_err(|e| format!("runtime: {e}"))
+}
+
+/// The helper's side of `FF_HASH_CACHE_KEYS` (upstream's `commands/helpers` tables).
+fn helper_cache_tables(cases: &mut Vec<Case>) {
+    use drover::helper::cache::{self as helper, ArchiverOptions, ExtractorOptions};
+    const A: &str = "commands/helpers/cache_archiver_test.go";
+    const E: &str = "commands/helpers/cache_extractor_test.go";
+    // TryRenameAlternateFile: (name, alternate given, alternate is the primary, primary
+    // exists, alternate exists, primary in a folder not made yet, renamed).
+    for (name, given, same, primary, alternate, subdir, renamed) in [
+        (
+            "no alternate file set",
+            false,
+            false,
+            false,
+            false,
+            false,
+            false,
+        ),
+        (
+            "alternate same as primary",
+            true,
+            true,
+            false,
+            false,
+            false,
+            false,
+        ),
+        (
+            "primary exists, alternate exists",
+            true,
+            false,
+            true,
+            true,
+            false,
+            false,
+        ),
+        (
+            "primary missing, alternate missing",
+            true,
+            false,
+            false,
+            false,
+            false,
+            false,
+        ),
+        (
+            "primary missing, alternate exists",
+            true,
+            false,
+            false,
+            true,
+            false,
+            true,
+        ),
+        (
+            "primary missing, alternate exists, primary dir missing",
+            true,
+            false,
+            false,
+            true,
+            true,
+            true,
+        ),
+    ] {
+        check(cases, A, format!("TryRenameAlternateFile/{name}"), || {
+            let dir = temp_dir()?;
+            let file = if subdir {
+                dir.path().join("newsubdir/cache.zip")
+            } else {
+                dir.path().join("cache.zip")
+            };
+            let other = if same {
+                file.clone()
+            } else {
+                dir.path().join("old-cache.zip")
+            };
+            let write = |p: &std::path::Path, what: &str| {
+                std::fs::write(p, what).map_err(|e| format!("writing {}: {e}", p.display()))
+            };
+            if primary {
+                write(&file, "primary")?;
+            }
+            if alternate {
+                write(&other, "alternate")?;
+            }
+            let mut log = Vec::new();
+            // `--alternate-file ""` when not given, as upstream's row.
+            let given_path = if given {
+                other.clone()
+            } else {
+                Default::default()
+            };
+            helper::rename_alternate(dir.path(), &file, Some(&given_path), &mut log);
+            let read = |p: &std::path::Path| std::fs::read_to_string(p).ok();
+            if renamed {
+                eq("primary", read(&file).as_deref(), Some("alternate"))?;
+                eq("alternate left", other.exists(), false)
+            } else {
+                if primary {
+                    eq("primary", read(&file).as_deref(), Some("primary"))?;
+                }
+                if alternate && !same {
+                    eq("alternate", read(&other).as_deref(), Some("alternate"))?;
+                }
+                eq("primary made", file.exists(), primary)
+            }
+        });
+    }
+    // UploadExistingArchiveIfNeeded: (name, archive exists, HEAD status to check, uploaded).
+    for (name, exists, check_status, uploaded) in [
+        ("local file missing", false, None, false),
+        ("file exists, remote exists", true, Some(200), false),
+        ("file exists, remote missing", true, Some(404), true),
+        ("file exists, no check URL", true, None, true),
+    ] {
+        check(
+            cases,
+            A,
+            format!("UploadExistingArchiveIfNeeded/{name}"),
+            || {
+                let server = Fixture::start()?;
+                let dir = temp_dir()?;
+                let file = dir.path().join("cache.zip");
+                if exists {
+                    std::fs::write(&file, "cache content").map_err(|e| format!("writing: {e}"))?;
+                }
+                let o = ArchiverOptions {
+                    file: file.clone(),
+                    url: Some(server.url("/200/new/upload")),
+                    check_url: check_status.map(|s| server.url(&format!("/{s}/new/check"))),
+                    ..Default::default()
+                };
+                let mut log = Vec::new();
+                block_on(helper::upload_existing(&o, &file, &mut log))?
+                    .map_err(|e| e.to_string())?;
+                let puts = server
+                    .seen()
+                    .iter()
+                    .filter(|r| r.starts_with("PUT "))
+                    .count();
+                eq("uploaded", puts == 1, uploaded)
+            },
+        );
+    }
+    // SelectPresignedURL: (name, primary GET, primary HEAD, alternate GET, alternate HEAD,
+    // the GET chosen); paths are `/<status>/<age>/…`.
+    for (name, url, head, alt, alt_head, want) in [
+        (
+            "no alternate URL, uses primary",
+            "/200/new/p",
+            None,
+            None,
+            None,
+            "/200/new/p",
+        ),
+        (
+            "primary newer, uses primary",
+            "/200/new/p",
+            None,
+            Some("/200/old/a"),
+            None,
+            "/200/new/p",
+        ),
+        (
+            "alternate newer, uses alternate",
+            "/200/old/p",
+            None,
+            Some("/200/new/a"),
+            None,
+            "/200/new/a",
+        ),
+        (
+            "primary not found, uses alternate",
+            "/404/new/p",
+            None,
+            Some("/200/new/a"),
+            None,
+            "/200/new/a",
+        ),
+        (
+            "alternate not found, uses primary",
+            "/200/new/p",
+            None,
+            Some("/404/new/a"),
+            None,
+            "/200/new/p",
+        ),
+        (
+            "both not found, uses primary",
+            "/404/new/p",
+            None,
+            Some("/404/new/a"),
+            None,
+            "/404/new/p",
+        ),
+        (
+            "primary returns unexpected status, uses alternate",
+            "/403/new/p",
+            None,
+            Some("/200/new/a"),
+            None,
+            "/200/new/a",
+        ),
+        (
+            "both return unexpected status, uses primary",
+            "/403/new/p",
+            None,
+            Some("/403/new/a"),
+            None,
+            "/403/new/p",
+        ),
+        (
+            "uses HeadURL when set, even if URL would fail HEAD",
+            "/403/new/p",
+            Some("/200/new/ph"),
+            Some("/200/old/a"),
+            None,
+            "/403/new/p",
+        ),
+        (
+            "uses AlternateHeadURL when set, even if AlternateURL would fail HEAD",
+            "/200/old/p",
+            None,
+            Some("/403/new/a"),
+            Some("/200/new/ah"),
+            "/403/new/a",
+        ),
+    ] {
+        check(cases, E, format!("SelectPresignedURL/{name}"), || {
+            let server = Fixture::start()?;
+            let o = ExtractorOptions {
+                url: Some(server.url(url)),
+                head_url: head.map(|h| server.url(h)),
+                alternate_url: alt.map(|a| server.url(a)),
+                alternate_head_url: alt_head.map(|a| server.url(a)),
+                timeout_minutes: 1,
+                ..Default::default()
+            };
+            let primary = server.url(url);
+            let mut log = Vec::new();
+            let (chosen, _) = block_on(helper::select_source(&o, &primary, &mut log))?;
+            eq("chosen", chosen.to_string(), server.url(want))
         });
     }
 }
@@ -4180,6 +5062,37 @@ fn tokenless_tables(cases: &mut Vec<Case>) {
             ..base
         },
     ];
+    // "with bad repo URL": no external config is written and the job fails (upstream: a
+    // system failure naming the parse error); drover refuses it when planning the job.
+    for tokenless in [true, false] {
+        let name = format!(
+            "SetupExternalConfigFile/FF_GIT_URLS_WITHOUT_TOKENS:{tokenless}/with bad repo URL"
+        );
+        check(cases, T, name, || {
+            let p = payload(json!({
+                "git_info": {"repo_url": "https://[invalid/", "sha": "0123456789abcdef", "ref": "main"},
+                "variables": job_vars(&[
+                    ("GIT_STRATEGY", "fetch"),
+                    ("FF_GIT_URLS_WITHOUT_TOKENS", if tokenless { "true" } else { "false" }),
+                ]),
+            }));
+            match plan_job(&p, &runner(), Slot::default()) {
+                Ok(_) => Err("the job was planned".into()),
+                Err(e) => {
+                    eq(
+                        "reason",
+                        e.reason,
+                        drover::executor::error::FailureReason::RunnerSystemFailure,
+                    )?;
+                    eq(
+                        "message names the URL's setting",
+                        e.message.contains("git_info.repo_url") && !e.message.contains("[invalid"),
+                        true,
+                    )
+                }
+            }
+        });
+    }
     let helper = r#"!f(){ if [ "$1" = "get" ] ; then echo "password=${CI_JOB_TOKEN}" ; fi ; } ; f"#;
     for tokenless in [true, false] {
         for row in &rows {
@@ -4603,6 +5516,7 @@ fn env_conformance() {
     cache_fallback_guard(&mut cases);
     cache_key_tables(&mut cases);
     cache_stage_tables(&mut cases);
+    helper_cache_tables(&mut cases);
     bash_tables(&mut cases);
     shell_writer_tables(&mut cases);
     submodule_tables(&mut cases);

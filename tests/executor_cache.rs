@@ -577,7 +577,7 @@ async fn role_arn_signs_with_the_roles_scoped_sts_credentials() {
         );
     }
     let (download_key, upload_key) = (&handed_out[0].2, &handed_out[1].2);
-    let put = remote.upload("deps").expect("upload URL");
+    let put = remote.upload("deps", "deps").expect("upload URL");
     assert!(
         put.url
             .contains(&format!("X-Amz-Credential={upload_key}%2F")),
@@ -602,7 +602,7 @@ async fn role_arn_signs_with_the_roles_scoped_sts_credentials() {
         CacheRemote::resolving_iam(Some(&both), "shorttok", 91, Duration::from_secs(1800)).await;
     assert_eq!(assumed_roles(&moto).len(), 2);
     assert!(again
-        .upload("deps")
+        .upload("deps", "deps")
         .is_some_and(|u| u.url.contains(&format!("X-Amz-Credential={upload_key}%2F"))));
 
     // UploadRoleARN only: uploads through the role (a new session for another project),
@@ -618,7 +618,7 @@ async fn role_arn_signs_with_the_roles_scoped_sts_credentials() {
     assert!(warnings.is_empty(), "{warnings:?}");
     let handed_out = assumed_roles(&moto);
     assert_eq!(handed_out.len(), 3, "{handed_out:?}");
-    let put = remote.upload("deps").expect("upload URL");
+    let put = remote.upload("deps", "deps").expect("upload URL");
     assert!(
         put.url
             .contains(&format!("X-Amz-Credential={}%2F", handed_out[2].2)),
@@ -693,4 +693,71 @@ async fn an_empty_bucket_location_is_detected_from_the_bucket() {
             assert!(url.contains("%2Feu-west-2%2Fs3%2Faws4_request"), "{url}");
         }
     }
+}
+
+/// `FF_HASH_CACHE_KEYS` toggled between two jobs of a project: the cache the first job
+/// uploaded under its plain key is found by the second (flag on: the hashed, sharded object
+/// does not exist yet) through the extractor's alternate URL, and the second job uploads it
+/// under the hashed name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_toggled_hash_cache_keys_flag_finds_the_cache_under_its_other_name() {
+    let _guard = engine_test!();
+    let moto = Moto::start();
+    assert!(moto
+        .request("PUT", "/drover-cache")
+        .starts_with("HTTP/1.1 200"));
+    let runner = s3_runner(
+        "cachehash",
+        CacheS3Config {
+            server_address: format!("127.0.0.1:{}", moto.port),
+            bucket_location: "us-east-1".into(),
+            ..Default::default()
+        },
+    );
+    let short = short_token(&runner);
+    let job = |id: i64, script: &[&str], hashed: bool| {
+        no_git_job(
+            id,
+            701,
+            script,
+            json!({
+                "image": {"name": BUILD_IMAGE, "executor_opts": {"docker": {"user": "1000"}}},
+                "cache": [{"key": "deps", "paths": ["vendor/"]}],
+                "variables": [{"key": "FF_HASH_CACHE_KEYS", "value": hashed.to_string(),
+                               "public": true}],
+            }),
+        )
+    };
+    let ran = run_job(&job(57, SCRIPT_WRITE, false), &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    assert!(ran.trace.contains("Created cache"), "{}", ran.trace);
+    let plain = format!("ci/runner/{short}/project/701/deps");
+    let hash = drover::executor::script::cache::hash_key("deps");
+    let hashed = format!("ci/runner/{short}/project/701/{}/{hash}", &hash[..2]);
+    let listing = moto.request("GET", "/drover-cache?list-type=2");
+    assert!(
+        listing.contains(&format!("<Key>{plain}</Key>")),
+        "{listing}"
+    );
+    assert!(!listing.contains(&hashed), "{listing}");
+
+    // Without the local volume, the flag on: the primary (hashed) object is missing.
+    assert_clean_and_remove_reusable(&short);
+    let ran = run_job(&job(58, SCRIPT_READ, true), &runner).await;
+    assert!(ran.result.is_ok(), "{:?}\n{}", ran.result, ran.trace);
+    let t = &ran.trace;
+    assert!(t.contains("Checking cache for deps..."), "{t}");
+    assert!(
+        t.contains("Using the cache's alternate name: the primary is not available"),
+        "{t}"
+    );
+    assert!(t.contains("Successfully extracted cache"), "{t}");
+    assert!(t.contains("\ncached-content\n"), "{t}");
+    assert!(t.contains("Created cache"), "{t}");
+    let listing = moto.request("GET", "/drover-cache?list-type=2");
+    assert!(
+        listing.contains(&format!("<Key>{hashed}</Key>")),
+        "{listing}"
+    );
+    assert_clean_and_remove_reusable(&short);
 }

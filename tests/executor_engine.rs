@@ -229,6 +229,44 @@ async fn failing_script_reports_exit_code() {
     assert_clean_and_remove_reusable(&short_token(&runner));
 }
 
+/// A repository URL that does not parse fails the job before anything runs, as upstream's
+/// external git config setup: a system failure, worded so, without the URL (it carries the
+/// job token) in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unparsable_repository_url_is_a_system_failure_before_anything_runs() {
+    let _guard = engine_test!();
+    let runner = settings("badrepo");
+    let ran = run_job(
+        &payload(json!({
+            "id": 19, "token": "glcbt-badrepotoken", "job_info": {"project_id": 519},
+            "git_info": {"repo_url": "https://gitlab-ci-token:glcbt-badrepotoken@[invalid/g/p.git",
+                         "sha": "0", "ref": "main"},
+            "runner_info": {"timeout": 120},
+            "variables": [{"key": "GIT_STRATEGY", "value": "fetch"}],
+            "steps": [{"name": "script", "script": ["echo should-not-run"]}]
+        })),
+        &runner,
+    )
+    .await;
+    assert_eq!(
+        failure(&ran.result).0,
+        FailureReason::RunnerSystemFailure,
+        "{}",
+        ran.trace
+    );
+    assert!(
+        ran.trace.contains(
+            "ERROR: Job failed (system failure): setting up the external git config: the \
+             repository URL GitLab sent for the job (git_info.repo_url) is not a valid URL"
+        ),
+        "{}",
+        ran.trace
+    );
+    assert!(!ran.trace.contains("[invalid"), "{}", ran.trace);
+    assert!(!ran.trace.contains("should-not-run"), "{}", ran.trace);
+    assert_clean_and_remove_reusable(&short_token(&runner));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_timeout_stops_everything() {
     let _guard = engine_test!();

@@ -278,15 +278,15 @@ impl CacheRemote {
 }
 
 impl Remote for CacheRemote {
-    fn download(&self, key: &str) -> Option<Download> {
+    fn download(&self, object: &str) -> Option<Download> {
         let s3 = self.download.as_ref()?;
-        let object = self.object_name(key)?;
+        let object = self.object_name(object)?;
         Some(s3.download(&object))
     }
 
-    fn upload(&self, key: &str) -> Option<Upload> {
+    fn upload(&self, object: &str, key: &str) -> Option<Upload> {
         let s3 = self.upload.as_ref()?;
-        let object = self.object_name(key)?;
+        let object = self.object_name(object)?;
         Some(s3.upload(&object, key))
     }
 
@@ -388,7 +388,7 @@ mod tests {
             w,
             vec!["[runners.cache.s3] UploadRoleARN: STS answered 403: AccessDenied; the cache is not uploaded to S3 (local cache only)"]
         );
-        assert!(r.upload("k").is_none());
+        assert!(r.upload("k", "k").is_none());
         assert!(r
             .download("k")
             .is_some_and(|d| d.url.contains("AKIDEXAMPLE")));

@@ -155,7 +155,8 @@ impl S3Cache {
     }
 
     /// A presigned PUT for `object`, signed with the cache key metadata and the encryption
-    /// headers, which the helper must send as they are.
+    /// headers, which the helper must send as they are, and a presigned HEAD of the same
+    /// object (with the same credentials) for the helper's `--check-url`.
     pub fn upload(&self, object: &str, key: &str) -> Upload {
         let mut put = self.bucket.put_object(Some(&self.credentials), object);
         let mut headers = vec![("x-amz-meta-cachekey".to_string(), key.to_string())];
@@ -163,9 +164,11 @@ impl S3Cache {
         for (k, v) in &headers {
             put.headers_mut().insert(k.clone(), v.clone());
         }
+        let head = self.bucket.head_object(Some(&self.credentials), object);
         Upload {
             url: put.sign(self.expires).to_string(),
             headers: headers.iter().map(|(k, v)| format!("{k}: {v}")).collect(),
+            check_url: Some(head.sign(self.expires).to_string()),
         }
     }
 }

@@ -104,10 +104,12 @@ pub enum HelperCommand {
         /// A header for the upload, `Key: Value` (repeatable)
         #[arg(long = "header")]
         header: Vec<String>,
-        /// Presigned HEAD URL (accepted for compatibility)
+        /// Presigned HEAD URL of the object: an unchanged archive is uploaded only when it
+        /// does not exist
         #[arg(long = "check-url")]
         check_url: Option<String>,
-        /// Alternate archive file (accepted for compatibility)
+        /// The archive under the other FF_HASH_CACHE_KEYS name, renamed to --file when only
+        /// it exists
         #[arg(long = "alternate-file")]
         alternate_file: Option<PathBuf>,
         /// Refuse to upload an archive bigger than this many bytes (0: no limit)
@@ -164,10 +166,11 @@ pub enum HelperCommand {
         /// Presigned HEAD URL to compare the remote archive's age with the local file
         #[arg(long = "head-url")]
         head_url: Option<String>,
-        /// Alternate URL (accepted for compatibility)
+        /// Presigned URL of the object under the other FF_HASH_CACHE_KEYS name, used when the
+        /// primary is not available or older
         #[arg(long = "alternate-url")]
         alternate_url: Option<String>,
-        /// Alternate HEAD URL (accepted for compatibility)
+        /// Presigned HEAD URL of that object
         #[arg(long = "alternate-head-url")]
         alternate_head_url: Option<String>,
     },
@@ -216,8 +219,9 @@ pub fn run(args: HelperArgs) -> ExitCode {
             files,
             url,
             header,
+            check_url,
+            alternate_file,
             max_uploaded_archive_size,
-            ..
         } => {
             let options = cache::ArchiverOptions {
                 file: common.file,
@@ -229,6 +233,8 @@ pub fn run(args: HelperArgs) -> ExitCode {
                 timeout_minutes: common.timeout,
                 max_upload: max_uploaded_archive_size,
                 gocloud_url: common.gocloud_url,
+                alternate_file,
+                check_url,
             };
             in_workdir(|rt, dir| rt.block_on(cache::archive(&options, dir, &mut std::io::stdout())))
         }
@@ -287,7 +293,8 @@ pub fn run(args: HelperArgs) -> ExitCode {
             common,
             url,
             head_url,
-            ..
+            alternate_url,
+            alternate_head_url,
         } => {
             let options = cache::ExtractorOptions {
                 file: common.file,
@@ -295,6 +302,8 @@ pub fn run(args: HelperArgs) -> ExitCode {
                 head_url,
                 timeout_minutes: common.timeout,
                 gocloud_url: common.gocloud_url,
+                alternate_url,
+                alternate_head_url,
             };
             in_workdir(|rt, dir| rt.block_on(cache::extract(&options, dir, &mut std::io::stdout())))
         }

@@ -166,6 +166,11 @@ pub async fn run_job(
     let result = run::JobRun::new(&req, &control).run(&mut trace).await;
     match &result {
         Ok(()) => trace.result(true, "Job succeeded"),
+        // A failure GitLab is told is the system's is worded so, as upstream words it.
+        Err(JobError::Failed(f)) if f.reason == FailureReason::RunnerSystemFailure => trace.result(
+            false,
+            &format!("Job failed (system failure): {}", f.message),
+        ),
         Err(JobError::Failed(f)) => trace.result(false, &format!("Job failed: {}", f.message)),
         Err(JobError::System(e)) => {
             trace.result(false, &format!("Job failed (system failure): {e}"))

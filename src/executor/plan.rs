@@ -37,6 +37,29 @@ pub struct JobPlan {
     pub per_build_network: Option<String>,
 }
 
+/// The repository URL git will fetch from must be a URL, as upstream's external git config
+/// requires (without `clone_url`, the URL GitLab sent is used as it is): an unparsable one
+/// fails the job before anything runs, as a system failure (it comes from GitLab, not the
+/// job). The message leaves the URL out: it carries the job token. A URL without `://` is
+/// left to git (upstream's parser accepts some of them).
+pub fn check_repo_url(clone_url: &str, repo_url: &str) -> Result<(), JobFailure> {
+    // A URL that parses has a scheme.
+    if reqwest::Url::parse(clone_url).is_ok() || !repo_url.contains("://") {
+        return Ok(());
+    }
+    match reqwest::Url::parse(repo_url) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(JobFailure::new(
+            FailureReason::RunnerSystemFailure,
+            format!(
+                "setting up the external git config: the repository URL GitLab sent for the job \
+                 (git_info.repo_url) is not a valid URL ({e}); check the project's URL in GitLab, \
+                 or set clone_url in [[runners]] to clone from another URL"
+            ),
+        )),
+    }
+}
+
 /// Works out a job's variables, paths, settings and image.
 pub fn plan_job(
     payload: &JobPayload,
@@ -96,6 +119,12 @@ pub fn plan_job(
     }
     // Each entry is parsed first and only its destination expanded: a job variable can never
     // change an entry's structure (a `:` in a value cannot make a bind of a host path).
+    if matches!(
+        settings.git_strategy,
+        GitStrategy::Fetch | GitStrategy::Clone
+    ) {
+        check_repo_url(&runner.clone_url, &payload.git_info.repo_url)?;
+    }
     let parsed_volumes = volumes::parse_volumes(&ds.volumes, &|d: &str| first.expand(d))?;
     let shared = volumes::builds_dir_host_mounted(&parsed_volumes, runner.builds_dir());
     let clone_path = settings.clone_path.as_deref().filter(|p| !p.is_empty());

@@ -3,6 +3,13 @@
 //! path relative to the project dir, and the helper commands (`cache-extractor`,
 //! `cache-archiver`) with presigned URLs when a distributed cache is configured. Every helper
 //! call sits inside if/else: a cache failure never fails the job. Pure.
+//!
+//! `FF_HASH_CACHE_KEYS` (upstream's, default off) names a cache by the SHA-256 of its key
+//! (not sanitised), and its objects are sharded by the hash's first two characters. Whatever
+//! the flag, each helper call also names the cache under the other scheme, so that a project
+//! toggling the flag finds its cache: the archiver gets `--alternate-file` (renamed to the
+//! primary file when only it exists) and `--check-url` (a HEAD of the upload's object), the
+//! extractor `--alternate-url`/`--alternate-head-url` (the newer of the two objects wins).
 
 use super::user::write_exports;
 use super::variables::VarList;
@@ -11,6 +18,70 @@ use crate::executor::paths::{normalize, JobPaths};
 use crate::job::{Cache, JobPayload};
 
 pub use crate::cache::remote::{Download, LocalOnly, Remote, Upload};
+
+/// The feature flag that names caches by the SHA-256 of their key.
+pub const HASH_FLAG: &str = "FF_HASH_CACHE_KEYS";
+
+/// The lower-case hex SHA-256 of `key`: its name under `FF_HASH_CACHE_KEYS`.
+pub fn hash_key(key: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The object name of a cache named `name`: sharded (`ab/abcdef…`, the name's first two
+/// characters as a folder) when the name is a hash, else the name. `None` for a sharded name
+/// shorter than two characters, which upstream does not store.
+pub fn object_key(name: &str, sharded: bool) -> Option<String> {
+    if !sharded {
+        return Some(name.to_string());
+    }
+    let shard = name.get(..2).filter(|s| s.len() == 2)?;
+    Some(format!("{shard}/{name}"))
+}
+
+/// The names one cache key goes by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyNames {
+    /// The key as the log shows it (sanitised unless hashed) and the upload's metadata.
+    pub human: String,
+    /// The local folder and object name under the current setting of `FF_HASH_CACHE_KEYS`.
+    pub primary: String,
+    /// The name under the other setting: the hash when the flag is off, the key when on.
+    pub alternate: String,
+    /// Whether the flag is on (the primary name is the hash, and sharded).
+    pub hashed: bool,
+}
+
+impl KeyNames {
+    /// The names of `human` with the flag on (`hashed`) or off.
+    pub fn new(human: &str, hashed: bool) -> KeyNames {
+        let hash = hash_key(human);
+        let (primary, alternate) = if hashed {
+            (hash, human.to_string())
+        } else {
+            (human.to_string(), hash)
+        };
+        KeyNames {
+            human: human.to_string(),
+            primary,
+            alternate,
+            hashed,
+        }
+    }
+
+    /// The primary object's name (sharded when hashed).
+    pub fn primary_object(&self) -> Option<String> {
+        object_key(&self.primary, self.hashed)
+    }
+
+    /// The alternate object's name (sharded when the flag is off: the alternate is the hash).
+    pub fn alternate_object(&self) -> Option<String> {
+        object_key(&self.alternate, !self.hashed)
+    }
+}
 
 /// Upstream's key sanitising. `%2f`/`%2F` become `/`, `%2e`/`%2E` become `.` and `\` becomes
 /// `/` (one left-to-right pass); the path is resolved inside a virtual root (empty and `.`
@@ -74,17 +145,25 @@ fn policy(entry: &Cache, vars: &VarList, key: &str) -> Result<Policy, String> {
     }
 }
 
-/// A key after expansion and sanitising, as upstream prints it: a warning when sanitising
-/// changed it or could not make anything of it, then, when `allowed` (the
+/// A key after expansion and sanitising (none when `hashed`: `FF_HASH_CACHE_KEYS`), as
+/// upstream prints it: a warning when sanitising changed it or could not make anything of it,
+/// then, when `allowed` (the
 /// `CACHE_FALLBACK_KEY` guard) lets it through but nothing is left, the notice
 /// `Skipping cache <stage> due to empty cache key`. `None`: skip this key.
 fn key_of(
     raw: &str,
+    hashed: bool,
     stage: &str,
     b: &mut ScriptBody,
     allowed: impl FnOnce(&str, &mut ScriptBody) -> bool,
 ) -> Option<String> {
-    let key = match sanitize_key(raw) {
+    // A hashed key names nothing on disk: it is used as it is.
+    let sanitized = if hashed {
+        Ok(raw.to_string())
+    } else {
+        sanitize_key(raw)
+    };
+    let key = match sanitized {
         Ok(k) => {
             if k != raw {
                 b.warning(&format!("cache key {raw:?} sanitized to {k:?}"));
@@ -121,12 +200,46 @@ fn primary_key(entry: &Cache, payload: &JobPayload, vars: &VarList) -> String {
     }
 }
 
+/// `s` in double quotes: the shell expands variables in it, but a `"`, `\` or backquote in
+/// it is taken literally.
+fn expandable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        if matches!(c, '"' | '\\' | '`') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
 /// The archive path of `key`, relative to the project dir (the helper's working directory).
 pub fn archive_file(paths: &JobPaths, key: &str) -> String {
     let depth = paths.build_dir.split('/').filter(|s| !s.is_empty()).count();
     let mut rel = "../".repeat(depth);
     rel.push_str(paths.cache_dir.trim_start_matches('/'));
     format!("{rel}/{key}/cache.zip")
+}
+
+/// The archive path of the alternate name `key`, joined and cleaned as upstream does, or
+/// `None` when it would leave the cache dir (an unhashed key with `..` under
+/// `FF_HASH_CACHE_KEYS`: the archiver would move a file from outside into the cache; upstream
+/// passes it on).
+pub fn alternate_archive_file(paths: &JobPaths, key: &str) -> Option<String> {
+    let base = normalize(&paths.cache_dir);
+    let file = normalize(&format!("{base}/{key}/cache.zip"));
+    let inside = base == "/" || file.starts_with(&format!("{base}/"));
+    if !inside {
+        return None;
+    }
+    let depth = paths.build_dir.split('/').filter(|s| !s.is_empty()).count();
+    Some(format!(
+        "{}{}",
+        "../".repeat(depth),
+        file.trim_start_matches('/')
+    ))
 }
 
 fn in_use(entry: &Cache) -> bool {
@@ -176,9 +289,14 @@ fn use_entry(
     verb: &str,
     stage: &str,
 ) -> Use {
-    let Some(key) = key_of(&primary_key(entry, i.payload, i.vars), stage, b, |_, _| {
-        true
-    }) else {
+    let hashed = i.vars.flag(HASH_FLAG);
+    let Some(key) = key_of(
+        &primary_key(entry, i.payload, i.vars),
+        hashed,
+        stage,
+        b,
+        |_, _| true,
+    ) else {
         return Use::Skip;
     };
     match policy(entry, i.vars, &key) {
@@ -202,6 +320,7 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
         return None;
     }
     let mut b = stage_body(i);
+    let hashed = i.vars.flag(HASH_FLAG);
     for entry in entries {
         let key = match use_entry(entry, i, &mut b, Policy::Push, "downloading", "extraction") {
             Use::Key(k) => k,
@@ -215,7 +334,7 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
             if raw.is_empty() {
                 continue;
             }
-            if let Some(k) = key_of(&raw, "extraction", &mut b, |_, _| true) {
+            if let Some(k) = key_of(&raw, hashed, "extraction", &mut b, |_, _| true) {
                 chain.push(k);
             }
         }
@@ -224,8 +343,13 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
         // sanitise to `main-protected` and are refused too.
         let fallback = i.vars.get("CACHE_FALLBACK_KEY").map(|v| v.value.as_str());
         if let Some(f) = fallback.filter(|f| !f.is_empty()) {
+            // With FF_HASH_CACHE_KEYS the key is not sanitised (`main-protected/` passes
+            // upstream's test), but its unhashed alternate object is joined as a path: the
+            // protected branch's plain object. Unlike upstream, the sanitised form is checked
+            // too.
+            let protected = |k: &str| k.trim_end_matches(['.', ' ']).ends_with("-protected");
             let guard = |k: &str, b: &mut ScriptBody| {
-                let blocked = k.trim_end_matches(['.', ' ']).ends_with("-protected");
+                let blocked = protected(k) || sanitize_key(k).is_ok_and(|s| protected(&s));
                 if blocked {
                     b.warning(&format!(
                         "CACHE_FALLBACK_KEY {k:?} not allowed to end in \"-protected\""
@@ -233,12 +357,19 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
                 }
                 !blocked
             };
-            if let Some(k) = key_of(f, "extraction", &mut b, guard) {
+            if let Some(k) = key_of(f, hashed, "extraction", &mut b, guard) {
                 chain.push(k);
             }
         }
+        let chain: Vec<KeyNames> = chain.iter().map(|k| KeyNames::new(k, hashed)).collect();
+        // FF_CLEAN_UP_FAILED_CACHE_EXTRACT: what a failed try may have left half extracted.
+        let cleanup: &[String] = if i.vars.flag("FF_CLEAN_UP_FAILED_CACHE_EXTRACT") {
+            &entry.paths
+        } else {
+            &[]
+        };
         b.line(format!("if {HELPER} --version >/dev/null 2>&1; then"));
-        extract_chain(&mut b, i, &chain);
+        extract_chain(&mut b, i, &chain, cleanup);
         b.line("else");
         b.warning(&format!("Missing {HELPER}. Extracting cache is disabled."));
         b.line("fi");
@@ -246,28 +377,44 @@ pub fn restore(i: &CacheInputs<'_>) -> Option<ScriptBody> {
     Some(b)
 }
 
-/// Nested if/else: try each key in turn until one extracts.
-fn extract_chain(b: &mut ScriptBody, i: &CacheInputs<'_>, chain: &[String]) {
+/// Nested if/else: try each key in turn until one extracts. Each try names the other
+/// scheme's object too, when it has a name inside the project's objects. After a failed try,
+/// the `cleanup` paths are removed (as written: the shell expands variables in them, as
+/// upstream's), before the next key.
+fn extract_chain(b: &mut ScriptBody, i: &CacheInputs<'_>, chain: &[KeyNames], cleanup: &[String]) {
     let Some((key, rest)) = chain.split_first() else {
         return;
     };
-    b.notice(&format!("Checking cache for {key}..."));
+    b.notice(&format!("Checking cache for {}...", key.human));
     let mut cmd = format!(
         "{HELPER} cache-extractor --file {} --timeout {}",
-        quote(&archive_file(i.paths, key)),
+        quote(&archive_file(i.paths, &key.primary)),
         i.timeout_minutes
     );
-    if let Some(d) = i.remote.download(key) {
+    let primary = key.primary_object().and_then(|o| i.remote.download(&o));
+    if let Some(d) = primary {
         cmd.push_str(&format!(" --url {}", quote(&d.url)));
         if let Some(h) = d.head_url {
             cmd.push_str(&format!(" --head-url {}", quote(&h)));
+        }
+    }
+    if let Some(a) = key.alternate_object().and_then(|o| i.remote.download(&o)) {
+        cmd.push_str(&format!(" --alternate-url {}", quote(&a.url)));
+        if let Some(h) = a.head_url {
+            cmd.push_str(&format!(" --alternate-head-url {}", quote(&h)));
         }
     }
     b.line(format!("if {cmd}; then"));
     b.notice("Successfully extracted cache");
     b.line("else");
     b.warning("Failed to extract cache");
-    extract_chain(b, i, rest);
+    for path in cleanup {
+        let p = expandable(path);
+        b.print(&format!("Removing {path}"));
+        b.line(format!("if [ -d {p} ]; then chmod -R u+rwX {p}; fi"));
+        b.line(format!("rm -r -f {p}"));
+    }
+    extract_chain(b, i, rest, cleanup);
     b.line("fi");
 }
 
@@ -296,11 +443,19 @@ pub fn archive(i: &CacheInputs<'_>, job_succeeded: bool) -> Option<ScriptBody> {
             Use::Skip => continue,
             Use::Fail => return Some(b),
         };
+        let names = KeyNames::new(&key, i.vars.flag(HASH_FLAG));
         let mut cmd = format!(
-            "{HELPER} cache-archiver --file {} --timeout {}",
-            quote(&archive_file(i.paths, &key)),
-            i.timeout_minutes
+            "{HELPER} cache-archiver --file {}",
+            quote(&archive_file(i.paths, &names.primary)),
         );
+        if let Some(alternate) = alternate_archive_file(i.paths, &names.alternate) {
+            cmd.push_str(&format!(" --alternate-file {}", quote(&alternate)));
+        }
+        cmd.push_str(&format!(" --timeout {}", i.timeout_minutes));
+        let max = i.remote.max_upload_size();
+        if max > 0 {
+            cmd.push_str(&format!(" --max-uploaded-archive-size {max}"));
+        }
         for p in &entry.paths {
             // Expanded by the helper with the stage's environment, as upstream's.
             cmd.push_str(&format!(" --path {}", quote(p)));
@@ -308,14 +463,16 @@ pub fn archive(i: &CacheInputs<'_>, job_succeeded: bool) -> Option<ScriptBody> {
         if entry.untracked {
             cmd.push_str(" --untracked");
         }
-        if let Some(u) = i.remote.upload(&key) {
-            let max = i.remote.max_upload_size();
-            if max > 0 {
-                cmd.push_str(&format!(" --max-uploaded-archive-size {max}"));
-            }
+        let upload = names
+            .primary_object()
+            .and_then(|o| i.remote.upload(&o, &names.human));
+        if let Some(u) = upload {
             cmd.push_str(&format!(" --url {}", quote(&u.url)));
             for h in &u.headers {
                 cmd.push_str(&format!(" --header {}", quote(h)));
+            }
+            if let Some(c) = &u.check_url {
+                cmd.push_str(&format!(" --check-url {}", quote(c)));
             }
         }
         cmd.push_str(&format!(" --env-file {}", quote(&env_file)));
@@ -404,10 +561,11 @@ mod tests {
                 head_url: Some(format!("http://s3/{key}?sig=head")),
             })
         }
-        fn upload(&self, key: &str) -> Option<Upload> {
+        fn upload(&self, object: &str, key: &str) -> Option<Upload> {
             Some(Upload {
-                url: format!("http://s3/{key}?sig=put"),
-                headers: vec!["x-amz-meta-cachekey: k".into()],
+                url: format!("http://s3/{object}?sig=put"),
+                headers: vec![format!("x-amz-meta-cachekey: {key}")],
+                check_url: Some(format!("http://s3/{object}?sig=head")),
             })
         }
         fn max_upload_size(&self) -> u64 {
@@ -515,6 +673,50 @@ mod tests {
                 "{raw:?}:\n{s}"
             );
         }
+        // With FF_HASH_CACHE_KEYS the key is not sanitised, but its unhashed alternate object
+        // (`…/main-protected/` joined as a path) would be the protected branch's plain cache:
+        // refused all the same.
+        let hashed_restore = |fallback: &str| {
+            let vars = VarList {
+                vars: vec![
+                    crate::executor::script::variables::Var {
+                        key: HASH_FLAG.into(),
+                        value: "true".into(),
+                        ..Default::default()
+                    },
+                    crate::executor::script::variables::Var {
+                        key: "CACHE_FALLBACK_KEY".into(),
+                        value: fallback.into(),
+                        ..Default::default()
+                    },
+                ],
+                tmp_dir: "/t".into(),
+            };
+            restore(&inputs(&p, &vars, &paths, &Fake))
+                .unwrap()
+                .as_str()
+                .to_string()
+        };
+        for raw in [
+            "main-protected",
+            "main-protected/",
+            "main-protected%2f",
+            "x/../main-protected/.",
+        ] {
+            let s = hashed_restore(raw);
+            assert!(
+                !s.contains("Checking cache for main-protected")
+                    && !s.contains("Checking cache for x/"),
+                "{raw:?} restored a protected cache:\n{s}"
+            );
+            assert!(
+                s.contains(&format!("CACHE_FALLBACK_KEY {raw:?} not allowed to end in")),
+                "{raw:?}:\n{s}"
+            );
+        }
+        assert!(
+            hashed_restore("main-protected-x").contains("Checking cache for main-protected-x...")
+        );
         // Keys that only contain the word are allowed.
         for ok in ["main-protected-x", "protected", "main-non_protected"] {
             let s = restore_with(ok);
@@ -546,7 +748,7 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("Creating cache push-only..."), "{s}");
-        assert!(s.contains("--path b --untracked --max-uploaded-archive-size 1000 --url $'http://s3/push-only?sig=put' --header $'x-amz-meta-cachekey: k'"), "{s}");
+        assert!(s.contains("--max-uploaded-archive-size 1000 --path b --untracked --url $'http://s3/push-only?sig=put' --header $'x-amz-meta-cachekey: push-only' --check-url $'http://s3/push-only?sig=head' --env-file"), "{s}");
         assert!(!s.contains("Creating cache failure"), "{s}");
         let a = archive(&inputs(&p, &vars, &paths, &LocalOnly), false).unwrap();
         assert!(a.as_str().contains("Creating cache failure..."));
@@ -554,6 +756,46 @@ mod tests {
         let bad = payload(serde_json::json!([{"key": "k", "paths": ["a"], "policy": "sometimes"}]));
         let r = restore(&inputs(&bad, &vars, &paths, &LocalOnly)).unwrap();
         assert!(r.as_str().contains("unknown cache policy") && r.as_str().contains("exit 1"));
+    }
+
+    #[test]
+    fn hashed_names_and_the_alternate_file() {
+        let hash = "d03a852ba491ba611e907b1ef60ad5c4516a05b8f3aae6abb77f42bc60325aed";
+        assert_eq!(hash_key("some-job/some-ref"), hash);
+        let on = KeyNames::new("some-job/some-ref", true);
+        assert_eq!(on.primary, hash);
+        assert_eq!(on.alternate, "some-job/some-ref");
+        assert_eq!(on.primary_object(), Some(format!("d0/{hash}")));
+        assert_eq!(on.alternate_object().as_deref(), Some("some-job/some-ref"));
+        let off = KeyNames::new("some-job/some-ref", false);
+        assert_eq!(off.primary_object().as_deref(), Some("some-job/some-ref"));
+        assert_eq!(off.alternate_object(), Some(format!("d0/{hash}")));
+        assert_eq!(object_key("a", true), None);
+        let paths = paths();
+        assert_eq!(
+            alternate_archive_file(&paths, "a/../b").as_deref(),
+            Some("../../../cache/group/project/b/cache.zip")
+        );
+        // An unhashed key (flag on: not sanitised) cannot point the archiver outside the
+        // cache dir, not even at a neighbour of it.
+        for outside in ["../x", "../../../etc", "../project-other/k", ".."] {
+            assert_eq!(alternate_archive_file(&paths, outside), None, "{outside}");
+        }
+        let vars = VarList {
+            vars: vec![crate::executor::script::variables::Var {
+                key: HASH_FLAG.into(),
+                value: "true".into(),
+                ..Default::default()
+            }],
+            tmp_dir: "/t".into(),
+        };
+        let p = payload(serde_json::json!([{"key": "../../escape", "paths": ["a"]}]));
+        let a = archive(&inputs(&p, &vars, &paths, &Fake), true).unwrap();
+        let s = a.as_str();
+        let escape = hash_key("../../escape");
+        assert!(s.contains(&format!("--file ../../../cache/group/project/{escape}/cache.zip --timeout 10 --max-uploaded-archive-size 1000 --path a --url $'http://s3/{}/{escape}?sig=put'", &escape[..2])), "{s}");
+        assert!(!s.contains("--alternate-file"), "{s}");
+        assert!(s.contains("Creating cache ../../escape..."), "{s}");
     }
 
     #[test]
