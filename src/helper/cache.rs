@@ -152,7 +152,13 @@ pub async fn archive(
         "Found {} matching files and directories",
         entries.len()
     );
-    if !entries.is_empty() && up_to_date(workdir, &entries, &file) {
+    if entries.is_empty() {
+        // As upstream: nothing to keep is not an error, and no archive is written or sent
+        // (an empty one would replace the cache others restore).
+        let _ = writeln!(log, "WARNING: No files to cache.");
+        return Ok(());
+    }
+    if up_to_date(workdir, &entries, &file) {
         let _ = writeln!(log, "Archive is up to date!");
         return upload_existing(o, &file, log).await;
     }
@@ -517,5 +523,20 @@ mod tests {
         assert!(fourth.contains("Archive is up to date!"), "{fourth}");
         assert!(!zip.exists());
         assert!(d.path().join("cache/hashed/cache.zip").is_file());
+    }
+
+    #[test]
+    fn nothing_matching_writes_and_sends_no_archive() {
+        let d = tempfile::tempdir().unwrap();
+        let o = ArchiverOptions {
+            file: "cache/k/cache.zip".into(),
+            paths: vec!["vendor/".into()],
+            // Nothing listens there: an upload attempt would fail the command.
+            url: Some("http://127.0.0.1:9/cache.zip".into()),
+            ..Default::default()
+        };
+        let log = run_archive(&o, d.path());
+        assert!(log.contains("WARNING: No files to cache."), "{log}");
+        assert!(!d.path().join("cache/k/cache.zip").exists());
     }
 }
