@@ -184,6 +184,18 @@ fn unique_id(r: &RunnerConfig) -> String {
     format!("{}{}", r.url, crate::engine::naming::short_token(&r.token))
 }
 
+/// The run loop's log line for a failed job, as upstream's: a job error that is not a build
+/// error (`system`) is logged at error level as a system failure; a build error at warning
+/// level, worded as a system failure when its reason is `runner_system_failure`. Returns
+/// whether the line is at error level, and its message.
+pub fn job_failed_line(system: bool, reason: &str, text: &str) -> (bool, String) {
+    if system || reason == "runner_system_failure" {
+        (system, format!("Job failed (system failure): {text}"))
+    } else {
+        (false, format!("Job failed: {text}"))
+    }
+}
+
 /// Whether the runner has a token to poll with (blank counts as none, as upstream).
 pub fn has_token(r: &RunnerConfig) -> bool {
     !r.token.trim().is_empty()
@@ -919,10 +931,11 @@ impl<S: JobSource> Manager<S> {
                 };
                 let exit_code = exit_code.unwrap_or_default();
                 let reason = reason.as_str();
-                if system {
-                    tracing::error!(duration_s, error = %text, exit_code, failure_reason = reason, job = payload.id, "job-status" = "failed", name, project = payload.job_info.project_id, runner = %short, runner_name = %r.name, "Job failed (system failure): {text}");
+                let (error_level, message) = job_failed_line(system, reason, &text);
+                if error_level {
+                    tracing::error!(duration_s, error = %text, exit_code, failure_reason = reason, job = payload.id, "job-status" = "failed", name, project = payload.job_info.project_id, runner = %short, runner_name = %r.name, "{message}");
                 } else {
-                    tracing::warn!(duration_s, error = %text, exit_code, failure_reason = reason, job = payload.id, "job-status" = "failed", name, project = payload.job_info.project_id, runner = %short, runner_name = %r.name, "Job failed: {text}");
+                    tracing::warn!(duration_s, error = %text, exit_code, failure_reason = reason, job = payload.id, "job-status" = "failed", name, project = payload.job_info.project_id, runner = %short, runner_name = %r.name, "{message}");
                 }
             }
             _ => {}
@@ -1090,6 +1103,34 @@ impl<S: JobSource> Manager<S> {
 mod tests {
     use super::*;
     use crate::manager::source::{Ack, JobLink, JobOutcome};
+
+    #[test]
+    fn a_failed_job_is_logged_with_upstreams_level_and_words() {
+        // (not a build error, failure reason, level error?, message): common/build.go's rule.
+        let rows = [
+            (
+                true,
+                "runner_system_failure",
+                true,
+                "Job failed (system failure): boom",
+            ),
+            (
+                false,
+                "runner_system_failure",
+                false,
+                "Job failed (system failure): boom",
+            ),
+            (false, "script_failure", false, "Job failed: boom"),
+            (false, "job_execution_timeout", false, "Job failed: boom"),
+        ];
+        for (system, reason, error_level, message) in rows {
+            assert_eq!(
+                job_failed_line(system, reason, "boom"),
+                (error_level, message.to_string()),
+                "{system} {reason}"
+            );
+        }
+    }
 
     /// A GitLab that never has a job (the gates are decided before any request).
     struct NoGitlab;
