@@ -8,7 +8,9 @@
 //! decision is the engine's. Time comes only from the [`EventQueue`]; the run is a pure
 //! function of its [`Scenario`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use chrono::{DateTime, Utc};
 
@@ -71,11 +73,11 @@ pub struct Simulation {
     /// Machine names on the simulated provider's disk, in listing (lexicographic) order.
     pub(crate) disk: Store,
     /// Which runner (index into `runners`) each machine belongs to.
-    pub(crate) owner: HashMap<String, usize>,
+    pub(crate) owner: FxHashMap<String, usize>,
     /// When each machine finished its creation.
-    pub(crate) ready_at: HashMap<String, SimTime>,
+    pub(crate) ready_at: FxHashMap<String, SimTime>,
     /// Which worker each `Use` session belongs to.
-    pub(crate) sessions: HashMap<UseId, usize>,
+    pub(crate) sessions: FxHashMap<UseId, usize>,
     pub(crate) creates_issued: u64,
     pub(crate) removals_issued: u64,
     /// The engine tick currently scheduled, to avoid scheduling duplicates.
@@ -86,7 +88,7 @@ pub struct Simulation {
     /// Whether to record [`RunEvent`]s.
     pub(crate) log_events: bool,
     /// Removals already recorded from their pass report.
-    pub(crate) logged_removals: std::collections::HashSet<String>,
+    pub(crate) logged_removals: FxHashSet<String>,
     /// The index in [`Trace::runners`] of `?`, the runner of a decision for a machine no
     /// runner owns, once one was needed.
     unknown_runner: Option<u32>,
@@ -166,9 +168,9 @@ impl Simulation {
             workers: (0..concurrent).map(|_| Worker::default()).collect(),
             routing: super::route::Routing::new(router),
             disk: Store::default(),
-            owner: HashMap::new(),
-            ready_at: HashMap::new(),
-            sessions: HashMap::new(),
+            owner: FxHashMap::default(),
+            ready_at: FxHashMap::default(),
+            sessions: FxHashMap::default(),
             creates_issued: 0,
             removals_issued: 0,
             tick_at: None,

@@ -1,15 +1,16 @@
 //! The simulated `docker-machine` store: the names of machines that exist on the provider, in
 //! the order `docker-machine ls` lists them (lexicographic: upstream's listing is a directory
-//! scan). A sorted set (machines come and go several times a second in a large day); the
-//! listing as a slice, which only `Use` sessions ask for, is rebuilt when it is asked for
-//! after a change. It knows nothing else about machines.
+//! scan). A hash set (machines come and go several times a second in a large day, and the
+//! simulator mostly asks whether one exists); the sorted listing, which only `Use` sessions
+//! ask for, is rebuilt when it is asked for after a change. It knows nothing else about
+//! machines.
 
-use std::collections::BTreeSet;
+use rustc_hash::FxHashSet;
 
 /// Machine names in listing order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Store {
-    names: BTreeSet<String>,
+    names: FxHashSet<String>,
     /// `names` as a slice, when no change came since it was built.
     listing: Option<Vec<String>>,
 }
@@ -36,8 +37,11 @@ impl Store {
 
     /// The listing: every name, in order.
     pub fn listing(&mut self) -> &[String] {
-        self.listing
-            .get_or_insert_with(|| self.names.iter().cloned().collect())
+        self.listing.get_or_insert_with(|| {
+            let mut listing: Vec<String> = self.names.iter().cloned().collect();
+            listing.sort_unstable();
+            listing
+        })
     }
 }
 
