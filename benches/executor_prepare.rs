@@ -124,7 +124,16 @@ fn main() {
     }
     let mut medians = Vec::new();
     for (name, endpoint) in &transports {
+        let commands = || sshd.as_ref().map_or(0, |s| s.commands_started());
+        let before = commands();
         let (mut overheads, mut totals) = measure(&runtime, endpoint, &payload, &runner, runs);
+        if *name == "ssh" {
+            // Every job's SSH session, warm-up included: what sshd started for them.
+            println!(
+                "ssh: `docker system dial-stdio` channels per job (sshd's log): {:.1}",
+                (commands() - before) as f64 / (runs + 1) as f64
+            );
+        }
         show(
             &format!("{name}: prepare overhead (job handed -> first script line)"),
             &mut overheads,

@@ -901,6 +901,13 @@ impl<S: JobSource> Manager<S> {
         machine_line("Starting docker-machine build...", false);
         let result = executor::run_job(req, &mut sink, control).await;
         watcher.abort();
+        if let (Err(JobError::System(_)), Some((pool, _)), Some(name)) =
+            (&result, machine, machine_name.as_deref())
+        {
+            if !self.interrupt.is_cancelled() {
+                recheck_machine(pool, name, &endpoint).await;
+            }
+        }
         match &result {
             Ok(()) => machine_line("Finished docker-machine build", false),
             Err(e) => machine_line(
@@ -1097,6 +1104,32 @@ impl<S: JobSource> Manager<S> {
     pub async fn wait_idle(&self) {
         self.tracker.wait().await;
     }
+}
+
+/// A machine job that ended in a system failure may have lost its machine (the link to the
+/// Engine broke mid-job, as when the machine's sshd dies): the Engine is asked again over the
+/// job's endpoint (a new SSH session or TLS connection, within the connect timeout) before the
+/// machine is given back, and one that does not answer is given back as unusable (the engine
+/// removes it, "machine is unavailable") instead of being handed to the next job on the
+/// strength of the provider's cached connectivity answer (the shim trusts a positive one for 5
+/// minutes, as gitlab-runner).
+async fn recheck_machine(pool: &Pool, name: &str, endpoint: &DockerEndpoint) {
+    let error = match crate::executor::connect::connect(endpoint).await {
+        Ok(_) => {
+            tracing::debug!(
+                name,
+                "the machine's Docker Engine answers after the job's system failure"
+            );
+            return;
+        }
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(
+        name,
+        error = %error,
+        "the machine's Docker Engine does not answer after the job's system failure; removing the machine"
+    );
+    pool.release_unusable(name.to_string()).await;
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! A real OpenSSH server for the SSH tests and the prepare bench: installs openssh-server when
 //! missing (`fixtures/setup/ssh.sh`), makes host and user keys in a temp dir and runs
-//! `/usr/sbin/sshd -D` on a free 127.0.0.1 port as the current user, accepting one user key.
+//! `/usr/sbin/sshd -D` on a free 127.0.0.1 port, accepting one user key for one login: as root
+//! (CI) the unprivileged `drover-ssh` that `fixtures/setup/ssh.sh` makes (docker group, plain
+//! `/bin/sh`, so a session costs no login rc), otherwise the current user.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -9,11 +11,49 @@ use std::time::{Duration, Instant};
 
 use drover::executor::ssh::SshTarget;
 
+/// The login the tests' sshd serves when they run as root (made by `fixtures/setup/ssh.sh`).
+pub const TEST_USER: &str = "drover-ssh";
+
 /// An sshd of our own, its keys and its directory.
 pub struct Sshd {
     pub dir: tempfile::TempDir,
     pub port: u16,
+    /// The one login it accepts.
+    pub user: String,
     child: Child,
+}
+
+fn user_exists(name: &str) -> bool {
+    Command::new("id")
+        .arg(name)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn setup_ssh() {
+    let ok = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/setup/ssh.sh"))
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "fixtures/setup/ssh.sh failed (openssh-server, the drover-ssh login)"
+    );
+}
+
+/// The login to serve: `drover-ssh` as root (set up when missing), else the current user.
+fn login_user() -> String {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        if !user_exists(TEST_USER) {
+            setup_ssh();
+        }
+        return TEST_USER.to_string();
+    }
+    std::env::var("USER").unwrap_or_else(|_| "root".into())
 }
 
 /// A passphrase-less ed25519 key pair at `path` and `path.pub`.
@@ -39,44 +79,48 @@ pub fn free_port() -> u16 {
 }
 
 impl Sshd {
-    /// Installs openssh-server when missing, makes keys and starts sshd (as the current user,
-    /// root in CI) accepting only `user_key`.
+    /// Installs openssh-server when missing, makes keys and starts sshd accepting only
+    /// `user_key` for [`login_user`].
     pub fn start() -> Sshd {
         if !Path::new("/usr/sbin/sshd").exists() {
-            let ok = Command::new("bash")
-                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/setup/ssh.sh"))
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            assert!(ok, "fixtures/setup/ssh.sh could not install openssh-server");
+            setup_ssh();
         }
         let _ = std::fs::create_dir_all("/run/sshd");
+        let user = login_user();
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
         for k in ["host_key", "other_host_key", "user_key", "other_user_key"] {
             keygen(&d.join(k));
         }
         std::fs::copy(d.join("user_key.pub"), d.join("authorized_keys")).expect("authorized_keys");
+        // sshd reads authorized_keys as the login user: let it through the temp dir.
+        use std::os::unix::fs::PermissionsExt;
+        for (p, mode) in [(d.to_path_buf(), 0o711), (d.join("authorized_keys"), 0o644)] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+                .expect("chmod for sshd");
+        }
         let port = free_port();
-        let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
         std::fs::write(
             d.join("sshd_config"),
             format!(
                 "Port {port}\nListenAddress 127.0.0.1\nHostKey {hk}\nAuthorizedKeysFile {ak}\n\
                  PidFile {pid}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n\
                  KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n\
-                 AllowUsers {user}\nLogLevel ERROR\n",
+                 AllowUsers {user}\nLogLevel VERBOSE\n",
                 hk = d.join("host_key").display(),
                 ak = d.join("authorized_keys").display(),
                 pid = d.join("sshd.pid").display(),
             ),
         )
         .expect("sshd_config");
+        // Its log (every session it starts, at VERBOSE) goes to a file of the temp dir.
+        let log = std::fs::File::create(d.join("sshd.log")).expect("sshd.log");
         let child = Command::new("/usr/sbin/sshd")
             .args(["-D", "-e", "-f"])
             .arg(d.join("sshd_config"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("start sshd");
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -84,7 +128,12 @@ impl Sshd {
             assert!(Instant::now() < deadline, "sshd did not listen on {port}");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Sshd { dir, port, child }
+        Sshd {
+            dir,
+            port,
+            user,
+            child,
+        }
     }
 
     pub fn path(&self, f: &str) -> PathBuf {
@@ -99,7 +148,7 @@ impl Sshd {
     pub fn target(&self) -> SshTarget {
         SshTarget {
             address: format!("127.0.0.1:{}", self.port),
-            username: std::env::var("USER").unwrap_or_else(|_| "root".into()),
+            username: self.user.clone(),
             key_path: Some(self.path("user_key")),
             key: None,
             host_key: Some(self.pub_key("host_key.pub")),
@@ -137,6 +186,14 @@ impl Sshd {
             false
         };
         parent.keys().copied().filter(|&p| descends(p)).collect()
+    }
+
+    /// How many commands (each a `docker system dial-stdio` for drover, a `docker version` for
+    /// a can-connect check) sshd has started so far, from its log.
+    pub fn commands_started(&self) -> usize {
+        std::fs::read_to_string(self.path("sshd.log"))
+            .map(|l| l.matches("Starting session: command ").count())
+            .unwrap_or(0)
     }
 
     /// How many `docker system dial-stdio` sessions are running under this sshd.
