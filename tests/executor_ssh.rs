@@ -428,3 +428,45 @@ async fn a_job_over_ssh_reuses_its_connections() {
     assert!(started <= 12, "{started} dial-stdio channels for one job");
     assert_clean_and_remove_reusable(&short_token(&runner));
 }
+
+/// Many Docker API calls at once over one SSH session, on as many channels: none may wait for
+/// the session's next keepalive (30 s), which is what a wake-up the session thread misses
+/// costs (seen red by leaving the wake pipe out of its poll). One such wait was seen once in
+/// the prepare bench and not reproduced; the thread now also looks for packets libssh2 took off
+/// the socket for one channel while serving another before it sleeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_over_one_session_all_answer_promptly() {
+    let _guard = engine_test!();
+    let sshd = Sshd::start();
+    let endpoint = ssh_endpoint(sshd.target());
+    let engine = connect::connect(&endpoint).await.expect("connect over SSH");
+    let mut slowest = Duration::ZERO;
+    // Six at a time: OpenSSH serves at most 10 sessions per connection (`MaxSessions`), and
+    // two channels are opened ahead of need.
+    for round in 0..40 {
+        let calls: Vec<_> = (0..6)
+            .map(|_| {
+                let docker = engine.docker.clone();
+                tokio::spawn(async move {
+                    let started = Instant::now();
+                    let answered =
+                        tokio::time::timeout(Duration::from_secs(10), docker.info()).await;
+                    (
+                        answered.map(|r| r.map(|_| ()).map_err(|e| e.to_string())),
+                        started.elapsed(),
+                    )
+                })
+            })
+            .collect();
+        for call in calls {
+            let (answered, took) = call.await.expect("the call task");
+            slowest = slowest.max(took);
+            match answered {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => panic!("round {round}: a call over SSH failed: {e}"),
+                Err(_) => panic!("round {round}: a call over SSH did not answer within 10 s"),
+            }
+        }
+    }
+    eprintln!("slowest of 240 concurrent calls over SSH: {slowest:?}");
+}

@@ -599,7 +599,13 @@ impl Pump {
             } else {
                 idle_runs = 0;
             }
-            let wait = next_keepalive.saturating_duration_since(Instant::now());
+            let mut wait = next_keepalive.saturating_duration_since(Instant::now());
+            if self.has_buffered() {
+                // libssh2 read packets for a channel while serving another (or while closing
+                // or sending a keepalive): they are off the socket, so poll(2) would not wake
+                // for them until the next keepalive. Look again almost at once.
+                wait = Duration::from_millis(1);
+            }
             match self.sleep(wait) {
                 Ok(readable) => idle_readable = readable,
                 Err(e) => {
@@ -900,6 +906,15 @@ impl Pump {
         // Finished when drover dropped both ends, or the machine closed and drover read all.
         let drover_gone = c.from_remote.is_none() && (c.input_done || c.to_remote.is_closed());
         Ok((moved, drover_gone))
+    }
+
+    /// Whether a channel whose reader has room has data or its end already queued inside
+    /// libssh2 (taken off the socket while another channel was served).
+    fn has_buffered(&self) -> bool {
+        self.channels.iter().any(|c| {
+            c.from_remote.as_ref().is_some_and(|tx| tx.capacity() > 0)
+                && (c.ch.read_window().available > 0 || c.ch.eof())
+        })
     }
 
     fn finish_closing(&mut self) {
