@@ -60,6 +60,11 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Channels kept started ahead of need per session (each a `dial-stdio` process).
 const SPARES: usize = 2;
 
+/// Streams handed out at once per session, at most; more dials wait for one to end. OpenSSH
+/// serves at most 10 channels per connection by default (`MaxSessions`) and refuses more; this
+/// leaves room for the spares and for one channel still closing.
+pub const MAX_IN_USE: usize = 10 - SPARES - 1;
+
 /// Idle pooled connections kept per session (each is a `dial-stdio` process on the machine).
 const POOL_IDLE: usize = 4;
 
@@ -176,9 +181,18 @@ pub struct Session {
     /// `None` only while dropping.
     open: Option<mpsc::Sender<OpenRequest>>,
     wake: Arc<Waker>,
+    /// [`MAX_IN_USE`] permits; each stream handed out holds one.
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
-type OpenRequest = oneshot::Sender<io::Result<SshStream>>;
+/// A dial: where to send the stream, and the session's permit for it (see [`MAX_IN_USE`]), which
+/// the thread keeps with the channel until the server confirmed its close.
+type OpenRequest = (
+    oneshot::Sender<io::Result<SshStream>>,
+    tokio::sync::OwnedSemaphorePermit,
+);
+
+type Slot = Option<tokio::sync::OwnedSemaphorePermit>;
 
 /// Connects, checks the host key, authenticates and starts the session's thread. Blocking:
 /// run it with `spawn_blocking`.
@@ -251,6 +265,7 @@ pub fn connect_blocking(t: &SshTarget, timeout: Duration) -> Result<Session, Ssh
         target,
         open: Some(open_tx),
         wake,
+        slots: Arc::new(tokio::sync::Semaphore::new(MAX_IN_USE)),
     })
 }
 
@@ -400,9 +415,13 @@ impl Session {
                 format!("the SSH session to {} is closed", self.target),
             )
         };
+        let slot = Arc::clone(&self.slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| gone())?;
         let (tx, rx) = oneshot::channel();
         let open = self.open.as_ref().ok_or_else(gone)?;
-        open.send(tx).await.map_err(|_| gone())?;
+        open.send((tx, slot)).await.map_err(|_| gone())?;
         self.wake.wake();
         rx.await.map_err(|_| gone())?
     }
@@ -507,6 +526,8 @@ struct Chan {
     from_remote: Option<mpsc::Sender<io::Result<Bytes>>>,
     /// The start of what `dial-stdio` printed on stderr (bounded), for the log.
     stderr: Vec<u8>,
+    /// The dial's permit, once a dial took this channel (a spare has none until then).
+    slot: Slot,
 }
 
 struct Pump {
@@ -516,7 +537,7 @@ struct Pump {
     wake: Arc<Waker>,
     open: mpsc::Receiver<OpenRequest>,
     channels: Vec<Chan>,
-    closing: Vec<ssh2::Channel>,
+    closing: Vec<(ssh2::Channel, Slot)>,
     /// Channels opened ahead of need, handed out by the next dials.
     spares: VecDeque<(u64, SshStream)>,
     next_id: u64,
@@ -623,14 +644,15 @@ impl Pump {
         )
     }
 
-    /// A started spare channel whose `dial-stdio` is still there, if any.
-    fn take_spare(&mut self) -> Option<SshStream> {
+    /// A started spare channel whose `dial-stdio` is still there, if any; it keeps `slot`.
+    fn take_spare(&mut self, slot: &mut Slot) -> Option<SshStream> {
         while let Some((id, stream)) = self.spares.pop_front() {
             let alive = self
                 .channels
-                .iter()
-                .any(|c| c.id == id && c.from_remote.is_some() && !c.ch.eof());
-            if alive {
+                .iter_mut()
+                .find(|c| c.id == id && c.from_remote.is_some() && !c.ch.eof());
+            if let Some(c) = alive {
+                c.slot = slot.take();
                 return Some(stream);
             }
             // Dropping the stream lets the next pass close its channel.
@@ -644,17 +666,19 @@ impl Pump {
             self.spares.clear();
         }
         let mut served = false;
-        while let Ok(reply) = self.open.try_recv() {
+        while let Ok((reply, permit)) = self.open.try_recv() {
             if reply.is_closed() {
                 continue;
             }
             served = true;
-            if let Some(stream) = self.take_spare() {
+            let mut slot = Some(permit);
+            if let Some(stream) = self.take_spare(&mut slot) {
                 let _ = reply.send(Ok(stream));
                 continue;
             }
             match self.open_channel() {
-                Ok((chan, stream)) => {
+                Ok((mut chan, stream)) => {
+                    chan.slot = slot;
                     if let Err(Ok(_)) = reply.send(Ok(stream)) {
                         // The caller gave up; the stream's drop closed the queues.
                     }
@@ -774,6 +798,7 @@ impl Pump {
                 eof_sent: false,
                 from_remote: Some(from_tx),
                 stderr: Vec::new(),
+                slot: None,
             },
             SshStream {
                 to_remote: PollSender::new(to_tx),
@@ -806,7 +831,7 @@ impl Pump {
                 if !c.stderr.is_empty() {
                     tracing::debug!(target = %self.target, stderr = %String::from_utf8_lossy(&c.stderr), "dial-stdio said");
                 }
-                self.closing.push(c.ch);
+                self.closing.push((c.ch, c.slot));
             } else {
                 i += 1;
             }
@@ -919,7 +944,7 @@ impl Pump {
 
     fn finish_closing(&mut self) {
         self.closing
-            .retain_mut(|ch| matches!(ch.close(), Err(e) if ssh_would_block(&e)));
+            .retain_mut(|(ch, _)| matches!(ch.close(), Err(e) if ssh_would_block(&e)));
     }
 
     /// Waits for the socket or a wake-up; whether the socket was readable.
@@ -972,7 +997,7 @@ impl Pump {
             }
         }
         self.open.close();
-        while let Ok(reply) = self.open.try_recv() {
+        while let Ok((reply, _)) = self.open.try_recv() {
             let _ = reply.send(Err(io::Error::new(e.kind(), e.to_string())));
         }
     }
