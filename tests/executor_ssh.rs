@@ -470,3 +470,44 @@ async fn concurrent_calls_over_one_session_all_answer_promptly() {
     }
     eprintln!("slowest of 240 concurrent calls over SSH: {slowest:?}");
 }
+
+/// A session hands out at most `MAX_IN_USE` streams at once; a dial beyond waits for one to
+/// end, and fails with a clear error if none does in time (instead of hanging a job).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dials_beyond_the_sessions_cap_wait_then_fail_clearly() {
+    use drover::executor::ssh::{connect_blocking, MAX_IN_USE};
+    let sshd = Sshd::start();
+    let target = sshd.target();
+    let session =
+        tokio::task::spawn_blocking(move || connect_blocking(&target, Duration::from_secs(20)))
+            .await
+            .expect("the connect task")
+            .expect("connect over SSH")
+            .with_slot_wait(Duration::from_secs(2));
+    let mut held = Vec::new();
+    for i in 0..MAX_IN_USE {
+        held.push(
+            session
+                .dial()
+                .await
+                .unwrap_or_else(|e| panic!("dial {i}: {e}")),
+        );
+    }
+    eprintln!("held {} streams", held.len());
+    let started = Instant::now();
+    let refused = session.dial().await.expect_err("a dial beyond the cap");
+    eprintln!("refused after {:?}: {refused}", started.elapsed());
+    assert_eq!(refused.kind(), std::io::ErrorKind::TimedOut, "{refused}");
+    assert!(refused.to_string().contains("MaxSessions"), "{refused}");
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    // One stream ends: its place comes back once the server confirmed the close.
+    drop(held.pop());
+    let t = Instant::now();
+    let again = tokio::time::timeout(Duration::from_secs(20), session.dial()).await;
+    assert!(
+        matches!(again, Ok(Ok(_))),
+        "a dial after a stream ended: {:?}",
+        again.map(|r| r.map(|_| ()))
+    );
+    eprintln!("dialled again after {:?}", t.elapsed());
+}

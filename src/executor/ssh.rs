@@ -65,6 +65,9 @@ const SPARES: usize = 2;
 /// leaves room for the spares and for one channel still closing.
 pub const MAX_IN_USE: usize = 10 - SPARES - 1;
 
+/// How long a dial waits for one of those streams to end.
+const SLOT_WAIT: Duration = Duration::from_secs(60);
+
 /// Idle pooled connections kept per session (each is a `dial-stdio` process on the machine).
 const POOL_IDLE: usize = 4;
 
@@ -183,6 +186,8 @@ pub struct Session {
     wake: Arc<Waker>,
     /// [`MAX_IN_USE`] permits; each stream handed out holds one.
     slots: Arc<tokio::sync::Semaphore>,
+    /// How long a dial waits for a permit.
+    slot_wait: Duration,
 }
 
 /// A dial: where to send the stream, and the session's permit for it (see [`MAX_IN_USE`]), which
@@ -266,6 +271,7 @@ pub fn connect_blocking(t: &SshTarget, timeout: Duration) -> Result<Session, Ssh
         open: Some(open_tx),
         wake,
         slots: Arc::new(tokio::sync::Semaphore::new(MAX_IN_USE)),
+        slot_wait: SLOT_WAIT,
     })
 }
 
@@ -407,6 +413,13 @@ impl Waker {
 }
 
 impl Session {
+    /// The same session with dials waiting at most `wait` for one of the [`MAX_IN_USE`]
+    /// streams to end (default 60 s).
+    pub fn with_slot_wait(mut self, wait: Duration) -> Self {
+        self.slot_wait = wait;
+        self
+    }
+
     /// Opens a channel running [`DIAL_STDIO`]: a byte stream to the machine's Engine.
     pub async fn dial(&self) -> io::Result<SshStream> {
         let gone = || {
@@ -415,10 +428,28 @@ impl Session {
                 format!("the SSH session to {} is closed", self.target),
             )
         };
-        let slot = Arc::clone(&self.slots)
-            .acquire_owned()
-            .await
-            .map_err(|_| gone())?;
+        // Calls beyond the cap wait for a stream to end, but not forever: a job that keeps more
+        // streams open at once (attached containers, log streams) than the server serves gets
+        // a clear error instead of hanging.
+        let slot =
+            match tokio::time::timeout(self.slot_wait, Arc::clone(&self.slots).acquire_owned())
+                .await
+            {
+                Ok(Ok(slot)) => slot,
+                Ok(Err(_)) => return Err(gone()),
+                Err(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "{MAX_IN_USE} Docker connections to {} over SSH stayed busy for {} s: \
+                         OpenSSH serves at most 10 channels per connection (MaxSessions); \
+                         use fewer services or log streams at once",
+                            self.target,
+                            self.slot_wait.as_secs()
+                        ),
+                    ))
+                }
+            };
         let (tx, rx) = oneshot::channel();
         let open = self.open.as_ref().ok_or_else(gone)?;
         open.send((tx, slot)).await.map_err(|_| gone())?;
