@@ -23,18 +23,6 @@ use run_support::*;
 
 const TOKEN: &str = "glrt-drovertestrunmach1";
 
-/// The machine a job ran on, from its trace ("Running on … via <machine>...").
-fn machine_of(trace: &str) -> String {
-    let at = trace
-        .find(" via ")
-        .unwrap_or_else(|| panic!("no machine in {trace}"));
-    trace[at + 5..]
-        .split(|c: char| c == '.' || c.is_whitespace())
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// Against the fake docker-machine, then against the real archived one when it is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_on_autoscaled_tls_machines_created_and_removed_as_the_engine_decides() {

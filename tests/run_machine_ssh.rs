@@ -20,23 +20,11 @@ use std::time::Duration;
 
 use gitlab_sim::{JobState, Sim};
 use provider_support::FakeWorld;
-use run_machine_support::{env, machines};
+use run_machine_support::{env, machine_of, machines};
 use run_support::*;
 use ssh_support::Sshd;
 
 const SERVICE_IMAGE: &str = "drover-test-executor-service:latest";
-
-/// The machine a job ran on, from its trace ("Running on … via <machine>...").
-fn machine_of(trace: &str) -> String {
-    let at = trace
-        .find(" via ")
-        .unwrap_or_else(|| panic!("no machine in {trace}"));
-    trace[at + 5..]
-        .split(|c: char| c == '.' || c.is_whitespace())
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
 
 /// New machines are this sshd's (the fake records its login at `create`).
 fn machines_behind(world: &FakeWorld, sshd: &Sshd) {

@@ -141,3 +141,15 @@ pub async fn machine_world() -> Option<MachineWorld> {
         engine,
     })
 }
+
+/// The machine a job ran on, from its trace ("Running on … via <machine>...").
+pub fn machine_of(trace: &str) -> String {
+    let at = trace
+        .find(" via ")
+        .unwrap_or_else(|| panic!("no machine in {trace}"));
+    trace[at + 5..]
+        .split(|c: char| c == '.' || c.is_whitespace())
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
