@@ -75,6 +75,19 @@ shutdown_timeout = 60
     )
 }
 
+/// Stops drover as an operator would (SIGQUIT: finish jobs, then exit 0) and removes what the
+/// runner's jobs left.
+fn stop_and_clean(mut drover: Drover, token: &str) {
+    drover.signal(libc::SIGQUIT);
+    assert_eq!(
+        exit_code(drover.wait_exit(Duration::from_secs(120))),
+        0,
+        "{}",
+        drover.log()
+    );
+    remove_leftovers(token);
+}
+
 /// Removes what jobs of runner `token` left on the Engine (a job whose SSH link died could
 /// not clean up after itself).
 fn remove_leftovers(token: &str) {
@@ -125,7 +138,7 @@ async fn a_job_with_a_service_and_a_cache_runs_on_an_ssh_only_machine() {
     machines_behind(&world, &sshd);
     let sim = Sim::start().await.expect("simulator");
     sim.add_runner(token);
-    let mut drover = Drover::start(&ssh_machine_config(&sim, token, 1), &ssh_env(&world));
+    let drover = Drover::start(&ssh_machine_config(&sim, token, 1), &ssh_env(&world));
 
     // IdleCount 1: a machine before any job; its record is an SSH login, with no certificates.
     let machine = until(&drover, Duration::from_secs(60), "an idle machine", || {
@@ -168,14 +181,7 @@ async fn a_job_with_a_service_and_a_cache_runs_on_an_ssh_only_machine() {
         "docker-machine was asked for the TLS endpoint: {asked:?}"
     );
 
-    drover.signal(libc::SIGQUIT);
-    assert_eq!(
-        exit_code(drover.wait_exit(Duration::from_secs(120))),
-        0,
-        "{}",
-        drover.log()
-    );
-    remove_leftovers(token);
+    stop_and_clean(drover, token);
 }
 
 /// sshd dies while a job runs on its machine: the job ends as a system failure, and the
@@ -197,7 +203,7 @@ async fn a_machine_whose_sshd_died_mid_job_is_removed_before_another_job() {
     let sim = Sim::start().await.expect("simulator");
     sim.add_runner(token);
     // IdleCount 0: machines are made for jobs only, so every machine here is accounted for.
-    let mut drover = Drover::start(&ssh_machine_config(&sim, token, 0), &ssh_env(&world));
+    let drover = Drover::start(&ssh_machine_config(&sim, token, 0), &ssh_env(&world));
 
     // Two jobs on the machine: the second's Acquire checked it (a positive, cached answer).
     let mut first = String::new();
@@ -249,12 +255,5 @@ async fn a_machine_whose_sshd_died_mid_job_is_removed_before_another_job() {
         "the new machine was not reached over SSH"
     );
 
-    drover.signal(libc::SIGQUIT);
-    assert_eq!(
-        exit_code(drover.wait_exit(Duration::from_secs(120))),
-        0,
-        "{}",
-        drover.log()
-    );
-    remove_leftovers(token);
+    stop_and_clean(drover, token);
 }

@@ -162,32 +162,28 @@ impl RunArgs {
         }
     }
 
-    /// Runs `config` on `workload` with these options.
-    pub fn run(&self, config: &Config, workload: &Workload) -> anyhow::Result<Trace> {
-        let scenario = Scenario {
+    /// The scenario of `config` on `workload` with these options.
+    fn scenario<'a>(&self, config: &'a Config, workload: &'a Workload) -> Scenario<'a> {
+        Scenario {
             config,
             workload,
             from: self.from,
             until: self.until,
             model: self.model(),
             any_runner: self.any_runner,
-        };
-        Ok(simulate(&scenario)?)
+        }
+    }
+
+    /// Runs `config` on `workload` with these options.
+    pub fn run(&self, config: &Config, workload: &Workload) -> anyhow::Result<Trace> {
+        Ok(simulate(&self.scenario(config, workload))?)
     }
 
     /// Runs `config` on `workload`, dropping the workload once it is laid out in virtual time
     /// (the run keeps its own compact copy: a manager-day's 570,000 jobs are 45 MB less at the
     /// peak).
     pub fn run_owned(&self, config: &Config, workload: Workload) -> anyhow::Result<Trace> {
-        let scenario = Scenario {
-            config,
-            workload: &workload,
-            from: self.from,
-            until: self.until,
-            model: self.model(),
-            any_runner: self.any_runner,
-        };
-        let simulation = Simulation::new(&scenario)?;
+        let simulation = Simulation::new(&self.scenario(config, &workload))?;
         drop(workload);
         Ok(simulation.run())
     }
