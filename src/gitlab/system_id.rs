@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hmac::Mac;
+use hmac::{KeyInit, Mac};
 use sha2::Sha256;
 
 /// The file name, beside `config.toml`.
