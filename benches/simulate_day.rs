@@ -10,6 +10,10 @@
 //! `concurrent = 2500`, one runner with `limit = 2500`, `IdleCount = 1000`, `IdleTime = 1800`,
 //! `MaxBuilds = 1`, `MaxGrowthRate = 0`.
 //!
+//! `-- --thin K` keeps every K-th job of the day (the same day, a K-th of the load): a run short
+//! enough for an instruction count (`valgrind --tool=callgrind`), which compares two builds
+//! exactly where wall times on a shared machine vary by a third from run to run.
+//!
 //! `cargo bench --bench simulate_day -- --write DIR` also writes `DIR/config.toml` and
 //! `DIR/day.csv`, so the same run can be measured through the binary:
 //! `/usr/bin/time -v target/release/drover simulate -c DIR/config.toml -w DIR/day.csv`.
@@ -119,8 +123,21 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let workload = day();
     let args: Vec<String> = std::env::args().collect();
+    let thin = match args.iter().position(|a| a == "--thin") {
+        None => 1,
+        Some(i) => match args.get(i + 1).and_then(|k| k.parse::<usize>().ok()) {
+            Some(k) if k > 0 => k,
+            _ => {
+                eprintln!("simulate_day: --thin takes a whole number of at least 1");
+                std::process::exit(2);
+            }
+        },
+    };
+    let mut workload = day();
+    if thin > 1 {
+        workload.jobs = workload.jobs.into_iter().step_by(thin).collect();
+    }
     if let Some(dir) = args
         .iter()
         .position(|a| a == "--write")
