@@ -20,7 +20,9 @@
 //! ledger does not know) is run as the full pass over the same listing; see
 //! [`Engine::begin_acquire_listed`].
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -54,10 +56,65 @@ fn kind_of(matches: bool, listed: bool, state: MachineState) -> Option<Kind> {
     }
 }
 
+/// A member's name with its order key, so that the ordered structures compare 16-byte
+/// integers held inline instead of reading names (which share a long prefix) from the heap.
+///
+/// Every member matches the runner's filter, so all member names share its literal prefix
+/// ([`FilterMatcher::literal_prefix_len`], `skip`). The head is the 16 bytes after it,
+/// big-endian, zero-padded. Among names sharing those `skip` bytes, a smaller head means a
+/// smaller name and equal heads say nothing (padding with the smallest byte keeps the map
+/// monotone), so comparing heads first and names only on a tie is exactly the names' order.
+/// Names are shared (`Arc`): the snapshot, its entry and the Idle index hold one allocation.
+#[derive(Debug, Clone)]
+pub(crate) struct Key {
+    head: u128,
+    name: Arc<str>,
+}
+
+impl Key {
+    fn head(name: &str, skip: usize) -> u128 {
+        let mut b = [0u8; 16];
+        if let Some(rest) = name.as_bytes().get(skip..) {
+            let n = rest.len().min(16);
+            b[..n].copy_from_slice(&rest[..n]);
+        }
+        u128::from_be_bytes(b)
+    }
+
+    fn new(name: Arc<str>, skip: usize) -> Key {
+        Key {
+            head: Key::head(&name, skip),
+            name,
+        }
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.head == other.head && self.name == other.name
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Key) -> Ordering {
+        self.head
+            .cmp(&other.head)
+            .then_with(|| self.name.cmp(&other.name))
+    }
+}
+
 /// What the index last recorded for one machine.
 #[derive(Debug, Clone)]
 struct Snap {
-    name: Box<str>,
+    key: Key,
     /// Whether the name matches the filter (names never change, so this is read once).
     matches: bool,
     /// Whether the name is in the mirror (kept by `mirror_insert` / `mirror_remove`).
@@ -74,7 +131,7 @@ struct Snap {
 
 #[derive(Debug, Clone)]
 struct Entry {
-    name: Box<str>,
+    key: Key,
     state: MachineState,
     retry_count: u32,
 }
@@ -106,11 +163,11 @@ struct Ranked {
 }
 
 impl Ranked {
-    /// The block that holds (or would hold) `name`.
-    fn block_of(&self, name: &str) -> usize {
+    /// The block that holds (or would hold) `key`.
+    fn block_of(&self, key: &Key) -> usize {
         let after = self
             .blocks
-            .partition_point(|b| b.last().is_some_and(|e| &*e.name < name));
+            .partition_point(|b| b.last().is_some_and(|e| e.key < *key));
         after.min(self.blocks.len().saturating_sub(1))
     }
 
@@ -119,11 +176,11 @@ impl Ranked {
             self.blocks.push(Vec::new());
             self.counts.push(Counts::default());
         }
-        let b = self.block_of(&e.name);
+        let b = self.block_of(&e.key);
         let (Some(block), Some(c)) = (self.blocks.get_mut(b), self.counts.get_mut(b)) else {
             return;
         };
-        let at = block.partition_point(|x| x.name < e.name);
+        let at = block.partition_point(|x| x.key < e.key);
         count(c, e.state, e.retry_count, 1);
         block.insert(at, e);
         self.len += 1;
@@ -139,12 +196,12 @@ impl Ranked {
         }
     }
 
-    fn remove(&mut self, name: &str) {
-        let b = self.block_of(name);
+    fn remove(&mut self, key: &Key) {
+        let b = self.block_of(key);
         let (Some(block), Some(c)) = (self.blocks.get_mut(b), self.counts.get_mut(b)) else {
             return;
         };
-        let Ok(at) = block.binary_search_by(|x| (*x.name).cmp(name)) else {
+        let Ok(at) = block.binary_search_by(|x| x.key.cmp(key)) else {
             return;
         };
         let e = block.remove(at);
@@ -156,13 +213,13 @@ impl Ranked {
         }
     }
 
-    /// Changes the state of the entry `name` in place (its place in the order is its name's).
-    fn update(&mut self, name: &str, state: MachineState, retry_count: u32) {
-        let b = self.block_of(name);
+    /// Changes the state of the entry `key` in place (its place in the order is its name's).
+    fn update(&mut self, key: &Key, state: MachineState, retry_count: u32) {
+        let b = self.block_of(key);
         let (Some(block), Some(c)) = (self.blocks.get_mut(b), self.counts.get_mut(b)) else {
             return;
         };
-        let Ok(at) = block.binary_search_by(|x| (*x.name).cmp(name)) else {
+        let Ok(at) = block.binary_search_by(|x| x.key.cmp(key)) else {
             return;
         };
         let Some(e) = block.get_mut(at) else {
@@ -174,9 +231,9 @@ impl Ranked {
         count(c, state, retry_count, 1);
     }
 
-    /// The counters of the entries before `name`.
-    fn counts_before(&self, name: &str) -> Counts {
-        let b = self.block_of(name);
+    /// The counters of the entries before `key`.
+    fn counts_before(&self, key: &Key) -> Counts {
+        let b = self.block_of(key);
         let mut c = Counts::default();
         for bc in self.counts.iter().take(b) {
             for (s, n) in [
@@ -191,26 +248,26 @@ impl Ranked {
             c.stuck_on_removing += bc.stuck_on_removing;
         }
         if let Some(block) = self.blocks.get(b) {
-            for e in block.iter().take_while(|e| &*e.name < name) {
+            for e in block.iter().take_while(|e| e.key < *key) {
                 count(&mut c, e.state, e.retry_count, 1);
             }
         }
         c
     }
 
-    /// The name at 0-based position `pos`.
-    fn at(&self, mut pos: usize) -> Option<&str> {
+    /// The key at 0-based position `pos`.
+    fn at(&self, mut pos: usize) -> Option<&Key> {
         for block in &self.blocks {
             if pos < block.len() {
-                return block.get(pos).map(|e| &*e.name);
+                return block.get(pos).map(|e| &e.key);
             }
             pos -= block.len();
         }
         None
     }
 
-    /// The name of the `k`-th (1-based) available entry (Idle, Acquired or Creating).
-    fn kth_available(&self, mut k: i64) -> Option<&str> {
+    /// The key of the `k`-th (1-based) available entry (Idle, Acquired or Creating).
+    fn kth_available(&self, mut k: i64) -> Option<&Key> {
         for (block, c) in self.blocks.iter().zip(&self.counts) {
             let here = c.available();
             if k > here {
@@ -221,7 +278,7 @@ impl Ranked {
                 if is_available(e.state) {
                     k -= 1;
                     if k == 0 {
-                        return Some(&e.name);
+                        return Some(&e.key);
                     }
                 }
             }
@@ -240,6 +297,9 @@ pub(crate) struct Index {
     mirror_matching: usize,
     /// The filter the membership was computed with (`None`: not maintained).
     matcher: Option<FilterMatcher>,
+    /// The length of the filter's literal prefix, which every member's name starts with
+    /// (see [`Key`]).
+    skip: usize,
     snaps: FxHashMap<Id, Snap>,
     /// Counters over the members (what a pass would accumulate before deciding anything).
     pub(crate) counts: Counts,
@@ -247,7 +307,7 @@ pub(crate) struct Index {
     pub(crate) all: Counts,
     ranked: Ranked,
     /// Listed Idle members by name.
-    pub(crate) idle_by_name: BTreeMap<Box<str>, Id>,
+    idle_by_name: BTreeMap<Key, Id>,
     /// Listed Idle members by last use.
     idle_by_used: BTreeSet<(Time, Id)>,
     /// Used counts of the listed Idle members (a multiset).
@@ -270,6 +330,9 @@ impl Index {
             None => 0,
         };
         self.mirror = mirror;
+        self.skip = matcher
+            .as_ref()
+            .map_or(0, FilterMatcher::literal_prefix_len);
         self.matcher = matcher;
         ledger.dirty.clear();
         ledger.track_dirty = self.matcher.is_some();
@@ -343,8 +406,9 @@ impl Index {
         }
         let old = self.snaps.remove(&id);
         let (matches, listed) = match (&old, ledger.get(id)) {
-            // The name of a record never changes: what the old snapshot knew still holds.
-            (Some(o), Some(m)) if *o.name == *m.name => (o.matches, o.listed),
+            // A handle names one record (a reused slot gets a new generation) and a record's
+            // name never changes: what the old snapshot knew still holds.
+            (Some(o), Some(_)) => (o.matches, o.listed),
             (_, Some(m)) => (
                 self.matcher.as_ref().is_some_and(|f| f.matches(&m.name)),
                 self.mirror.contains(&*m.name),
@@ -381,12 +445,12 @@ impl Index {
                 self.clock
             }
         };
-        let name = match old {
-            Some(o) if *o.name == *m.name => o.name,
-            _ => m.name.clone(),
+        let key = match old {
+            Some(o) => o.key,
+            None => Key::new(Arc::from(&*m.name), self.skip),
         };
         let snap = Snap {
-            name,
+            key,
             matches,
             listed,
             kind,
@@ -409,7 +473,7 @@ impl Index {
             return false;
         };
         let kind = kind_of(snap.matches, snap.listed, m.state);
-        if kind != snap.kind || *snap.name != *m.name {
+        if kind != snap.kind {
             return false;
         }
         let old = (snap.state, snap.retry_count, snap.used, snap.used_count);
@@ -430,8 +494,8 @@ impl Index {
         if kind != Some(Kind::Listed) {
             return true;
         }
-        let name = &snap.name;
-        self.ranked.update(name, state, retry_count);
+        let key = &snap.key;
+        self.ranked.update(key, state, retry_count);
         if old_state == MachineState::Idle {
             self.idle_by_used.remove(&(old_used, id));
             if let Some(n) = self.idle_used_counts.get_mut(&old_used_count) {
@@ -441,14 +505,14 @@ impl Index {
                 }
             }
             if state != MachineState::Idle {
-                self.idle_by_name.remove(name);
+                self.idle_by_name.remove(key);
             }
         }
         if state == MachineState::Idle {
             self.idle_by_used.insert((used, id));
             *self.idle_used_counts.entry(used_count).or_insert(0) += 1;
             if old_state != MachineState::Idle {
-                self.idle_by_name.insert(name.clone(), id);
+                self.idle_by_name.insert(key.clone(), id);
             }
         }
         true
@@ -463,9 +527,9 @@ impl Index {
         if s.kind != Some(Kind::Listed) {
             return;
         }
-        self.ranked.remove(&s.name);
+        self.ranked.remove(&s.key);
         if s.state == MachineState::Idle {
-            self.idle_by_name.remove(&s.name);
+            self.idle_by_name.remove(&s.key);
             self.idle_by_used.remove(&(s.used, id));
             if let Some(n) = self.idle_used_counts.get_mut(&s.used_count) {
                 *n -= 1;
@@ -486,12 +550,12 @@ impl Index {
             return;
         }
         self.ranked.insert(Entry {
-            name: s.name.clone(),
+            key: s.key.clone(),
             state: s.state,
             retry_count: s.retry_count,
         });
         if s.state == MachineState::Idle {
-            self.idle_by_name.insert(s.name.clone(), id);
+            self.idle_by_name.insert(s.key.clone(), id);
             self.idle_by_used.insert((s.used, id));
             *self.idle_used_counts.entry(s.used_count).or_insert(0) += 1;
         }
@@ -507,8 +571,23 @@ impl Index {
         self.idle_by_used.iter().copied()
     }
 
-    pub(crate) fn name_of(&self, id: Id) -> Option<&str> {
-        self.snaps.get(&id).map(|s| &*s.name)
+    /// The key of a tracked machine.
+    pub(crate) fn key_of(&self, id: Id) -> Option<&Key> {
+        self.snaps.get(&id).map(|s| &s.key)
+    }
+
+    /// Listed Idle members from `from` on, in name order.
+    pub(crate) fn idle_from<'a>(&'a self, from: &Key) -> impl Iterator<Item = (&'a Key, Id)> {
+        self.idle_by_name.range(from..).map(|(k, id)| (k, *id))
+    }
+
+    /// The listed Idle member just before `below` in name order (the last one for `None`).
+    pub(crate) fn idle_before(&self, below: Option<&Key>) -> Option<(&Key, Id)> {
+        match below {
+            Some(b) => self.idle_by_name.range(..b).next_back(),
+            None => self.idle_by_name.iter().next_back(),
+        }
+        .map(|(k, id)| (k, *id))
     }
 
     /// Whether the member joined before clock value `clock`.
@@ -518,15 +597,15 @@ impl Index {
             .is_some_and(|s| s.kind.is_some() && s.since < clock)
     }
 
-    pub(crate) fn counts_before(&self, name: &str) -> Counts {
-        self.ranked.counts_before(name)
+    pub(crate) fn counts_before(&self, key: &Key) -> Counts {
+        self.ranked.counts_before(key)
     }
 
-    pub(crate) fn listed_at(&self, pos: usize) -> Option<&str> {
+    pub(crate) fn listed_at(&self, pos: usize) -> Option<&Key> {
         self.ranked.at(pos)
     }
 
-    pub(crate) fn kth_available(&self, k: i64) -> Option<&str> {
+    pub(crate) fn kth_available(&self, k: i64) -> Option<&Key> {
         self.ranked.kth_available(k)
     }
 

@@ -184,6 +184,12 @@ impl FilterMatcher {
         &self.filter
     }
 
+    /// The length of the literal text every matching name starts with (0 when the filter's
+    /// shape is not plain text then `%s`: Sscanf's spaces match runs of any length).
+    pub fn literal_prefix_len(&self) -> usize {
+        self.simple.unwrap_or(0)
+    }
+
     /// Same as [`matches_filter`]`(name, self.as_str())`.
     #[inline]
     pub fn matches(&self, name: &str) -> bool {

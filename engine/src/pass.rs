@@ -5,11 +5,10 @@
 //! Every decision is recorded in a [`PassReport`] with the numbers it was made on, so
 //! `drover autoscale decide` explains the same decisions the manager acts on.
 
-use std::ops::Bound;
-
 use chrono::TimeDelta;
 
 use super::command::{Notice, Reason};
+use super::index::Key;
 use super::machine::{Counts, Id, MachineState};
 use super::policy::{self, IdleSettings, Limits, MachineFacts, RemoveVerdict};
 use super::{Engine, EngineError, RunnerId, Time, CONNECTIVITY_CACHE_SECS, MAX_CREATIONS_PER_PASS};
@@ -124,7 +123,7 @@ pub(crate) struct PassState {
     cursor: usize,
     /// An indexed pass: the search continues below this name (`None`: from the newest), over
     /// the listed Idle machines that were members when the pass began (index clock).
-    indexed: Option<(Option<Box<str>>, u64)>,
+    indexed: Option<(Option<Key>, u64)>,
     pending: Option<Id>,
     report: PassReport,
 }
@@ -339,27 +338,23 @@ impl Engine {
         // positions from `limit` on ("too many machines"), and before that the ones idle
         // longer than IdleTime that come after the IdleCount-th available machine (the
         // counters only grow along the listing, so "too many idle machines" holds from there).
-        let rule2_from: Option<Box<str>> = usize::try_from(limits.limit)
+        let rule2_from: Option<Key> = usize::try_from(limits.limit)
             .ok()
             .filter(|&l| l > 0)
             .and_then(|l| self.index.listed_at(l))
-            .map(Box::from);
-        let mut candidates: std::collections::BTreeMap<Box<str>, Id> = Default::default();
+            .cloned();
+        let mut candidates: std::collections::BTreeMap<Key, Id> = Default::default();
         if let Some(from) = &rule2_from {
-            for (name, id) in self
-                .index
-                .idle_by_name
-                .range::<str, _>((Bound::Included(&**from), Bound::Unbounded))
-            {
-                candidates.insert(name.clone(), *id);
+            for (key, id) in self.index.idle_from(from) {
+                candidates.insert(key.clone(), id);
             }
         }
-        let after: Option<Option<Box<str>>> = if idle.idle_count <= 0 {
+        let after: Option<Option<Key>> = if idle.idle_count <= 0 {
             Some(None)
         } else {
             self.index
                 .kth_available(idle.idle_count)
-                .map(|n| Some(Box::from(n)))
+                .map(|k| Some(k.clone()))
         };
         if let Some(after) = after {
             let expired = self
@@ -367,19 +362,19 @@ impl Engine {
                 .idle_by_used()
                 .take_while(|(used, _)| policy::idle_time_elapsed(now, *used, idle.idle_time));
             for (_, id) in expired {
-                let Some(name) = self.index.name_of(id) else {
+                let Some(key) = self.index.key_of(id) else {
                     continue;
                 };
-                let past = after.as_deref().is_none_or(|a| name > a);
-                let before_limit = rule2_from.as_deref().is_none_or(|r| name < r);
+                let past = after.as_ref().is_none_or(|a| key > a);
+                let before_limit = rule2_from.as_ref().is_none_or(|r| key < r);
                 if past && before_limit {
-                    candidates.insert(name.into(), id);
+                    candidates.insert(key.clone(), id);
                 }
             }
         }
-        for (name, id) in candidates {
+        for (key, id) in candidates {
             self.index.sync(&mut self.ledger);
-            let counts_before = self.index.counts_before(&name);
+            let counts_before = self.index.counts_before(&key);
             let Some(m) = self.ledger.get(id) else {
                 continue;
             };
@@ -421,18 +416,10 @@ impl Engine {
         loop {
             let p = self.pass.as_mut()?;
             let (below, clock) = p.indexed.as_mut()?;
-            let next = match below.as_deref() {
-                Some(b) => self
-                    .index
-                    .idle_by_name
-                    .range::<str, _>((Bound::Unbounded, Bound::Excluded(b)))
-                    .next_back(),
-                None => self.index.idle_by_name.iter().next_back(),
-            };
-            let (name, id) = next?;
-            *below = Some(name.clone());
-            if self.index.member_before(*id, *clock) {
-                return Some(*id);
+            let (key, id) = self.index.idle_before(below.as_ref())?;
+            *below = Some(key.clone());
+            if self.index.member_before(id, *clock) {
+                return Some(id);
             }
         }
     }
