@@ -104,11 +104,12 @@ pub mod router;
 mod timers;
 mod use_flow;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use chrono::{DateTime, Utc};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use rustc_hash::FxHashMap;
 
 pub use command::{Command, Notice, Reason, ReconcileDecision};
 pub use drain::{DrainReport, DrainSettings};
@@ -212,14 +213,14 @@ pub struct Engine {
     notices: VecDeque<Notice>,
     rng: ChaCha8Rng,
     pass: Option<pass::PassState>,
-    growth: HashMap<String, growth::Coordinator>,
-    availability: HashMap<String, u64>,
+    growth: FxHashMap<String, growth::Coordinator>,
+    availability: FxHashMap<String, u64>,
     stuck: removal::StuckLock,
     orphans: orphans::Orphans,
     round: Option<reconcile::Round>,
     drain: Option<drain::DrainState>,
     timers: timers::Timers,
-    finds: HashMap<u64, find::FindState>,
+    finds: FxHashMap<u64, find::FindState>,
     find_seq: u64,
     uses: std::collections::BTreeMap<u64, use_flow::UseSession>,
     use_steps: VecDeque<UseStep>,
@@ -254,14 +255,14 @@ impl Engine {
             notices: VecDeque::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             pass: None,
-            growth: HashMap::new(),
-            availability: HashMap::new(),
+            growth: FxHashMap::default(),
+            availability: FxHashMap::default(),
             stuck: removal::StuckLock::default(),
             orphans: orphans::Orphans::default(),
             round: None,
             drain: None,
             timers: timers::Timers::default(),
-            finds: HashMap::new(),
+            finds: FxHashMap::default(),
             find_seq: 0,
             uses: Default::default(),
             use_steps: VecDeque::new(),

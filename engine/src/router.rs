@@ -29,7 +29,9 @@
 //! * **releases**: after the job, the machine `Use` returned (when it is not the acquired one),
 //!   then the acquired machine; after an empty answer, the acquired machine.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
+
+use rustc_hash::FxHashMap;
 
 /// Time in milliseconds since an origin the driver chooses (monotonic).
 pub type Millis = u64;
@@ -300,7 +302,7 @@ pub struct RouterError {
 #[derive(Debug)]
 pub struct Router {
     config: RouterConfig,
-    counters: HashMap<String, Counters>,
+    counters: FxHashMap<String, Counters>,
     workers: Vec<Phase>,
     /// Workers above `concurrent` after a reload shrank it: retired when they free.
     retiring: usize,
@@ -325,7 +327,7 @@ impl Router {
         let n = config.concurrent.max(1);
         Router {
             config,
-            counters: HashMap::new(),
+            counters: FxHashMap::default(),
             workers: vec![Phase::Free; n],
             retiring: 0,
             retired: BTreeSet::new(),
