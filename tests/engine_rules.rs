@@ -507,6 +507,12 @@ fn match_table() {
 fn new_names_table() {
     let suffix = name_suffix(1_700_000_000, [0x0a, 0x1b, 0x2c, 0x3d]);
     assert_eq!(suffix, "1700000000-0a1b2c3d");
+    // Every hex digit, both nibbles, and a time before 1970 (Go formats the sign).
+    assert_eq!(
+        name_suffix(1_700_000_000, [0xff, 0x00, 0x9e, 0x5f]),
+        "1700000000-ff009e5f"
+    );
+    assert_eq!(name_suffix(-1, [0x12, 0x34, 0x56, 0x78]), "-1-12345678");
     assert_eq!(
         new_machine_name("runner-abc-auto-%s", &suffix),
         "runner-abc-auto-1700000000-0a1b2c3d"

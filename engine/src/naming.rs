@@ -108,9 +108,12 @@ fn has_string_verb(format: &str) -> bool {
 
 /// The suffix that replaces `%s` in a new name: `<unix seconds>-<4 bytes as 8 hex>`.
 pub fn name_suffix(unix_seconds: i64, random: [u8; 4]) -> String {
-    let mut s = format!("{unix_seconds}-");
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(21 + 8);
+    let _ = write!(s, "{unix_seconds}-");
     for b in random {
-        let _ = write!(s, "{b:02x}");
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 0xf)]));
     }
     s
 }
