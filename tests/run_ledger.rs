@@ -118,7 +118,17 @@ async fn every_job_is_saved_and_a_restart_resumes_the_used_count_instead_of_adop
     let name = acquire_machine(&first).await;
     run_job(&first, &name).await;
     run_job(&first, &acquire_machine(&first).await).await;
-    wait_until("two jobs saved", || used_count(&file, &name) == Some(2)).await;
+    // The second job's Use (used count 2, Used) and its release (Idle) are two writes of the
+    // ledger's writer: wait for the second, not only the first.
+    wait_until("two jobs and the release saved", || {
+        used_count(&file, &name) == Some(2)
+            && file
+                .load()
+                .records
+                .iter()
+                .any(|r| r.name == name && r.state == MachineState::Idle)
+    })
+    .await;
     let rec = file.load().records;
     let rec = rec.iter().find(|r| r.name == name).expect("record");
     assert_eq!(rec.state, MachineState::Idle);
