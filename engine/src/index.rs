@@ -20,7 +20,6 @@
 //! ledger does not know) is run as the full pass over the same listing; see
 //! [`Engine::begin_acquire_listed`].
 
-use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -65,7 +64,8 @@ fn kind_of(matches: bool, listed: bool, state: MachineState) -> Option<Kind> {
 /// smaller name and equal heads say nothing (padding with the smallest byte keeps the map
 /// monotone), so comparing heads first and names only on a tie is exactly the names' order.
 /// Names are shared (`Arc`): the snapshot, its entry and the Idle index hold one allocation.
-#[derive(Debug, Clone)]
+/// The derived order compares the fields in declaration order: the head, then the name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Key {
     head: u128,
     name: Arc<str>,
@@ -86,28 +86,6 @@ impl Key {
             head: Key::head(&name, skip),
             name,
         }
-    }
-}
-
-impl PartialEq for Key {
-    fn eq(&self, other: &Key) -> bool {
-        self.head == other.head && self.name == other.name
-    }
-}
-
-impl Eq for Key {}
-
-impl PartialOrd for Key {
-    fn partial_cmp(&self, other: &Key) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Key {
-    fn cmp(&self, other: &Key) -> Ordering {
-        self.head
-            .cmp(&other.head)
-            .then_with(|| self.name.cmp(&other.name))
     }
 }
 
