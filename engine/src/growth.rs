@@ -59,8 +59,14 @@ impl Engine {
         m.max_removal_attempts = max_removal;
         m.create = Some(CreatePhase::Queued(reason));
         let id = self.ledger.insert(m);
-        let coordinator = self.growth.entry(token.clone()).or_default();
-        coordinator.queue.push_back(id);
+        match self.growth.get_mut(token.as_str()) {
+            Some(c) => c.queue.push_back(id),
+            None => {
+                let mut c = Coordinator::default();
+                c.queue.push_back(id);
+                self.growth.insert(token.clone(), c);
+            }
+        }
         self.pump_growth(&token);
         if let Some(m) = self.ledger.get(id) {
             if matches!(m.create, Some(CreatePhase::Queued(_))) && self.growth_rate(runner) < 0 {
@@ -82,11 +88,15 @@ impl Engine {
 
     /// Starts every queued creation of `token` that its runner's rate allows, oldest first.
     pub(crate) fn pump_growth(&mut self, token: &str) {
-        let Some(mut coordinator) = self.growth.remove(token) else {
+        // The queue is taken out while the ledger and the runners are read, and put back
+        // (its allocation kept) with the creations the rate holds back.
+        let Some(coordinator) = self.growth.get_mut(token) else {
             return;
         };
-        let mut waiting = VecDeque::with_capacity(coordinator.queue.len());
-        while let Some(id) = coordinator.queue.pop_front() {
+        let mut queue = std::mem::take(&mut coordinator.queue);
+        let mut running = coordinator.running;
+        let mut waiting = VecDeque::new();
+        while let Some(id) = queue.pop_front() {
             let Some(m) = self.ledger.get(id) else {
                 continue;
             };
@@ -95,11 +105,11 @@ impl Engine {
             };
             let runner = m.runner.unwrap_or(usize::MAX);
             let rate = self.growth_rate(runner);
-            if rate != 0 && coordinator.running >= rate {
+            if rate != 0 && running >= rate {
                 waiting.push_back(id);
                 continue;
             }
-            coordinator.running += 1;
+            running += 1;
             let name = String::from(&*m.name);
             let (driver, options) = match self.runners.get(runner) {
                 Some(s) => {
@@ -124,8 +134,10 @@ impl Engine {
                 reason,
             });
         }
-        coordinator.queue = waiting;
-        self.growth.insert(token.to_string(), coordinator);
+        if let Some(coordinator) = self.growth.get_mut(token) {
+            coordinator.running = running;
+            coordinator.queue = if waiting.is_empty() { queue } else { waiting };
+        }
     }
 
     pub(crate) fn on_created(&mut self, name: &str, ok: bool, now: Time) {
@@ -152,7 +164,7 @@ impl Engine {
                 name: name.to_string(),
                 labels,
             });
-            *self.availability.entry(token.clone()).or_insert(0) += 1;
+            self.signal_availability(&token);
             self.use_on_created(id, true, now);
             self.use_on_available(&token);
         } else {

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::FxHashSet;
 
 use super::machine::{Counts, Id, Ledger, MachineState};
 use super::naming::FilterMatcher;
@@ -105,6 +105,59 @@ struct Snap {
     used_count: i64,
     /// The index clock when the machine became a member of this kind.
     since: u64,
+}
+
+/// The snapshots by ledger slot: a handle's slot finds its snapshot without hashing, and
+/// the slab stays as dense as the ledger's. A slot holds at most one snapshot, of the record
+/// with that handle; one left by an earlier record of a reused slot is *stale* until
+/// [`Index::refresh`] retires it.
+#[derive(Debug, Default)]
+struct Snaps {
+    slots: Vec<Option<(Id, Snap)>>,
+}
+
+impl Snaps {
+    fn get(&self, id: Id) -> Option<&Snap> {
+        match self.slots.get(id.slot()) {
+            Some(Some((i, s))) if *i == id => Some(s),
+            _ => None,
+        }
+    }
+
+    fn get_mut(&mut self, id: Id) -> Option<&mut Snap> {
+        match self.slots.get_mut(id.slot()) {
+            Some(Some((i, s))) if *i == id => Some(s),
+            _ => None,
+        }
+    }
+
+    fn remove(&mut self, id: Id) -> Option<Snap> {
+        let slot = self.slots.get_mut(id.slot())?;
+        if slot.as_ref().is_some_and(|(i, _)| *i == id) {
+            slot.take().map(|(_, s)| s)
+        } else {
+            None
+        }
+    }
+
+    /// The handle of the snapshot in `id`'s slot when it belongs to another record.
+    fn stale(&self, id: Id) -> Option<Id> {
+        match self.slots.get(id.slot()) {
+            Some(Some((i, _))) if *i != id => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// Stores `snap` for `id`; the slot holds no other record's snapshot (see `stale`).
+    fn insert(&mut self, id: Id, snap: Snap) {
+        let at = id.slot();
+        if self.slots.len() <= at {
+            self.slots.resize_with(at + 1, || None);
+        }
+        if let Some(slot) = self.slots.get_mut(at) {
+            *slot = Some((id, snap));
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -270,7 +323,8 @@ impl Ranked {
 #[derive(Debug, Default)]
 pub(crate) struct Index {
     /// The provider's listing as the driver reported it.
-    pub(crate) mirror: BTreeSet<Box<str>>,
+    /// Unordered: only a pass that walks the listing needs its order, and sorts it then.
+    pub(crate) mirror: FxHashSet<Box<str>>,
     /// Mirror names that match the filter.
     mirror_matching: usize,
     /// The filter the membership was computed with (`None`: not maintained).
@@ -278,7 +332,7 @@ pub(crate) struct Index {
     /// The length of the filter's literal prefix, which every member's name starts with
     /// (see [`Key`]).
     skip: usize,
-    snaps: FxHashMap<Id, Snap>,
+    snaps: Snaps,
     /// Counters over the members (what a pass would accumulate before deciding anything).
     pub(crate) counts: Counts,
     /// Counters over every tracked machine.
@@ -341,7 +395,7 @@ impl Index {
                 self.mirror_matching += 1;
             }
             if let Some(id) = ledger.id_of(name) {
-                if let Some(snap) = self.snaps.get_mut(&id) {
+                if let Some(snap) = self.snaps.get_mut(id) {
                     snap.listed = true;
                 }
                 ledger.mark(id);
@@ -355,7 +409,7 @@ impl Index {
                 self.mirror_matching -= 1;
             }
             if let Some(id) = ledger.id_of(name) {
-                if let Some(snap) = self.snaps.get_mut(&id) {
+                if let Some(snap) = self.snaps.get_mut(id) {
                     snap.listed = false;
                 }
                 ledger.mark(id);
@@ -379,10 +433,15 @@ impl Index {
     }
 
     fn refresh(&mut self, id: Id, ledger: &mut Ledger) {
+        if let Some(earlier) = self.snaps.stale(id) {
+            // The slot was reused before the earlier record's deletion was read: retire it
+            // first (its record is gone, so this only takes its contributions out).
+            self.refresh(earlier, ledger);
+        }
         if self.refresh_in_place(id, ledger) {
             return;
         }
-        let old = self.snaps.remove(&id);
+        let old = self.snaps.remove(id);
         let (matches, listed) = match (&old, ledger.get(id)) {
             // A handle names one record (a reused slot gets a new generation) and a record's
             // name never changes: what the old snapshot knew still holds.
@@ -447,7 +506,7 @@ impl Index {
     /// lookup by name beyond its entry's and no allocation. Returns false when the general
     /// path must run (a new or removed record, or a change of kind).
     fn refresh_in_place(&mut self, id: Id, ledger: &Ledger) -> bool {
-        let (Some(snap), Some(m)) = (self.snaps.get_mut(&id), ledger.get(id)) else {
+        let (Some(snap), Some(m)) = (self.snaps.get_mut(id), ledger.get(id)) else {
             return false;
         };
         let kind = kind_of(snap.matches, snap.listed, m.state);
@@ -551,7 +610,7 @@ impl Index {
 
     /// The key of a tracked machine.
     pub(crate) fn key_of(&self, id: Id) -> Option<&Key> {
-        self.snaps.get(&id).map(|s| &s.key)
+        self.snaps.get(id).map(|s| &s.key)
     }
 
     /// Listed Idle members from `from` on, in name order.
@@ -571,7 +630,7 @@ impl Index {
     /// Whether the member joined before clock value `clock`.
     pub(crate) fn member_before(&self, id: Id, clock: u64) -> bool {
         self.snaps
-            .get(&id)
+            .get(id)
             .is_some_and(|s| s.kind.is_some() && s.since < clock)
     }
 
@@ -598,8 +657,52 @@ impl Index {
     pub(crate) fn seen_since(&self, id: Id) -> Option<Time> {
         let (t, clock) = self.last_pass?;
         self.snaps
-            .get(&id)
+            .get(id)
             .is_some_and(|s| s.kind.is_some() && s.since < clock)
             .then_some(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::Machine;
+
+    fn at(secs: i64) -> Time {
+        chrono::DateTime::from_timestamp(secs, 0).unwrap_or_default()
+    }
+
+    /// The snapshots are kept by ledger slot. When a slot is reused and the new record is
+    /// read before the deletion of the one it replaces (the dirty list only guarantees that
+    /// both are read), the earlier record's snapshot must still leave every index.
+    #[test]
+    fn a_reused_slot_retires_the_earlier_record_even_when_read_first() {
+        let mut ledger = Ledger::default();
+        let mut index = Index::default();
+        index.enable(Some(FilterMatcher::new("runner-abc-auto-%s")), &mut ledger);
+        let first = "runner-abc-auto-1";
+        let a = ledger.insert(Machine::new(first, MachineState::Idle, at(100), 1));
+        index.mirror_insert(first, &mut ledger);
+        index.sync(&mut ledger);
+        assert_eq!((index.listed_len(), index.counts.idle), (1, 1));
+
+        ledger.delete(a);
+        index.mirror_remove(first, &mut ledger);
+        let second = "runner-abc-auto-2";
+        let b = ledger.insert(Machine::new(second, MachineState::Idle, at(200), 2));
+        assert_eq!(a.slot(), b.slot(), "the test needs the slot reused");
+        index.mirror_insert(second, &mut ledger);
+        // Only the new record is read.
+        ledger.dirty = vec![b];
+        index.sync(&mut ledger);
+
+        assert_eq!(index.listed_len(), 1);
+        assert_eq!((index.counts.idle, index.all.idle), (1, 1));
+        let idle: Vec<&str> = index
+            .idle_from(&Key::new(Arc::from(""), 0))
+            .map(|(k, _)| &*k.name)
+            .collect();
+        assert_eq!(idle, [second]);
+        assert_eq!(index.idle_by_used().count(), 1);
     }
 }

@@ -345,8 +345,10 @@ impl Engine {
     }
 
     /// The engine's copy of the listing, in listing (name) order.
-    pub fn listing(&self) -> impl Iterator<Item = &str> {
-        self.index.mirror.iter().map(|n| &**n)
+    pub fn listing(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.index.mirror.iter().map(|n| &**n).collect();
+        names.sort_unstable();
+        names
     }
 
     fn apply_deferred_listing(&mut self) {
@@ -482,9 +484,19 @@ impl Engine {
             return Ok(());
         }
         m.state = MachineState::Idle;
-        *self.availability.entry(token.clone()).or_insert(0) += 1;
+        self.signal_availability(&token);
         self.use_on_available(&token);
         Ok(())
+    }
+
+    /// Counts one availability signal for `token` (its key is copied only the first time).
+    pub(crate) fn signal_availability(&mut self, token: &str) {
+        match self.availability.get_mut(token) {
+            Some(n) => *n += 1,
+            None => {
+                self.availability.insert(token.to_string(), 1);
+            }
+        }
     }
 
     /// A machine handed to a job that the job could not use (its Docker endpoint did not

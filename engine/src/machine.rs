@@ -245,6 +245,13 @@ pub(crate) struct Id {
     gen: u32,
 }
 
+impl Id {
+    /// The ledger slot this handle names (reused by later records).
+    pub(crate) fn slot(self) -> usize {
+        self.idx as usize
+    }
+}
+
 #[derive(Debug, Default)]
 struct Slot {
     gen: u32,

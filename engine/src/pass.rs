@@ -327,7 +327,8 @@ impl Engine {
             && !at_max_builds
             && self.index.untracked_listed() == 0;
         if !indexed {
-            let names: Vec<Box<str>> = self.index.mirror.iter().cloned().collect();
+            let mut names: Vec<Box<str>> = self.index.mirror.iter().cloned().collect();
+            names.sort_unstable();
             return self.begin_acquire(runner, &names, now);
         }
         self.epoch += 1;

@@ -610,18 +610,18 @@ impl Router {
 
     fn counters_of(&mut self, runner: usize) -> Option<&mut Counters> {
         let key = &self.config.runners.get(runner)?.key;
-        let now = self.now;
-        Some(
-            self.counters
-                .entry(key.clone())
-                .or_insert_with(|| Counters {
-                    builds: 0,
-                    requests: 0,
-                    adaptive: 1.0,
-                    failures: 0,
-                    last_healthy: now,
-                }),
-        )
+        if !self.counters.contains_key(key.as_str()) {
+            // The key is copied once, when the runner is first seen (not on every access).
+            let fresh = Counters {
+                builds: 0,
+                requests: 0,
+                adaptive: 1.0,
+                failures: 0,
+                last_healthy: self.now,
+            };
+            self.counters.insert(key.clone(), fresh);
+        }
+        self.counters.get_mut(key.as_str())
     }
 
     fn slots(&mut self, runner: usize) {
@@ -773,25 +773,26 @@ impl Router {
     /// One worker turn for `runner` (upstream's processRunner): the gates, then Acquire or the
     /// request.
     fn turn(&mut self, worker: WorkerId, runner: usize, now: Millis) {
-        let Some(r) = self.config.runners.get(runner).cloned() else {
+        let Some(r) = self.config.runners.get(runner) else {
             self.free_worker(worker, now);
             return;
         };
-        if r.executor == ExecutorKind::Unsupported {
+        let (executor, limit, adaptive) = (r.executor, r.limit, r.adaptive);
+        let max = r.request_concurrency.max(1);
+        if executor == ExecutorKind::Unsupported {
             self.push(Command::UnsupportedExecutor { runner });
             self.health(runner, false, now);
             self.free_worker(worker, now);
             return;
         }
-        let max = r.request_concurrency.max(1);
         let Some(c) = self.counters_of(runner) else {
             return;
         };
-        if r.limit > 0 && c.builds >= r.limit {
+        if limit > 0 && c.builds >= limit {
             self.skip(worker, runner, Skip::Limit, now);
             return;
         }
-        let effective = if r.adaptive {
+        let effective = if adaptive {
             (c.adaptive.ceil() as usize).clamp(1, max)
         } else {
             max
@@ -803,7 +804,7 @@ impl Router {
         }
         c.requests += 1;
         self.slots(runner);
-        if r.executor == ExecutorKind::Machine {
+        if executor == ExecutorKind::Machine {
             if let Some(w) = self.workers.get_mut(worker) {
                 *w = Phase::Acquiring { runner };
             }
