@@ -334,11 +334,77 @@ mod router_equivalence {
     use std::time::Duration;
 
     use drover::config::RunnerConfig;
-    use drover::engine::router::{Answer, Command, Decision, Input};
+    use drover::engine::router::{Acquired, Answer, Command, Decision, Input};
+    use drover::engine::RunnerId;
+    use drover::manager::pool::{NoObserver, Pool};
     use drover::manager::runloop::{Manager, Pools};
     use drover::manager::source::{Ack, JobLink, JobOutcome, JobSource, Requested};
+    use drover::provider::protocol::CreateParams;
+    use drover::provider::{
+        Call, Endpoint, InspectResult, MachineEntry, Provider, ProviderError, RemoveResult,
+    };
     use drover::sim::route::{replay, Script};
     use tokio_util::sync::CancellationToken;
+
+    /// A provider held in memory: machines exist from the moment they are created, every
+    /// call answers at once (no virtual time passes), so the pool's engine hands machines
+    /// out in the paused runtime exactly as it would over a plugin.
+    #[derive(Default)]
+    struct MemoryProvider {
+        machines: Mutex<std::collections::BTreeSet<String>>,
+    }
+
+    impl MemoryProvider {
+        fn machines(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+            self.machines.lock().unwrap_or_else(|p| p.into_inner())
+        }
+    }
+
+    impl Provider for MemoryProvider {
+        async fn create(&self, params: &CreateParams, _call: &Call) -> Result<(), ProviderError> {
+            self.machines().insert(params.name.clone());
+            Ok(())
+        }
+        async fn list(&self, _call: &Call) -> Result<Vec<MachineEntry>, ProviderError> {
+            Ok(self
+                .machines()
+                .iter()
+                .map(|name| MachineEntry {
+                    name: name.clone(),
+                    state: Default::default(),
+                })
+                .collect())
+        }
+        async fn exists(&self, name: &str, _call: &Call) -> Result<bool, ProviderError> {
+            Ok(self.machines().contains(name))
+        }
+        async fn can_connect(&self, name: &str, _call: &Call) -> Result<bool, ProviderError> {
+            Ok(self.machines().contains(name))
+        }
+        async fn credentials(&self, name: &str, _call: &Call) -> Result<Endpoint, ProviderError> {
+            Ok(Endpoint::Tcp {
+                host: format!("tcp://{name}.invalid:2376"),
+            })
+        }
+        async fn stop(&self, _name: &str, _call: &Call) -> Result<(), ProviderError> {
+            Ok(())
+        }
+        async fn remove(&self, name: &str, _call: &Call) -> Result<RemoveResult, ProviderError> {
+            Ok(RemoveResult {
+                existed: self.machines().remove(name),
+            })
+        }
+        async fn force_remove(
+            &self,
+            name: &str,
+            call: &Call,
+        ) -> Result<RemoveResult, ProviderError> {
+            self.remove(name, call).await
+        }
+        async fn inspect(&self, _name: &str, _call: &Call) -> Result<InspectResult, ProviderError> {
+            Ok(InspectResult::default())
+        }
+    }
 
     /// GitLab playing `script`: each request takes `request_ms`, then answers the runner's
     /// next scripted answer; a job's link holds it for its duration, then drops it (no
@@ -394,7 +460,8 @@ mod router_equivalence {
 
     /// Five runners across the router's paths: `limit` and adaptive `request_concurrency`;
     /// `strict_check_interval` and health; an executor drover does not run; docker+machine
-    /// with no provider (Acquire refuses); no token (never fed).
+    /// with no provider (Acquire refuses); no token (never fed); docker+machine with a pool
+    /// (Acquire hands out Idle machines, or none, and the job's end releases them).
     const CONFIG: &str = r#"
 concurrent = 3
 check_interval = 2
@@ -438,7 +505,22 @@ name = "tokenless"
 url = "https://gitlab.example.com"
 token = ""
 executor = "docker"
+
+[[runners]]
+name = "pooled"
+url = "https://gitlab.example.com"
+token = "glrt-pooled-00000000"
+executor = "docker+machine"
+limit = 2
+[runners.machine]
+IdleCount = 1
+IdleTime = 3600
+MachineDriver = "google"
+MachineName = "pooled-%s"
 "#;
+
+    /// The runner of `CONFIG` whose Acquire passes run on a machine pool.
+    const POOLED: usize = 5;
 
     fn script() -> Script {
         use Answer::*;
@@ -450,11 +532,39 @@ executor = "docker"
                 vec![
                     Job, Forbidden, Forbidden, Forbidden, NoJob, Job, Job, PushedBack, Forbidden,
                 ],
+                vec![],
+                vec![],
+                vec![],
+                vec![
+                    Job, NoJob, Job, Job, PushedBack, Job, Failed, Job, NoJob, Job, Job, Job,
+                ],
             ],
             request_ms: 130,
             job_ms: vec![2_345, 777, 5_271, 1_913, 3_089],
             until: 40_050,
+            // Filled from the pool's answers in `drover run` (see the test).
+            acquired: Vec::new(),
         }
+    }
+
+    /// The Acquire answers of `log`, per runner, in order: the machine pool's side of the
+    /// script, which the simulator's driver is then fed.
+    fn acquire_answers(log: &[Decision], runners: usize) -> Vec<Vec<Acquired>> {
+        let mut runner_of: HashMap<usize, usize> = HashMap::new();
+        let mut answers = vec![Vec::new(); runners];
+        for d in log {
+            if let Input::Acquired(w, a) = &d.input {
+                if let Some(list) = runner_of.get(w).and_then(|&r| answers.get_mut(r)) {
+                    list.push(a.clone());
+                }
+            }
+            for c in &d.commands {
+                if let Command::Acquire { worker, runner } = c {
+                    runner_of.insert(*worker, *runner);
+                }
+            }
+        }
+        answers
     }
 
     fn manager_decisions(config: drover::config::Config, script: Script) -> Vec<Decision> {
@@ -470,8 +580,22 @@ executor = "docker"
                 script,
                 asked: Mutex::new(HashMap::new()),
             };
+            // The pooled runner's machine pool: its own engine on the in-memory provider,
+            // started (its IdleCount machine created) before the feeder's first pass.
+            let mut pools = Pools::default();
+            let pooled = &config.runners[POOLED];
+            let policy = drover::engine::policy_from_runner(pooled).expect("a policy");
+            let pool = Pool::start(
+                vec![policy],
+                Arc::new(MemoryProvider::default()),
+                Arc::new(NoObserver),
+            );
+            pool.started().await.expect("the pool starts");
+            pools
+                .by_token
+                .insert(pooled.token.clone(), (pool, RunnerId(0)));
             let manager: Arc<Manager<ScriptedGitlab>> =
-                Manager::new(source, config, String::new(), Pools::default(), None);
+                Manager::new(source, config, String::new(), pools, None);
             manager.record_decisions();
             let feeder = tokio::spawn(manager.clone().feed());
             tokio::time::sleep(Duration::from_millis(until)).await;
@@ -485,9 +609,11 @@ executor = "docker"
     #[test]
     fn drover_run_and_the_simulator_make_the_same_decisions() {
         let config = super::config(CONFIG);
-        let script = script();
+        let mut script = script();
+        let runners = config.runners.len();
+        let run = manager_decisions(config.clone(), script.clone());
+        script.acquired = acquire_answers(&run, runners);
         let simulated = replay(drover::engine::router_config(&config), &script);
-        let run = manager_decisions(config, script.clone());
         // Every line up to the first difference, for the failure message.
         let first_difference = simulated
             .iter()
@@ -540,9 +666,39 @@ executor = "docker"
                     .any(|c| matches!(c, Command::Request { runner: 0, .. }))
         });
         assert!(requeued, "a job re-queues its runner at once");
+        // The pooled runner: machines handed out, jobs run on them, and released both after
+        // a job and after a request that brought none.
+        let handed_out = script.acquired[POOLED]
+            .iter()
+            .filter(|a| matches!(a, Acquired::Machine(_)))
+            .count();
+        assert!(handed_out >= 3, "{:?}", script.acquired[POOLED]);
+        assert!(has(&|c| matches!(
+            c,
+            Command::RunJob {
+                runner: POOLED,
+                acquired: Some(_),
+                ..
+            }
+        )));
+        let releases = commands
+            .iter()
+            .filter(|c| matches!(c, Command::Release { runner: POOLED, .. }))
+            .count();
+        assert!(releases >= 3, "{releases} releases");
+        let released_unused = simulated.iter().any(|d| {
+            matches!(d.input, Input::Answered(_, Answer::NoJob))
+                && d.commands
+                    .iter()
+                    .any(|c| matches!(c, Command::Release { runner: POOLED, .. }))
+        });
+        assert!(
+            released_unused,
+            "a request without a job releases its machine"
+        );
         assert!(simulated.len() > 100, "{} decisions", simulated.len());
         println!(
-            "router equivalence: {} decisions, both drivers agree",
+            "router equivalence: {} decisions, both drivers agree ({handed_out} machines handed out, {releases} releases)",
             simulated.len()
         );
     }

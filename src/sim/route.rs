@@ -95,6 +95,9 @@ pub struct Script {
     pub job_ms: Vec<SimTime>,
     /// Runs until this instant.
     pub until: SimTime,
+    /// Per runner, what its Acquire passes answer, in order (the machine pool's side of the
+    /// script); a runner without answers left is refused, as with no pool at all.
+    pub acquired: Vec<Vec<Acquired>>,
 }
 
 impl Script {
@@ -105,21 +108,33 @@ impl Script {
         runner: usize,
         asked: &mut HashMap<usize, usize>,
     ) -> (Answer, SimTime) {
-        let n = asked.entry(runner).or_default();
-        let a = self
-            .answers
-            .get(runner)
-            .and_then(|l| l.get(*n))
-            .copied()
-            .unwrap_or(Answer::NoJob);
-        let d = if self.job_ms.is_empty() {
-            0
-        } else {
-            self.job_ms[(runner + *n) % self.job_ms.len()]
+        let (a, n) = next_in(&self.answers, runner, asked);
+        let d = match self.job_ms.len() {
+            0 => 0,
+            len => self.job_ms[(runner + n) % len],
         };
-        *n += 1;
-        (a, d)
+        (a.unwrap_or(Answer::NoJob), d)
     }
+
+    /// The next Acquire answer for `runner`; `passes` counts the passes run per runner.
+    pub fn next_acquired(&self, runner: usize, passes: &mut HashMap<usize, usize>) -> Acquired {
+        next_in(&self.acquired, runner, passes)
+            .0
+            .unwrap_or(Acquired::Refused)
+    }
+}
+
+/// The entry of `runner`'s list at its count in `counts` (none past the end), with that
+/// count, which then grows by one.
+fn next_in<T: Clone>(
+    lists: &[Vec<T>],
+    runner: usize,
+    counts: &mut HashMap<usize, usize>,
+) -> (Option<T>, usize) {
+    let n = counts.entry(runner).or_default();
+    let at = *n;
+    *n += 1;
+    (lists.get(runner).and_then(|l| l.get(at)).cloned(), at)
 }
 
 #[derive(Debug)]
@@ -134,6 +149,8 @@ struct Replay<'a> {
     events: EventQueue<ReplayEv>,
     script: &'a Script,
     asked: HashMap<usize, usize>,
+    /// Acquire passes run per runner.
+    passes: HashMap<usize, usize>,
     /// The duration of the job each worker received.
     received: HashMap<WorkerId, SimTime>,
 }
@@ -146,9 +163,10 @@ impl Routed for Replay<'_> {
     fn answer(&mut self, command: Command) {
         let now = self.events.now();
         match command {
-            // No provider in a replay: the Acquire pass finds no free machine.
-            Command::Acquire { worker, .. } => {
-                route(self, |r| r.acquired(worker, Acquired::Refused, now));
+            // The pass ends at once with the script's answer (refused once it has none).
+            Command::Acquire { worker, runner } => {
+                let a = self.script.next_acquired(runner, &mut self.passes);
+                route(self, |r| r.acquired(worker, a, now));
             }
             Command::Request { worker, runner } => {
                 let (answer, d) = self.script.next_answer(runner, &mut self.asked);
@@ -170,13 +188,14 @@ impl Routed for Replay<'_> {
 }
 
 /// Feeds the router `config` the scripted answers in virtual time until `script.until` and
-/// returns its decision log. Machine runners' Acquire passes are refused (no provider).
+/// returns its decision log. Machine runners' Acquire passes answer what the script says.
 pub fn replay(config: RouterConfig, script: &Script) -> Vec<Decision> {
     let mut r = Replay {
         routing: Routing::new(Router::new(config, 0).with_log()),
         events: EventQueue::new(),
         script,
         asked: HashMap::new(),
+        passes: HashMap::new(),
         received: HashMap::new(),
     };
     r.events.schedule(0, ReplayEv::Feed);
