@@ -1,35 +1,39 @@
-//! What the simulator benches share: one run of a workload through `drover simulate`'s path
-//! ([`drover::cli::simulate::RunArgs::run_owned`]: the workload is dropped once laid out in
-//! virtual time), timed, with the default provider model.
+//! What the simulator benches share: one run of a workload through `drover simulate`'s own
+//! path ([`drover::cli::simulate::RunArgs::run_owned`] with the command line's defaults: the
+//! default provider model, the whole workload, the workload dropped once laid out in virtual
+//! time), timed.
 
 use std::time::Instant;
 
+use clap::Parser;
+use drover::cli::simulate::RunArgs;
 use drover::config::Config;
-use drover::sim::provider::ProviderModel;
 use drover::sim::trace::Trace;
 use drover::sim::workload::Workload;
-use drover::sim::{Scenario, Simulation};
+
+/// `drover simulate`'s run options, parsed from an empty command line (its defaults).
+#[derive(Parser)]
+struct Defaults {
+    #[command(flatten)]
+    run: RunArgs,
+}
 
 /// Simulates `workload` on `config` and returns the trace and the seconds it took; a scenario
 /// the simulator refuses ends the bench with its message.
 pub fn run_timed(config: &Config, workload: Workload) -> (Trace, f64) {
-    let started = Instant::now();
-    let scenario = Scenario {
-        config,
-        workload: &workload,
-        from: None,
-        until: None,
-        model: ProviderModel::default(),
-        any_runner: false,
-    };
-    let simulation = match Simulation::new(&scenario) {
-        Ok(s) => s,
+    let args = match Defaults::try_parse_from(["bench"]) {
+        Ok(d) => d.run,
         Err(e) => {
             eprintln!("{e}");
             std::process::exit(1);
         }
     };
-    drop(workload);
-    let trace = simulation.run();
-    (trace, started.elapsed().as_secs_f64())
+    let started = Instant::now();
+    match args.run_owned(config, workload) {
+        Ok(trace) => (trace, started.elapsed().as_secs_f64()),
+        Err(e) => {
+            eprintln!("{e:#}");
+            std::process::exit(1);
+        }
+    }
 }
