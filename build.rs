@@ -4,8 +4,9 @@
 //! Why: a position-independent executable is relocated when it starts: the dynamic loader
 //! reads its relocation table (48,000 entries, 1.1 MB) and writes every pointer in its
 //! read-only-after-relocation data (1.3 MB that become private memory of each process). Linked
-//! at a fixed address, neither happens: `drover run`'s idle RSS is 2.2 MB smaller (16.4 →
-//! 14.3 MB, one docker runner, long polling, the metrics server). The cost is that the
+//! at a fixed address, neither happens: `drover run`'s idle RSS is 2 MB smaller (one docker
+//! runner, long polling, the metrics server; `cargo bench --bench manager_figures`: 15.9 →
+//! 13.9 MB). The cost is that the
 //! executable's own code and data are not placed at a random address (shared libraries, the
 //! heap, stacks and mappings still are). Packagers whose policy requires PIE set
 //! `DROVER_BUILD_PIE=1` at build time.
