@@ -323,8 +323,12 @@ impl Ranked {
 #[derive(Debug, Default)]
 pub(crate) struct Index {
     /// The provider's listing as the driver reported it.
-    /// Unordered: only a pass that walks the listing needs its order, and sorts it then.
+    /// Unordered: the indexed passes only ask whether a name is listed.
     pub(crate) mirror: FxHashSet<Box<str>>,
+    /// The mirror in listing (name) order, kept from the first pass that walks the listing
+    /// on (several runners, `IdleScaleFactor`, …: see [`Engine::begin_acquire_listed`]), so
+    /// that such passes do not sort it each time and the indexed ones never pay for it.
+    ordered: Option<BTreeSet<Box<str>>>,
     /// Mirror names that match the filter.
     mirror_matching: usize,
     /// The filter the membership was computed with (`None`: not maintained).
@@ -354,9 +358,11 @@ impl Index {
     /// Starts maintaining the indexes for `matcher` (rebuilt from every record).
     pub(crate) fn enable(&mut self, matcher: Option<FilterMatcher>, ledger: &mut Ledger) {
         let mirror = std::mem::take(&mut self.mirror);
+        let ordered = self.ordered.take();
         let last_pass = self.last_pass;
         *self = Index::default();
         self.last_pass = last_pass;
+        self.ordered = ordered;
         self.mirror_matching = match &matcher {
             Some(m) => mirror.iter().filter(|n| m.matches(n)).count(),
             None => 0,
@@ -384,6 +390,13 @@ impl Index {
         self.mirror_matching.saturating_sub(self.ranked.len)
     }
 
+    /// The listing in name order, for a pass that walks it (kept from then on).
+    pub(crate) fn listing_in_order(&mut self) -> &BTreeSet<Box<str>> {
+        let mirror = &self.mirror;
+        self.ordered
+            .get_or_insert_with(|| mirror.iter().cloned().collect())
+    }
+
     /// Listed members, in listing order.
     pub(crate) fn listed_len(&self) -> usize {
         self.ranked.len
@@ -391,6 +404,9 @@ impl Index {
 
     pub(crate) fn mirror_insert(&mut self, name: &str, ledger: &mut Ledger) {
         if self.mirror.insert(name.into()) {
+            if let Some(o) = &mut self.ordered {
+                o.insert(name.into());
+            }
             if self.matcher.as_ref().is_some_and(|m| m.matches(name)) {
                 self.mirror_matching += 1;
             }
@@ -405,6 +421,9 @@ impl Index {
 
     pub(crate) fn mirror_remove(&mut self, name: &str, ledger: &mut Ledger) {
         if self.mirror.remove(name) {
+            if let Some(o) = &mut self.ordered {
+                o.remove(name);
+            }
             if self.matcher.as_ref().is_some_and(|m| m.matches(name)) {
                 self.mirror_matching -= 1;
             }

@@ -327,8 +327,7 @@ impl Engine {
             && !at_max_builds
             && self.index.untracked_listed() == 0;
         if !indexed {
-            let mut names: Vec<Box<str>> = self.index.mirror.iter().cloned().collect();
-            names.sort_unstable();
+            let names: Vec<Box<str>> = self.index.listing_in_order().iter().cloned().collect();
             return self.begin_acquire(runner, &names, now);
         }
         self.epoch += 1;
